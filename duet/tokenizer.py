@@ -1,0 +1,94 @@
+"""SentencePiece tokenizers for NeMo CTC-BPE models, trained from manifest text.
+
+Training is NeMo's own ``create_spt_model`` (the routine behind NeMo's
+``process_asr_text_tokenizer.py``), so the folder has exactly NeMo's layout: ``tokenizer.model``,
+``tokenizer.vocab`` and ``vocab.txt`` (plus SentencePiece's ``train.log``), loadable with ``model.tokenizer.dir=<folder>`` and
+``model.tokenizer.type=bpe``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from duet.io import native_output_to, read_jsonl
+
+TOKENIZER_TYPES = ("bpe", "unigram")
+
+
+class VocabularyTooLarge(ValueError):
+    """The text cannot support the requested vocabulary; carries the largest size that fits."""
+
+    def __init__(self, requested: int, largest: int):
+        super().__init__(
+            f"vocabulary size {requested} is too large for this text: the largest that fits is {largest} "
+            f"(pass --vocab-size {largest} or less, or train on more text)"
+        )
+        self.requested, self.largest = requested, largest
+
+
+def tokenizer_dir_name(tokenizer_type: str, vocab_size: int) -> str:
+    """NeMo's naming convention: the folder says how it was made, e.g. ``spe_bpe_v1024``."""
+    return f"spe_{tokenizer_type}_v{vocab_size}"
+
+
+def manifest_texts(manifest_paths: list[str | os.PathLike]) -> list[str]:
+    texts = []
+    for path in manifest_paths:
+        for line_no, record in enumerate(read_jsonl(path), 1):
+            text = str(record.get("text", "")).strip()
+            if not text:
+                raise ValueError(f"{path}:{line_no}: empty or missing \"text\"")
+            texts.append(text)
+    if not texts:
+        raise ValueError(f"no text in {', '.join(map(str, manifest_paths))}")
+    return texts
+
+
+def train_tokenizer(texts: list[str], out_dir: str | os.PathLike, vocab_size: int,
+                    tokenizer_type: str = "bpe") -> Path:
+    """Train a SentencePiece model on ``texts`` into ``out_dir`` (created atomically); returns it.
+
+    Raises :class:`VocabularyTooLarge` when the text supports fewer than ``vocab_size`` pieces.
+    """
+    # Imported here: pulling in NeMo costs ~15 s, which --help and argument errors should not pay.
+    from nemo.collections.common.tokenizers.sentencepiece_tokenizer import create_spt_model
+
+    if tokenizer_type not in TOKENIZER_TYPES:
+        raise ValueError(f"tokenizer type {tokenizer_type!r}: expected one of {', '.join(TOKENIZER_TYPES)}")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp:
+        text_file = Path(tmp, "text.txt")
+        text_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        model_dir = Path(tmp, "tokenizer")
+        model_dir.mkdir()
+        try:
+            with native_output_to(model_dir / "train.log"):
+                create_spt_model(str(text_file), vocab_size, sample_size=-1, do_lower_case=False,
+                                 tokenizer_type=tokenizer_type, output_dir=str(model_dir))
+        except RuntimeError as e:
+            # unigram refuses outright: "Vocabulary size too high (N). Please set it to a value <= M."
+            largest = _largest_size_from_error(str(e))
+            if largest is None:
+                raise
+            raise VocabularyTooLarge(vocab_size, largest) from None
+        # NeMo trains with hard_vocab_limit=false, so BPE quietly stops short instead of failing.
+        actual = sum(1 for _ in open(model_dir / "tokenizer.vocab", encoding="utf-8"))
+        if actual < vocab_size:
+            raise VocabularyTooLarge(vocab_size, actual)
+        text_file.unlink()
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        model_dir.rename(out_dir)
+    return out_dir
+
+
+def _largest_size_from_error(message: str) -> int | None:
+    marker = "<= "
+    if "Vocabulary size too high" not in message or marker not in message:
+        return None
+    digits = message.split(marker, 1)[1].split(".")[0].strip()
+    return int(digits) if digits.isdigit() else None

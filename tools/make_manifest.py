@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""Build NeMo JSONL manifests from a LibriSpeech-style corpus, one per split.
+
+Usage:
+  # the bundled synthetic corpus samples/LibriSpeech -> manifests/{train,dev,test}-clean.json
+  python tools/make_manifest.py
+
+  # a real LibriSpeech download (folder holding train-clean-100/, dev-clean/, ...)
+  python tools/make_manifest.py --data-root /data/LibriSpeech --splits train-clean-100 dev-clean test-clean
+
+  # fetch splits from OpenSLR first (MD5-verified), into data/LibriSpeech/
+  python tools/make_manifest.py --download dev-clean test-clean
+
+  # any folder of audio + LibriSpeech-style <spk>-<chap>.trans.txt files is one split
+  python tools/make_manifest.py --data-root my_recordings/ --out-dir manifests/
+
+Each line: {"audio_filepath": <absolute>, "duration": <s>, "text": <lower case>}. Audio is read in
+place (FLAC or WAV, 16 kHz mono), durations come from the file headers. Utterances that cannot be used
+(missing audio or transcript, corrupt/empty file, wrong rate or channels, empty or non-UTF-8 text,
+duplicate id, duration out of range) are listed by id with the reason in <split>.skipped.tsv beside
+the manifest and skipped; --strict makes any of them an error. Manifests are written atomically, and a
+re-run with unchanged files and options does nothing (--force rebuilds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from duet import REPO_ROOT, SAMPLES_DIR
+from duet.io import write_jsonl_atomic, write_text_atomic
+from duet.librispeech import ARCHIVE_MD5, DownloadError, extract_split, fetch_archive
+from duet.manifest import (
+    ManifestOptions, build_split_manifest, find_splits, manifest_is_current, split_fingerprint, stamp_path,
+)
+
+MAX_PROBLEMS_SHOWN = 10
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", type=Path, default=None,
+                        help="corpus root holding split folders, or one split folder "
+                             "(default: samples/LibriSpeech, or data/LibriSpeech with --download)")
+    parser.add_argument("--splits", nargs="+", default=None, help="split folder names (default: all found)")
+    parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "manifests", help="where <split>.json goes")
+    parser.add_argument("--download", nargs="+", default=None, metavar="SPLIT", choices=sorted(ARCHIVE_MD5),
+                        help="download these LibriSpeech splits from OpenSLR before building")
+    parser.add_argument("--download-dir", type=Path, default=REPO_ROOT / "data",
+                        help="archives go here, audio to <download-dir>/LibriSpeech/<split>")
+    parser.add_argument("--min-duration", type=float, default=ManifestOptions.min_duration, help="seconds")
+    parser.add_argument("--max-duration", type=float, default=ManifestOptions.max_duration, help="seconds")
+    parser.add_argument("--sample-rate", type=int, default=ManifestOptions.sample_rate,
+                        help="required sample rate in Hz; other rates are skipped (resample first)")
+    parser.add_argument("--verify-audio", action="store_true",
+                        help="decode every file completely to catch truncated streams (slower)")
+    parser.add_argument("--strict", action="store_true", help="fail on the first split with any problem")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the manifest is up to date")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes probing audio")
+    return parser
+
+
+def download(splits: list[str], download_dir: Path) -> Path:
+    corpus_root = download_dir / "LibriSpeech"
+    for split in splits:
+        bars = []  # created on the first chunk, so an unreachable server prints only the error line
+        def show(done: int, total: int | None) -> None:
+            if not bars:
+                bars.append(tqdm(desc=f"download {split}", total=total, unit="B", unit_scale=True))
+            bars[0].update(done - bars[0].n)
+        try:
+            archive = fetch_archive(split, download_dir, progress=show)
+        finally:
+            for bar in bars:
+                bar.close()
+        print(f"{split}: {archive} (MD5 verified), extracting ...")
+        extract_split(archive, corpus_root)
+    return corpus_root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    options = ManifestOptions(args.min_duration, args.max_duration, args.sample_rate, args.verify_audio)
+    try:
+        if args.download:
+            args.data_root = args.data_root or download(args.download, args.download_dir)
+            args.splits = args.splits or args.download
+    except DownloadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    data_root = args.data_root or SAMPLES_DIR / "LibriSpeech"
+    if not data_root.is_dir():
+        print(f"error: data root {data_root} is not a folder", file=sys.stderr)
+        return 2
+    found = {d.name: d for d in find_splits(data_root)}
+    wanted = args.splits or sorted(found)
+    missing = [s for s in wanted if s not in found]
+    if missing or not wanted:
+        print(f"error: no split {', '.join(missing) or 'at all'} under {data_root} "
+              f"(found: {', '.join(sorted(found)) or 'none'})", file=sys.stderr)
+        return 2
+
+    start = time.time()
+    totals = {"files": 0, "hours": 0.0, "skipped": 0}
+    for split in wanted:
+        out_path = args.out_dir / f"{split}.json"
+        fingerprint = split_fingerprint(found[split], options)
+        if not args.force and manifest_is_current(out_path, fingerprint):
+            print(f"{split}: {out_path} is up to date (same files and options), skipped")
+            continue
+        manifest = build_split_manifest(
+            found[split], options, jobs=args.jobs,
+            progress=lambda it, n: tqdm(it, total=n, desc=split, unit="file", mininterval=1.0),
+        )
+        for problem in manifest.problems[:MAX_PROBLEMS_SHOWN]:
+            print(f"  skipped {problem}", file=sys.stderr)
+        report_path = args.out_dir / f"{split}.skipped.tsv"
+        if manifest.problems:
+            more = len(manifest.problems) - MAX_PROBLEMS_SHOWN
+            if more > 0:
+                print(f"  ... and {more} more, all listed in {report_path}", file=sys.stderr)
+            if args.strict:
+                print(f"error: {split}: {len(manifest.problems)} unusable utterance(s) with --strict; "
+                      "no manifest written", file=sys.stderr)
+                return 1
+        if not manifest.entries:
+            print(f"error: {split}: no usable utterance under {found[split]}", file=sys.stderr)
+            return 1
+        write_text_atomic(report_path, "".join(f"{p.item}\t{p.reason}\n" for p in manifest.problems))
+        write_jsonl_atomic(out_path, manifest.entries)
+        write_text_atomic(stamp_path(out_path), fingerprint + "\n")
+        print(f"{split}: {len(manifest.entries)} utterances, {manifest.hours:.2f} h, "
+              f"{len(manifest.problems)} skipped -> {out_path}")
+        totals["files"] += len(manifest.entries)
+        totals["hours"] += manifest.hours
+        totals["skipped"] += len(manifest.problems)
+    print(f"done: {len(wanted)} split(s), {totals['files']} utterances, {totals['hours']:.2f} h, "
+          f"{totals['skipped']} skipped, {time.time() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

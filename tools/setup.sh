@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Usage: bash tools/setup.sh
+#
+# Creates .venv/ with duet and everything it needs; safe to re-run (seconds when nothing changed).
+#   1. Debian/Ubuntu packages for the synthetic corpus and `pipeline.py --speak` (sox, espeak-ng, flite,
+#      festival + English voices) when apt-get is usable; otherwise a note and carry on (the bundled
+#      samples/ need none of them).
+#   2. torch==2.13.0 before anything else: on a machine without a GPU pip would otherwise pull a
+#      multi-GB CUDA build as a dependency of NeMo. (On a Linux box with a GPU the same pin is CUDA.)
+#   3. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
+# Environment: PYTHON=python3.11 picks the interpreter (3.10-3.12); DUET_SKIP_APT=1 skips step 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+SYSTEM_PACKAGES="sox libsox-fmt-all flac espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts"
+STAMP="$VENV/.duet-setup"
+want_stamp=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -d' ' -f1)
+
+install_system_packages() {
+  [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
+  missing=""
+  for cmd in sox espeak-ng flite text2wave; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
+  [ -z "$missing" ] && return 0
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" != 0 ] && SUDO="sudo -n"
+    echo "setup: installing system packages ($SYSTEM_PACKAGES)"
+    if $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $SYSTEM_PACKAGES >/dev/null; then
+      return 0
+    fi
+  fi
+  echo "setup: note: could not install$missing (needs apt-get as root or passwordless sudo)." >&2
+  echo "setup: note: only tools/make_sample_corpus.py and 'pipeline.py --speak' need them; install them with your package manager." >&2
+}
+
+install_system_packages
+
+if ! "$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] <= (3, 12)))'; then
+  echo "setup: error: $("$PYTHON" --version 2>&1) found; duet needs Python 3.10-3.12 (set PYTHON=python3.11)" >&2
+  exit 1
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+  echo "setup: $VENV is up to date"
+  exit 0
+fi
+echo "setup: installing into $VENV (first time: a few minutes)"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q torch==2.13.0
+"$VENV/bin/python" -m pip install -q -e ".[dev]"
+echo "$want_stamp" > "$STAMP"
+echo "setup: done ($("$VENV/bin/python" -c 'import torch, nemo; print(f"torch {torch.__version__}, nemo {nemo.__version__}")' 2>/dev/null | tail -1))"

@@ -1,0 +1,65 @@
+#!/usr/bin/env python
+"""Train a SentencePiece tokenizer for NeMo CTC-BPE models from manifest text.
+
+Usage:
+  # default: BPE, 1024 tokens (the report's size), from manifests/train-clean.json
+  python tools/train_tokenizer.py
+  #   -> tokenizers/spe_bpe_v1024/{tokenizer.model, tokenizer.vocab, vocab.txt}
+
+  python tools/train_tokenizer.py --manifests manifests/train-clean-100.json --vocab-size 256 --type unigram
+  #   -> tokenizers/spe_unigram_v256/
+
+Use it in a recipe with model.tokenizer.dir=tokenizers/spe_bpe_v1024 model.tokenizer.type=bpe.
+Only train on training text, never on the test split. A vocabulary too large for the text is an
+error that names the largest size that fits. An existing folder with the same name is kept unless
+--force is given (the name carries the settings, so same name = same settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from duet import REPO_ROOT
+from duet.tokenizer import TOKENIZER_TYPES, manifest_texts, tokenizer_dir_name, train_tokenizer
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifests", nargs="+", type=Path, default=[REPO_ROOT / "manifests" / "train-clean.json"],
+                        help="NeMo manifests whose \"text\" fields are the training text")
+    parser.add_argument("--vocab-size", type=int, default=1024, help="number of tokens (default: 1024)")
+    parser.add_argument("--type", dest="tokenizer_type", choices=TOKENIZER_TYPES, default="bpe",
+                        help="SentencePiece model type (default: bpe)")
+    parser.add_argument("--out-root", type=Path, default=REPO_ROOT / "tokenizers",
+                        help="the tokenizer goes to <out-root>/spe_<type>_v<size>/")
+    parser.add_argument("--force", action="store_true", help="retrain even if the folder exists")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    out_dir = args.out_root / tokenizer_dir_name(args.tokenizer_type, args.vocab_size)
+    if (out_dir / "tokenizer.model").exists() and not args.force:
+        print(f"{out_dir} exists (same type and size), skipped; --force retrains")
+        return 0
+    for path in args.manifests:
+        if not path.is_file():
+            print(f"error: manifest {path} not found (build it with python tools/make_manifest.py)", file=sys.stderr)
+            return 2
+    start = time.time()
+    try:
+        texts = manifest_texts(args.manifests)
+        train_tokenizer(texts, out_dir, args.vocab_size, args.tokenizer_type)
+    except ValueError as e:  # includes VocabularyTooLarge
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"tokenizer: {args.tokenizer_type}, {args.vocab_size} tokens, from {len(texts)} lines "
+          f"in {time.time() - start:.1f} s -> {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
