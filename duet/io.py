@@ -20,6 +20,10 @@ def atomic_path(final_path: str | os.PathLike) -> Iterator[Path]:
     final_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final_path.name}.", suffix=".tmp", dir=final_path.parent)
     os.close(fd)
+    # mkstemp creates 0600; give the output the permissions an ordinary open() would (umask applied).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_name, 0o666 & ~umask)
     tmp_path = Path(tmp_name)
     try:
         yield tmp_path

@@ -1,0 +1,263 @@
+"""Build a LibriSpeech-layout synthetic corpus: plan (text + speaker per utterance), synthesise, write.
+
+Layout, as in LibriSpeech::
+
+    <out>/<split>/<speaker>/<chapter>/<speaker>-<chapter>-<utt>.flac
+    <out>/<split>/<speaker>/<chapter>/<speaker>-<chapter>.trans.txt   # "<utt id> UPPER CASE TEXT"
+    <out>/SPEAKERS.txt
+
+Two kinds of corpus:
+
+* the bundled sample (:func:`plan_sample`): ``train-clean`` from the training pool, ``dev-clean`` and
+  ``test-clean`` from the dev / test speakers of :func:`duet.tts.speaker_catalogue`;
+* a larger corpus of about N hours (:func:`build_hours`): ``train-clean`` from the training pool and
+  a small ``dev-clean`` from the pool's held-out ``pool-dev`` speakers; never a dev/test speaker and
+  never a sentence of the sample's dev/test splits.
+
+Sentences come from :mod:`duet.corpus_text`, each split from its own seed stream, so the test split
+stays the same when the training split grows. The corpus is written into a temporary sibling folder
+and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from tqdm import tqdm
+
+from duet.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
+from duet.io import write_text_atomic
+from duet.tts import Speaker, speaker_catalogue, synthesize
+
+SAMPLE_SPLITS = ("train-clean", "dev-clean", "test-clean")
+#: Seed-stream offsets so each split's sentences are independent of the other splits' sizes.
+_STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "hours-train": 4}
+SAMPLE_MAX_WORDS = 8
+# The bundled samples/LibriSpeech was made with these (tools/make_sample_corpus.py defaults).
+SAMPLE_SEED = 0
+SAMPLE_COUNTS = {"train-clean": 520, "dev-clean": 60, "test-clean": 80}
+HOURS_UTTS_PER_CHAPTER = 25
+HOURS_DEV_UTTS = 100
+
+
+@dataclass(frozen=True)
+class Utterance:
+    split: str
+    speaker: Speaker
+    chapter: int
+    index: int
+    text: str
+
+    @property
+    def utt_id(self) -> str:
+        return f"{self.speaker.id}-{self.chapter}-{self.index:04d}"
+
+    def relpath(self) -> Path:
+        return Path(self.split, str(self.speaker.id), str(self.chapter), self.utt_id + ".flac")
+
+
+def speakers_by_role(skip_engines: Iterable[str] = ()) -> dict[str, list[Speaker]]:
+    skip = set(skip_engines)
+    roles: dict[str, list[Speaker]] = {"train": [], "pool-dev": [], "dev": [], "test": []}
+    for speaker in speaker_catalogue():
+        if speaker.engine not in skip:
+            roles[speaker.role].append(speaker)
+    return roles
+
+
+def _stream_seed(seed: int, stream: str) -> int:
+    return seed * 10 + _STREAM[stream]
+
+
+def assign(split: str, sentences: list[Sentence], speakers: list[Speaker], per_chapter: int | None,
+           first_index: int = 0) -> list[Utterance]:
+    """Deal sentences to speakers round-robin; each speaker's utterances fill chapters of ``per_chapter``."""
+    if not speakers:
+        raise ValueError(f"{split}: no speakers available")
+    utterances = []
+    for i, sentence in enumerate(sentences, start=first_index):
+        speaker = speakers[i % len(speakers)]
+        turn = i // len(speakers)
+        chapter_no, index = divmod(turn, per_chapter) if per_chapter else (0, turn)
+        utterances.append(Utterance(split, speaker, speaker.id * 100 + chapter_no + 1, index,
+                                    to_transcript(sentence.text)))
+    return utterances
+
+
+def sample_sentences(seed: int, counts: dict[str, int], max_words: int = SAMPLE_MAX_WORDS) -> dict[str, list[Sentence]]:
+    """Sentences of the bundled sample's splits: test first, then dev, then train, each unique overall."""
+    chosen: dict[str, list[Sentence]] = {}
+    taken: list[str] = []
+    for split in ("test-clean", "dev-clean", "train-clean"):
+        chosen[split] = generate_sentences(counts[split], seed=_stream_seed(seed, split), exclude=taken,
+                                           max_words=max_words)
+        taken += [s.text for s in chosen[split]]
+    return chosen
+
+
+def bundled_sample_kinds(split: str) -> dict[str, str]:
+    """{transcript (lower case): "assistant" or "read"} for a split of the bundled sample, from its plan."""
+    return {s.text: s.kind for s in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS)[split]}
+
+
+def plan_sample(seed: int, counts: dict[str, int], skip_engines: Iterable[str] = (),
+                max_words: int = SAMPLE_MAX_WORDS) -> list[Utterance]:
+    roles = speakers_by_role(skip_engines)
+    sentences = sample_sentences(seed, counts, max_words)
+    speakers = {"train-clean": roles["train"], "dev-clean": roles["dev"], "test-clean": roles["test"]}
+    plan = []
+    for split in SAMPLE_SPLITS:
+        order = list(speakers[split])
+        random.Random(_stream_seed(seed, split)).shuffle(order)
+        plan += assign(split, sentences[split], order, per_chapter=None)
+    return plan
+
+
+def _synthesize_one(utterance_and_root: tuple[Utterance, Path]) -> float:
+    utterance, root = utterance_and_root
+    path = root / utterance.relpath()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return synthesize(utterance.speaker, utterance.text.lower(), path)
+
+
+def _run(utterances: Iterable[Utterance], root: Path, jobs: int) -> Iterator[tuple[Utterance, float]]:
+    """Synthesise in ``jobs`` worker processes, yielding (utterance, seconds) in plan order."""
+    utterances = list(utterances)
+    with multiprocessing.Pool(jobs) as pool:
+        yield from zip(utterances, pool.imap(_synthesize_one, [(u, root) for u in utterances], chunksize=4))
+
+
+def write_transcripts(root: Path, utterances: list[Utterance]) -> None:
+    by_chapter: dict[Path, list[Utterance]] = {}
+    for u in utterances:
+        by_chapter.setdefault(root / u.relpath().parent, []).append(u)
+    for folder, items in by_chapter.items():
+        items.sort(key=lambda u: u.index)
+        name = f"{items[0].speaker.id}-{items[0].chapter}.trans.txt"
+        write_text_atomic(folder / name, "".join(f"{u.utt_id} {u.text}\n" for u in items))
+
+
+def write_speakers(root: Path, utterances: list[Utterance], seconds: dict[str, float]) -> None:
+    minutes: dict[tuple[int, str], float] = {}
+    speakers: dict[int, Speaker] = {}
+    for u in utterances:
+        key = (u.speaker.id, u.split)
+        minutes[key] = minutes.get(key, 0.0) + seconds[u.utt_id] / 60
+        speakers[u.speaker.id] = u.speaker
+    lines = [
+        "; Synthetic speakers of this corpus (tools/make_sample_corpus.py, duet/tts.py).",
+        "; RATE: espeak-ng words per minute (-s) | flite duration_stretch | festival Duration_Stretch (>1 slower)",
+        "; PITCH: espeak-ng pitch 0-99 (-p) | flite int_f0_target_mean in Hz | festival sox pitch shift in cents",
+        "; GAIN: peak level of each clip in dBFS. ROLE: catalogue role (train, pool-dev, dev, test).",
+        ";ID   |SUBSET          |MINUTES|ENGINE    |VOICE                 |RATE  |PITCH |GAIN |ROLE",
+    ]
+    for (spk_id, split), mins in sorted(minutes.items()):
+        s = speakers[spk_id]
+        lines.append(f"{spk_id:<6}|{split:<16}|{mins:7.2f}|{s.engine:<10}|{s.voice:<22}|{s.rate:<6g}|"
+                     f"{s.pitch:<6g}|{s.gain_db:<5g}|{s.role}")
+    write_text_atomic(root / "SPEAKERS.txt", "\n".join(lines) + "\n")
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` tree to ``out``; an existing corpus there is replaced."""
+    if out.exists():
+        if not (out / "SPEAKERS.txt").exists():
+            raise FileExistsError(f"{out} exists and is not a corpus written by this tool; remove it first")
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
+
+
+def _temp_root(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an interrupted run
+    tmp.mkdir()
+    return tmp
+
+
+def summarize(out: Path, utterances: list[Utterance], seconds: dict[str, float], wall: float) -> str:
+    parts = []
+    for split in sorted({u.split for u in utterances}):
+        items = [u for u in utterances if u.split == split]
+        hours = sum(seconds[u.utt_id] for u in items) / 3600
+        parts.append(f"{split} {len(items)} utts {hours:.3f} h {len({u.speaker.id for u in items})} spk")
+    size_mb = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6
+    return f"wrote {out}: " + " | ".join(parts) + f" | {size_mb:.1f} MB in {wall:.0f} s"
+
+
+def _publish(tmp: Path, out: Path, plan: list[Utterance], seconds: dict[str, float]) -> None:
+    """Write the transcripts and SPEAKERS.txt into the finished temporary tree, then move it into place."""
+    write_transcripts(tmp, plan)
+    write_speakers(tmp, plan, seconds)
+    _replace_dir(tmp, out)
+
+
+def build_sample(out: Path, seed: int, counts: dict[str, int], jobs: int, skip_engines: Iterable[str] = (),
+                 max_words: int = SAMPLE_MAX_WORDS) -> str:
+    start = time.time()
+    plan = plan_sample(seed, counts, skip_engines, max_words)
+    tmp = _temp_root(out)
+    try:
+        seconds = {u.utt_id: s for u, s in tqdm(_run(plan, tmp, jobs), total=len(plan), desc="synthesising", unit="utt")}
+        _publish(tmp, out, plan, seconds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summarize(out, plan, seconds, time.time() - start)
+
+
+def build_hours(out: Path, hours: float, seed: int, sample_counts: dict[str, int], jobs: int,
+                skip_engines: Iterable[str] = (), max_words: int | None = None, batch: int = 200,
+                dev_utts: int = HOURS_DEV_UTTS) -> str:
+    """About ``hours`` of training audio from training-pool speakers, plus a small held-out dev split."""
+    start = time.time()
+    roles = speakers_by_role(skip_engines)
+    sample = sample_sentences(seed, sample_counts)
+    excluded = [s.text for split in ("dev-clean", "test-clean") for s in sample[split]]
+    dev_sentences = generate_sentences(dev_utts, seed=_stream_seed(seed, "hours-dev"), exclude=excluded,
+                                       max_words=max_words)
+    dev_plan = assign("dev-clean", dev_sentences, roles["pool-dev"], per_chapter=HOURS_UTTS_PER_CHAPTER)
+    train_speakers = list(roles["train"])
+    random.Random(_stream_seed(seed, "hours-train")).shuffle(train_speakers)
+    stream = iter_sentences(_stream_seed(seed, "hours-train"),
+                            exclude=excluded + [s.text for s in dev_sentences], max_words=max_words)
+    target = hours * 3600
+    tmp = _temp_root(out)
+    try:
+        seconds: dict[str, float] = {}
+        train_plan: list[Utterance] = []
+        total = 0.0
+        seconds.update({u.utt_id: s for u, s in tqdm(_run(dev_plan, tmp, jobs), total=len(dev_plan),
+                                                      desc="dev-clean", unit="utt")})
+        with tqdm(total=round(target), desc="train-clean", unit="s audio") as bar:
+            while total < target:
+                chunk = assign("train-clean", list(itertools.islice(stream, batch)), train_speakers,
+                               HOURS_UTTS_PER_CHAPTER, first_index=len(train_plan))
+                for utterance, secs in _run(chunk, tmp, jobs):
+                    if total >= target:  # overshoot of the last batch: drop its files
+                        (tmp / utterance.relpath()).unlink()
+                        continue
+                    train_plan.append(utterance)
+                    seconds[utterance.utt_id] = secs
+                    total += secs
+                    bar.update(round(min(total, target)) - bar.n)
+        for pattern in ("*/*", "*"):  # chapters, then speakers, that only the dropped overshoot created
+            for folder in (tmp / "train-clean").glob(pattern):
+                if not any(folder.iterdir()):
+                    folder.rmdir()
+        plan = dev_plan + train_plan
+        _publish(tmp, out, plan, seconds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summarize(out, plan, seconds, time.time() - start)

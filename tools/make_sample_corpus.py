@@ -1,0 +1,75 @@
+"""Synthesise a LibriSpeech-layout speech corpus with espeak-ng, flite and festival.
+
+Usage:
+    # the bundled sample: samples/LibriSpeech/{train,dev,test}-clean (520/60/80 utterances)
+    .venv/bin/python tools/make_sample_corpus.py
+
+    # about 3 hours of training audio for a base checkpoint -> data/synth_3h/LibriSpeech (git-ignored)
+    .venv/bin/python tools/make_sample_corpus.py --hours 3
+
+    # a tiny corpus somewhere else
+    .venv/bin/python tools/make_sample_corpus.py --out /tmp/tiny --train-utts 4 --dev-utts 1 --test-utts 1
+
+Speakers are engine voices at set rates and pitches (duet/tts.py); the catalogue is a fixed partition
+into training-pool, dev and test speakers, so no corpus built here trains on a dev/test speaker.
+With --hours, only training-pool speakers are used (dev-clean comes from pool speakers held out of its
+train-clean) and the sample's dev/test sentences are excluded. Text: duet/corpus_text.py.
+The same --seed gives the same transcripts and speaker assignment. The corpus is written to a
+temporary folder and renamed into place when complete; an existing corpus at --out is replaced.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from duet import REPO_ROOT, SAMPLES_DIR
+from duet.corpus import SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED, build_hours, build_sample
+from duet.tts import missing_engines
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="corpus folder (default samples/LibriSpeech, or data/synth_<N>h/LibriSpeech with --hours)")
+    parser.add_argument("--seed", type=int, default=SAMPLE_SEED, help="seed of the sentences and speaker order")
+    parser.add_argument("--train-utts", type=int, default=SAMPLE_COUNTS["train-clean"],
+                        help="train-clean utterances of the sample")
+    parser.add_argument("--dev-utts", type=int, default=SAMPLE_COUNTS["dev-clean"], help="dev-clean utterances of the sample")
+    parser.add_argument("--test-utts", type=int, default=SAMPLE_COUNTS["test-clean"],
+                        help="test-clean utterances of the sample")
+    parser.add_argument("--hours", type=float, default=None, help="build about N hours of train-clean instead")
+    parser.add_argument("--max-words", type=int, default=None,
+                        help=f"longest sentence in words (default {SAMPLE_MAX_WORDS} for the sample, none with --hours)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel synthesis processes")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    required, optional = missing_engines()
+    if required:
+        print(f"error: {', '.join(required)} not installed (apt-get install {' '.join(required)})", file=sys.stderr)
+        return 1
+    if optional:
+        print("warning: festival (text2wave) not installed; skipping its voices", file=sys.stderr)
+    counts = {"train-clean": args.train_utts, "dev-clean": args.dev_utts, "test-clean": args.test_utts}
+    if args.hours is not None and args.hours <= 0:
+        print(f"error: --hours must be positive, got {args.hours}", file=sys.stderr)
+        return 1
+    try:
+        if args.hours is not None:
+            out = args.out or REPO_ROOT / "data" / f"synth_{args.hours:g}h" / "LibriSpeech"
+            summary = build_hours(out, args.hours, args.seed, counts, args.jobs, optional, args.max_words)
+        else:
+            out = args.out or SAMPLES_DIR / "LibriSpeech"
+            summary = build_sample(out, args.seed, counts, args.jobs, optional, args.max_words or SAMPLE_MAX_WORDS)
+    except (RuntimeError, FileExistsError) as e:  # an engine failed, or --out holds something else
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
