@@ -127,11 +127,11 @@ def test_cli_writes_manifests_and_problem_lists_then_skips_unchanged_reruns(corp
     assert "12-200-0001: transcript line has no audio file" in capsys.readouterr().err
 
     assert make_manifest.main(["--data-root", str(corpus), "--out-dir", str(out)]) == 0
-    assert capsys.readouterr().out.count("up to date") == 2
+    assert capsys.readouterr().out.count("is up to date (same files and options), skipped") == 2
 
     write_tone(corpus / "train" / "12" / "200" / "12-200-0001.flac", 0.75)  # a changed input rebuilds
     assert make_manifest.main(["--data-root", str(corpus), "--out-dir", str(out), "--splits", "train"]) == 0
-    assert "up to date" not in capsys.readouterr().out
+    assert "is up to date" not in capsys.readouterr().out
     assert len(read_jsonl(out / "train.json")) == 3
 
     assert make_manifest.main(["--data-root", str(corpus), "--out-dir", str(out), "--splits", "train",

@@ -23,7 +23,6 @@ def bpe_dir(tmp_path_factory) -> Path:
 
 def test_nemo_layout_and_exact_size(bpe_dir):
     assert sorted(p.name for p in bpe_dir.iterdir()) == ["tokenizer.model", "tokenizer.vocab", "train.log", "vocab.txt"]
-    assert "Saving model" in (bpe_dir / "train.log").read_text()
     sp = spm.SentencePieceProcessor(model_file=str(bpe_dir / "tokenizer.model"))
     assert sp.get_piece_size() == 64
 

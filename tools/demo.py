@@ -1,103 +1,115 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU.
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU (about 15 minutes).
 
 Usage:
-  python tools/demo.py                 # every stage; finished stages with unchanged inputs are skipped
+  python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
   python tools/demo.py --list          # the stages and the exact command each one runs
-  python tools/demo.py --only tokenizer
-  python tools/demo.py --from tokenizer
+  python tools/demo.py --only asr
+  python tools/demo.py --from slm
 
-Each stage is one of the toolkit's own entry scripts, run as a user would run it (the command is
-printed first), so the demo doubles as a walkthrough. Outputs go to manifests/, tokenizers/ and
-exp/ (all git-ignored). Ends with a summary table.
+Stages, each one of the toolkit's own entry scripts run as a user would (the command is printed):
+  manifests  samples/LibriSpeech -> manifests/{train,dev,test}-clean.json
+  tokenizer  a new 256-piece BPE tokenizer trained on the sample's training text
+  asr        fine-tune the bundled base checkpoint (samples/checkpoints/) with that tokenizer;
+             WER on the held-out test-clean voices before -> after
+  slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
+  pipeline   speech -> transcript -> answer on the held-out assistant-domain test utterances
+Outputs go to manifests/, tokenizers/ and experiments/ (all git-ignored). Ends with a summary table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from duet import REPO_ROOT, SAMPLES_DIR
+from duet.corpus import bundled_sample_kinds
+from duet.demo import Stage, asr_summary, pipeline_summary, slm_summary
+from duet.io import read_jsonl, write_jsonl_atomic
+
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
 # words seen a handful of times; a CTC decoder learns a smaller inventory from 20 minutes of audio faster.
 DEMO_VOCAB_SIZE = 256
+BASE_CHECKPOINT = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
+ASR_EPOCHS = 12  # ~33 steps each on the 520 training utterances: ~6-8 minutes on 2 cores
+# 4x the report's fine-tuning lr: the decoder starts from scratch for the new tokenizer and there are few steps.
+ASR_LR = 2e-3
+EXP = REPO_ROOT / "experiments"
+MANIFESTS = {split: REPO_ROOT / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
 
 
-@dataclass
-class Stage:
-    name: str
-    command: list[str]
-    summarize: Callable[[], str]
-
-
-def count_lines(path: Path) -> int:
-    return sum(1 for _ in open(path, encoding="utf-8")) if path.exists() else 0
-
-
-def manifest_summary() -> str:
-    parts = []
-    for split in ("train-clean", "dev-clean", "test-clean"):
-        path = REPO_ROOT / "manifests" / f"{split}.json"
-        hours = sum(json.loads(line)["duration"] for line in open(path)) / 3600 if path.exists() else 0.0
-        parts.append(f"{split} {count_lines(path)} utts/{hours * 60:.1f} min")
-    return ", ".join(parts)
-
-
-def tokenizer_summary() -> str:
-    vocab = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}" / "tokenizer.vocab"
-    return f"{count_lines(vocab)} BPE pieces in {vocab.parent.relative_to(REPO_ROOT)}/"
+def write_assistant_requests(out: Path) -> None:
+    """The test-clean utterances that are assistant requests (not read speech), as a manifest."""
+    kinds = bundled_sample_kinds("test-clean")
+    write_jsonl_atomic(out, [e for e in read_jsonl(MANIFESTS["test-clean"]) if kinds.get(e["text"]) == "assistant"])
 
 
 def stages() -> list[Stage]:
     py = sys.executable
+    tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
+    asr_dir, slm_dir = EXP / "demo_asr", EXP / "demo_slm"
+    answers, requests = EXP / "demo_pipeline" / "answers.jsonl", EXP / "demo_pipeline" / "requests.json"
     return [
-        Stage("manifests", [py, "tools/make_manifest.py"], manifest_summary),
+        Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
+              f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
+              "test utterances"),
         Stage("tokenizer", [py, "tools/train_tokenizer.py", "--manifests", "manifests/train-clean.json",
-                            "--vocab-size", str(DEMO_VOCAB_SIZE)], tokenizer_summary),
+                            "--vocab-size", str(DEMO_VOCAB_SIZE)], lambda: f"{tokenizer_dir.relative_to(REPO_ROOT)}/"),
+        Stage("asr", [py, "nemo_recipes/finetune_ctc.py", "--config-name", "fastconformer_tiny", "name=demo_asr",
+                      f"exp_manager.exp_dir={EXP}", f"init_from_nemo_model={BASE_CHECKPOINT}",
+                      "asr_optim=finetune", f"model.optim.lr={ASR_LR}",
+                      f"model.train_ds.manifest_filepath={MANIFESTS['train-clean']}",
+                      f"model.validation_ds.manifest_filepath={MANIFESTS['dev-clean']}",
+                      f"model.test_ds.manifest_filepath={MANIFESTS['test-clean']}",
+                      f"model.tokenizer.dir={tokenizer_dir}", f"trainer.max_epochs={ASR_EPOCHS}"],
+              lambda: asr_summary(asr_dir / "finetune_summary.json"),
+              inputs=[BASE_CHECKPOINT, tokenizer_dir, *MANIFESTS.values()],
+              outputs=[asr_dir / "demo_asr.nemo", asr_dir / "finetune_summary.json"]),
+        Stage("slm", [py, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={slm_dir}"],
+              lambda: slm_summary(slm_dir / "metrics.json"),
+              inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
+              outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
+        Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
+                           "--asr-model", str(asr_dir / "demo_asr.nemo"), "--slm-model", str(slm_dir)],
+              lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
+              inputs=[asr_dir / "demo_asr.nemo", slm_dir / "config.json", MANIFESTS["test-clean"]],
+              outputs=[answers], stdout_to=answers),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    all_stages = stages()
-    names = [s.name for s in all_stages]
+    names = ["manifests", "tokenizer", "asr", "slm", "pipeline"]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=names, help="run just these stages")
     parser.add_argument("--from", dest="start", choices=names, help="start at this stage")
     parser.add_argument("--list", action="store_true", help="print the stages and their commands")
     args = parser.parse_args(argv)
-    if args.list:
-        for stage in all_stages:
-            print(f"{stage.name:12s} {' '.join(Path(c).name if c == sys.executable else c for c in stage.command)}")
-        return 0
-    selected = [s for s in all_stages if (not args.only or s.name in args.only)]
-    if args.start:
-        selected = selected[names.index(args.start):]
+    selected = names[names.index(args.start):] if args.start else args.only or names
 
-    rows = []
-    demo_start = time.time()
-    for stage in selected:
-        shown = " ".join(["python"] + stage.command[1:])
-        print(f"\n=== {stage.name}: {shown}", flush=True)
+    rows, demo_start = [], time.time()
+    for name in selected:
+        stage = next(s for s in stages() if s.name == name)
+        if args.list:
+            print(f"{name:10s} {stage.shown()}")
+            continue
+        print(f"\n=== {stage.name}: {stage.shown()}", flush=True)
         start = time.time()
-        result = subprocess.run(stage.command, cwd=REPO_ROOT)
-        seconds = time.time() - start
-        if result.returncode != 0:
-            print(f"\ndemo: stage {stage.name!r} failed (exit {result.returncode}); fix it and resume with "
+        if stage.up_to_date():
+            print(f"{stage.name}: outputs are up to date (same command and inputs), skipped")
+        elif (code := stage.run()) != 0:
+            print(f"\ndemo: stage {stage.name!r} failed (exit {code}); fix it and resume with "
                   f"python tools/demo.py --from {stage.name}", file=sys.stderr)
-            return result.returncode
-        rows.append((stage.name, f"{seconds:.0f} s", stage.summarize()))
+            return code
+        rows.append((stage.name, f"{time.time() - start:.0f} s", stage.summarize()))
+    if args.list:
+        return 0
 
     print("\n=== summary")
-    width = max(len(r[0]) for r in rows)
     for name, seconds, summary in rows:
-        print(f"{name:<{width}}  {seconds:>6}  {summary}")
-    print(f"demo: {len(rows)} stage(s) done in {time.time() - demo_start:.0f} s")
+        print(f"{name:<10} {seconds:>6}  {summary}")
+    print(f"demo: {len(rows)} stage(s) done in {(time.time() - demo_start) / 60:.1f} min")
     return 0
 
 

@@ -106,12 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     start = time.time()
-    totals = {"files": 0, "hours": 0.0, "skipped": 0}
+    totals = {"files": 0, "hours": 0.0, "skipped": 0, "current": 0}
     for split in wanted:
         out_path = args.out_dir / f"{split}.json"
         fingerprint = split_fingerprint(found[split], options)
         if not args.force and manifest_is_current(out_path, fingerprint):
             print(f"{split}: {out_path} is up to date (same files and options), skipped")
+            totals["current"] += 1
             continue
         manifest = build_split_manifest(
             found[split], options, jobs=args.jobs,
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         totals["files"] += len(manifest.entries)
         totals["hours"] += manifest.hours
         totals["skipped"] += len(manifest.problems)
-    print(f"done: {len(wanted)} split(s), {totals['files']} utterances, {totals['hours']:.2f} h, "
+    up_to_date = f" ({totals['current']} already up to date)" if totals["current"] else ""
+    print(f"done: {len(wanted)} split(s){up_to_date}; built {totals['files']} utterances, {totals['hours']:.2f} h, "
           f"{totals['skipped']} skipped, {time.time() - start:.1f} s")
     return 0
 

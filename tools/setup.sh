@@ -7,7 +7,8 @@
 #      samples/ need none of them).
 #   2. torch==2.13.0 before anything else: on a machine without a GPU pip would otherwise pull a
 #      multi-GB CUDA build as a dependency of NeMo. (On a Linux box with a GPU the same pin is CUDA.)
-#   3. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
+#   3. KenLM's lmplz/build_binary compiled from the kenlm sdist into .venv/bin (Boost from Debian).
+#   4. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
 # Environment: PYTHON=python3.11 picks the interpreter (3.10-3.12); DUET_SKIP_APT=1 skips step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,35 @@ if ! "$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] <= 
   exit 1
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# KenLM's lmplz/build_binary (modified Kneser-Ney n-gram estimation for tools/train_ngram_lm.py) are not
+# packaged by Debian; the PyPI sdist of kenlm carries their sources, so they are compiled into .venv/bin.
+KENLM_VERSION=0.3.0
+KENLM_DEBS="cmake g++ make libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev"
+build_kenlm_tools() {
+  [ -x "$VENV/bin/lmplz" ] && [ -x "$VENV/bin/build_binary" ] && return 0
+  missing_debs=""
+  for pkg in $KENLM_DEBS; do dpkg -s "$pkg" >/dev/null 2>&1 || missing_debs="$missing_debs $pkg"; done
+  if [ -n "$missing_debs" ] && [ "${DUET_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" != 0 ] && SUDO="sudo -n"
+    echo "setup: installing KenLM build dependencies ($missing_debs)"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing_debs >/dev/null \
+      || { echo "setup: note: could not install$missing_debs; n-gram LMs (tools/train_ngram_lm.py) unavailable" >&2; return 0; }
+  fi
+  echo "setup: compiling KenLM lmplz + build_binary $KENLM_VERSION into $VENV/bin (a few minutes, once)"
+  kenlm_tmp=$(mktemp -d)
+  if "$VENV/bin/python" -m pip download -q --no-deps --no-binary kenlm "kenlm==$KENLM_VERSION" -d "$kenlm_tmp" \
+     && tar -xzf "$kenlm_tmp/kenlm-$KENLM_VERSION.tar.gz" -C "$kenlm_tmp" \
+     && cmake -S "$kenlm_tmp/kenlm-$KENLM_VERSION" -B "$kenlm_tmp/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >"$kenlm_tmp/cmake.log" 2>&1 \
+     && cmake --build "$kenlm_tmp/build" --target lmplz build_binary -j "$(nproc)" >"$kenlm_tmp/build.log" 2>&1; then
+    cp "$kenlm_tmp/build/bin/lmplz" "$kenlm_tmp/build/bin/build_binary" "$VENV/bin/"
+  else
+    echo "setup: note: KenLM build failed (logs kept in $kenlm_tmp); n-gram LMs (tools/train_ngram_lm.py) unavailable" >&2
+    return 0
+  fi
+  rm -rf "$kenlm_tmp"
+}
+build_kenlm_tools
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
   echo "setup: $VENV is up to date"
   exit 0

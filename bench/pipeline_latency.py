@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Per-stage latency of the voice -> answer pipeline on CPU, models already loaded.
+
+Usage:
+  python bench/pipeline_latency.py               # needs the demo's models (python tools/demo.py)
+  python bench/pipeline_latency.py --repeats 9 --seconds 5
+
+One clip of about --seconds of real (synthetic-voice) speech, built from held-out sample utterances,
+goes through duet.pipeline.VoicePipeline --repeats times after one warm-up run; the table shows the
+median of each stage for two model pairs side by side:
+  tiny        the demo's fine-tuned FastConformer-CTC and tiny GPT-2 (real answers, stop at EOS)
+  full-size   fastconformer_small (16 x 176, ~12.8 M) + GPT-2 124M, both with random weights (speed
+              does not depend on the weights). Random weights never emit EOS, so the language model
+              is made to produce exactly as many tokens as the tiny model's answer had.
+Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+from pipeline import DEFAULT_ASR_MODEL, DEFAULT_SLM_MODEL  # noqa: E402
+
+from duet.io import read_jsonl  # noqa: E402
+from duet.pipeline import VoicePipeline  # noqa: E402
+
+
+def make_clip(seconds: float, out: Path) -> Path:
+    """Concatenate held-out test-clean utterances (0.3 s apart) to about ``seconds`` of audio."""
+    manifest = REPO_ROOT / "manifests" / "test-clean.json"
+    parts, total = [], 0.0
+    for entry in read_jsonl(manifest):
+        if total >= seconds:
+            break
+        audio, sr = soundfile.read(entry["audio_filepath"], dtype="float32")
+        parts += [audio, np.zeros(int(0.3 * sr), dtype=np.float32)]
+        total += entry["duration"] + 0.3
+    clip = np.concatenate(parts)[: int(seconds * sr)]
+    soundfile.write(out, clip, sr)
+    return out
+
+
+def full_size_models(tokenizer_dir: Path, slm_tokenizer):
+    from hydra import compose, initialize_config_dir
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
+        cfg = compose("fastconformer_small", [f"model.tokenizer.dir={tokenizer_dir}",
+                                              "model.train_ds.manifest_filepath=null",
+                                              "model.validation_ds.manifest_filepath=null",
+                                              "model.test_ds.manifest_filepath=null"])
+    asr = EncDecCTCModelBPE(cfg.model).eval()
+    torch.manual_seed(0)
+    slm = GPT2LMHeadModel(GPT2Config(vocab_size=max(50257, len(slm_tokenizer)))).eval()
+    return asr, slm
+
+
+def measure(pipeline: VoicePipeline, clip: Path, repeats: int) -> dict[str, float]:
+    pipeline.run(clip)  # warm-up: first calls allocate and pick kernels
+    runs = [pipeline.run(clip) for _ in range(repeats)]
+    stages = runs[0].latency_s.keys()
+    medians = {stage: statistics.median(r.latency_s[stage] for r in runs) for stage in stages}
+    medians["to_transcript"] = statistics.median(r.latency_s["audio_load"] + r.latency_s["asr"] for r in runs)
+    medians["answer"] = runs[-1].response or ""
+    medians["transcript"] = runs[-1].transcript or ""
+    return medians
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL)
+    parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL)
+    parser.add_argument("--asr-tokenizer", type=Path, default=REPO_ROOT / "tokenizers" / "spe_bpe_v256",
+                        help="tokenizer folder for the full-size ASR model (only its output size matters)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    for path in (args.asr_model, args.slm_model, args.asr_tokenizer):
+        if not path.exists():
+            print(f"error: {path} not found: run python tools/demo.py first (or pass --asr-model/--slm-model)",
+                  file=sys.stderr)
+            return 2
+    torch.set_num_threads(args.threads)
+    decoding = {"strategy": "greedy", "max_new_tokens": 64}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = make_clip(args.seconds, Path(tmp) / "clip.flac")
+        tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding)
+        results = {"tiny": measure(tiny, clip, args.repeats)}
+        answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
+
+        big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
+        fixed = {"strategy": "greedy", "max_new_tokens": answer_tokens}
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, slm_decoding=fixed)
+        # Random weights would stop at a random EOS, or never: pin the answer length instead.
+        big_slm.generation_config.min_new_tokens = answer_tokens
+        results["full-size"] = measure(big, clip, args.repeats)
+
+    params = {"tiny": (sum(p.numel() for p in tiny.asr_model.parameters()), tiny.slm_model.num_parameters()),
+              "full-size": (sum(p.numel() for p in big_asr.parameters()), big_slm.num_parameters())}
+    print(f"clip: {args.seconds:.1f} s of held-out sample speech; median of {args.repeats} runs after a warm-up; "
+          f"{args.threads} threads; tiny models loaded in {load_s:.1f} s")
+    print(f"tiny transcript: {results['tiny']['transcript']!r}")
+    print(f"tiny answer ({answer_tokens} tokens incl. EOS): {results['tiny']['answer']!r}")
+    header = f"{'models':<10}{'ASR params':>12}{'SLM params':>12}{'audio':>8}{'ASR':>8}{'SLM':>8}{'to text':>9}{'total':>8}"
+    print(header)
+    for name, r in results.items():
+        asr_p, slm_p = params[name]
+        print(f"{name:<10}{asr_p / 1e6:>11.1f}M{slm_p / 1e6:>11.1f}M{r['audio_load']:>7.3f}s{r['asr']:>7.3f}s"
+              f"{r['slm']:>7.3f}s{r['to_transcript']:>8.3f}s{r['total']:>7.3f}s")
+    ratio = results["full-size"]["total"] / results["tiny"]["total"]
+    print(f"full-size / tiny total latency: {ratio:.1f}x; targets: transcript <= 0.5 s "
+          f"(tiny {results['tiny']['to_transcript']:.3f} s, full {results['full-size']['to_transcript']:.3f} s), "
+          f"tiny answer <= 1 s (tiny {results['tiny']['total']:.3f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Switch a loaded NeMo CTC model between greedy decoding and beam search with n-gram LM fusion.
+
+Beam search is NeMo's ``beam_batch`` strategy (``BatchedBeamCTCComputer``): batched, pure PyTorch, runs
+on CPU and GPU, and fuses NeMo's ``NGramGPULanguageModel`` read from a *token* ARPA
+(``tools/train_ngram_lm.py --unit token``). Score of a hypothesis::
+
+    log P_ctc + alpha * log P_lm + beta * (number of emitted tokens)
+
+NeMo's other LM strategies need packages that are not usable here: ``beam`` needs OpenSeq2Seq's
+``ctc_decoders`` (not on PyPI for Python 3.11), ``flashlight`` needs ``flashlight-text``, and
+``pyctcdecode`` (word LM) pins ``numpy<2`` which conflicts with the rest of the environment.
+
+After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.evaluate`` (which calls
+``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf, open_dict
+
+from duet.ngram import read_lm_info
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("greedy", "beam", "beam_lm")
+
+
+class DecodingInputError(ValueError):
+    """Bad decoding settings (missing LM file, LM built for another tokenizer): one line, no stack trace."""
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """What to decode with. ``beam`` is beam search without an LM; ``beam_lm`` fuses ``ngram_lm``."""
+
+    strategy: str = "greedy"
+    beam_size: int = 4  # beam 8 + LM cost as much CPU as the encoder on the sample; 4 costs ~60 %
+    ngram_lm: str | None = None  # token ARPA from tools/train_ngram_lm.py --unit token
+    alpha: float = 0.5  # LM weight (natural-log LM score times alpha)
+    beta: float = 0.0  # bonus per emitted token; counters the LM's bias towards short outputs
+    beam_threshold: float = 20.0  # hypotheses this far (log-prob) below the best are pruned
+
+    def describe(self) -> str:
+        if self.strategy == "greedy":
+            return "greedy"
+        if self.strategy == "beam":
+            return f"beam{self.beam_size}"
+        return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
+
+
+def _check_lm(path: str | None, model) -> str:
+    if not path:
+        raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
+    lm = Path(path)
+    if not lm.is_file():
+        raise DecodingInputError(f"n-gram LM not found: {lm}")
+    if lm.suffix != ".arpa":
+        raise DecodingInputError(f"beam_batch reads a token ARPA (.arpa), not {lm.name}")
+    info = read_lm_info(lm)
+    vocab_size = int(model.tokenizer.vocab_size)
+    if info is not None:
+        if info.get("unit") != "token":
+            raise DecodingInputError(f"{lm} is a {info.get('unit')} LM; beam_batch needs --unit token")
+        if info.get("vocab_size") not in (None, vocab_size):
+            raise DecodingInputError(
+                f"{lm} was built for a {info['vocab_size']}-token tokenizer, the model has {vocab_size}: "
+                "rebuild it with the model's tokenizer"
+            )
+    return str(lm)
+
+
+def decoding_config(model, settings: DecodingSettings):
+    """The model's decoding config with ``settings`` applied (a copy; the model is not touched)."""
+    if settings.strategy not in STRATEGIES:
+        raise DecodingInputError(f"unknown decoding strategy {settings.strategy!r}; choose from {STRATEGIES}")
+    if settings.beam_size < 1:
+        raise DecodingInputError(f"beam_size must be >= 1, got {settings.beam_size}")
+    cfg = copy.deepcopy(model.cfg.decoding)
+    with open_dict(cfg):
+        if settings.strategy == "greedy":
+            cfg.strategy = "greedy_batch"
+            return cfg
+        cfg.strategy = "beam_batch"
+        cfg.beam = OmegaConf.merge(cfg.get("beam") or {}, {
+            "beam_size": settings.beam_size,
+            "return_best_hypothesis": True,
+            "beam_threshold": settings.beam_threshold,
+            "beam_beta": settings.beta,
+            "allow_cuda_graphs": False,  # CUDA graphs only matter on GPU; off keeps CPU and GPU paths the same
+            "ngram_lm_model": _check_lm(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
+            "ngram_lm_alpha": settings.alpha if settings.strategy == "beam_lm" else 0.0,
+        })
+    return cfg
+
+
+def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> DecodingSettings:
+    """Switch ``model`` (a NeMo CTC model) to ``settings`` (or ``DecodingSettings(**kwargs)``) in place."""
+    settings = settings or DecodingSettings(**kwargs)
+    model.change_decoding_strategy(decoding_config(model, settings), verbose=False)
+    log.info("decoding: %s", settings.describe())
+    return settings
+
+
+@dataclass
+class CachedLogProbs:
+    """CTC log-probabilities of a set of files, in length-sorted batches, for re-decoding without the encoder."""
+
+    batches: list[tuple[list[int], "torch.Tensor", "torch.Tensor"]]  # (file indices, log_probs, lengths)
+    n_files: int
+
+
+def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
+    """Run the model once over ``paths`` (longest first, like ``duet.asr.evaluate.transcribe_files``)."""
+    import torch
+
+    from duet.asr.evaluate import load_audio
+
+    sample_rate = int(model.cfg.sample_rate)
+    device = next(model.parameters()).device
+    audios = [load_audio(p, sample_rate) for p in paths]
+    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    batches = []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            lengths = torch.tensor([len(audios[i]) for i in batch])
+            signal = torch.zeros(len(batch), int(lengths.max()))
+            for row, i in enumerate(batch):
+                signal[row, : len(audios[i])] = torch.from_numpy(audios[i])
+            log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device), input_signal_length=lengths.to(device))
+            batches.append((batch, log_probs, encoded_len))
+    return CachedLogProbs(batches=batches, n_files=len(paths))
+
+
+def decode_log_probs(model, cached: CachedLogProbs) -> list[str]:
+    """Transcripts of cached log-probabilities with the model's current decoding, in input order."""
+    texts = [""] * cached.n_files
+    for batch, log_probs, lengths in cached.batches:
+        for i, hyp in zip(batch, model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)):
+            texts[i] = hyp.text if hasattr(hyp, "text") else str(hyp)
+    return texts

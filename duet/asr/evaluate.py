@@ -1,0 +1,221 @@
+"""Transcribe audio with a NeMo CTC model and score it against references (WER/CER via jiwer).
+
+The transcription path is ours, not ``model.transcribe()``: utterances are sorted by duration so each
+batch carries little padding, the forward pass runs under ``torch.inference_mode``, and on CPU the
+Linear layers can be quantised to int8 (``quantize_linear_int8``). Everything else — features,
+encoder, greedy CTC decoding — is the model's own NeMo code.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import jiwer
+import numpy as np
+import soundfile as sf
+import torch
+from tqdm import tqdm
+
+from duet.io import read_jsonl, write_jsonl_atomic, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+class AsrInputError(ValueError):
+    """Bad user input (missing file, malformed manifest line): reported as one line, no stack trace."""
+
+
+def load_asr_model(path_or_name: str | Path, device: str | None = None):
+    """Load an ``EncDecCTCModelBPE`` (or any NeMo ASR model) from a ``.nemo`` file, in eval mode."""
+    from nemo.collections.asr.models import ASRModel
+
+    path = Path(path_or_name)
+    if not path.is_file():
+        raise AsrInputError(f"model file not found: {path}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = ASRModel.restore_from(str(path), map_location=torch.device(device))
+    model.eval()
+    return model
+
+
+def quantize_linear_int8(model):
+    """Dynamic int8 quantisation of every ``nn.Linear`` (weights int8, activations quantised per batch).
+
+    CPU only. In place; returns the model. Costs a little accuracy (measure it with ``evaluate_manifest``).
+    """
+    with warnings.catch_warnings():
+        # torch marks torch.ao.quantization deprecated in favour of torchao, which is not installed here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return model
+
+
+def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    """Read an audio file as mono float32 at ``sample_rate`` (resampled with librosa when it differs)."""
+    try:
+        audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        raise AsrInputError(f"cannot read audio {path}: {e}") from None
+    audio = audio.mean(axis=1)
+    if sr != sample_rate:
+        import librosa
+
+        audio = librosa.resample(audio, orig_sr=sr, target_sr=sample_rate)
+    return audio
+
+
+def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False) -> list[str]:
+    """Greedy CTC transcripts of ``paths``, in input order.
+
+    Files are decoded longest first in batches of ``batch_size``, so padding stays small and the
+    largest batch (the one that would run out of memory) comes first.
+    """
+    audios = [load_audio(p, int(model.cfg.sample_rate)) for p in paths]
+    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress)
+
+
+def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False) -> list[str]:
+    """Greedy CTC transcripts of mono float32 arrays at the model's sample rate, in input order.
+
+    Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
+    """
+    device = next(model.parameters()).device
+    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    texts: list[str] = [""] * len(audios)
+    was_training = model.training
+    model.eval()
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    try:
+        with torch.inference_mode():
+            for batch in tqdm(batches, desc="transcribe", unit="batch", disable=not progress):
+                lengths = torch.tensor([len(audios[i]) for i in batch], dtype=torch.long)
+                signal = torch.zeros(len(batch), int(lengths.max()))
+                for row, i in enumerate(batch):
+                    signal[row, : len(audios[i])] = torch.from_numpy(audios[i])
+                log_probs, encoded_len, _ = model.forward(
+                    input_signal=signal.to(device), input_signal_length=lengths.to(device)
+                )
+                hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
+                for i, hyp in zip(batch, hyps):
+                    texts[i] = hyp.text if hasattr(hyp, "text") else str(hyp)
+    finally:
+        model.train(was_training)
+    return texts
+
+
+_PUNCT = re.compile(r"[^\w\s']")
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, punctuation except apostrophes removed, single spaces: applied to refs and hyps alike."""
+    return " ".join(_PUNCT.sub(" ", text.lower()).split())
+
+
+@dataclass
+class Scored:
+    records: list[dict]  # one per utterance: id, ref, hyp, wer, duration
+    summary: dict  # corpus-level WER, CER, error counts, RTFx, ...
+
+
+def score(ids: Sequence[str], refs: Sequence[str], hyps: Sequence[str], durations: Sequence[float]) -> Scored:
+    """Per-utterance and corpus WER/CER with jiwer on normalised text (empty references are skipped)."""
+    refs_n = [normalize_text(r) for r in refs]
+    hyps_n = [normalize_text(h) for h in hyps]
+    records, keep = [], []
+    for i, (uid, ref, hyp) in enumerate(zip(ids, refs_n, hyps_n)):
+        utt_wer = jiwer.wer(ref, hyp) if ref else None
+        records.append({"id": uid, "ref": ref, "hyp": hyp, "wer": utt_wer, "duration": durations[i]})
+        if ref:
+            keep.append(i)
+    if len(keep) < len(ids):
+        log.warning("%d utterance(s) with an empty reference left out of WER", len(ids) - len(keep))
+    if not keep:
+        raise AsrInputError("no utterance has a non-empty reference text: nothing to score")
+    words = jiwer.process_words([refs_n[i] for i in keep], [hyps_n[i] for i in keep])
+    chars = jiwer.process_characters([refs_n[i] for i in keep], [hyps_n[i] for i in keep])
+    summary = {
+        "utterances": len(ids),
+        "scored_utterances": len(keep),
+        "wer": words.wer,
+        "cer": chars.cer,
+        "substitutions": words.substitutions,
+        "deletions": words.deletions,
+        "insertions": words.insertions,
+        "reference_words": words.substitutions + words.deletions + words.hits,
+    }
+    return Scored(records, summary)
+
+
+def read_manifest(path: str | Path) -> list[dict]:
+    """NeMo manifest lines; a line without ``audio_filepath``/``text``/``duration`` is named in the error."""
+    path = Path(path)
+    if not path.is_file():
+        raise AsrInputError(f"manifest not found: {path}")
+    try:
+        entries = read_jsonl(path)
+    except ValueError as e:
+        raise AsrInputError(str(e)) from None
+    for n, entry in enumerate(entries, 1):
+        missing = [k for k in ("audio_filepath", "text", "duration") if k not in entry]
+        if missing:
+            raise AsrInputError(f"{path}: entry {n} lacks {', '.join(missing)}")
+        audio = Path(entry["audio_filepath"])
+        if not audio.is_absolute():  # NeMo resolves relative audio paths against the manifest's folder
+            entry["audio_filepath"] = str(path.parent / audio)
+    return entries
+
+
+def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True) -> Scored:
+    """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s)."""
+    entries = read_manifest(manifest)
+    if not entries:
+        raise AsrInputError(f"manifest is empty: {manifest}")
+    paths = [e["audio_filepath"] for e in entries]
+    start = time.perf_counter()
+    hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress)
+    wall = time.perf_counter() - start
+    ids = [e.get("id") or Path(p).stem for e, p in zip(entries, paths)]
+    durations = [float(e["duration"]) for e in entries]
+    scored = score(ids, [e["text"] for e in entries], hyps, durations)
+    audio_seconds = sum(durations)
+    scored.summary.update(
+        manifest=str(manifest),
+        audio_seconds=round(audio_seconds, 2),
+        wall_seconds=round(wall, 3),
+        rtfx=round(audio_seconds / wall, 2) if wall > 0 else None,
+        batch_size=batch_size,
+    )
+    return scored
+
+
+def write_results(scored: Scored, out_dir: str | Path, prefix: str) -> tuple[Path, Path]:
+    """Write ``<prefix>_utterances.jsonl`` and ``<prefix>_summary.json`` into ``out_dir`` (atomically)."""
+    import json
+
+    out_dir = Path(out_dir)
+    utt_path = out_dir / f"{prefix}_utterances.jsonl"
+    summary_path = out_dir / f"{prefix}_summary.json"
+    write_jsonl_atomic(utt_path, scored.records)
+    write_text_atomic(summary_path, json.dumps(scored.summary, indent=2) + "\n")
+    return utt_path, summary_path
+
+
+def format_examples(records: list[dict], n: int = 5) -> str:
+    """A plain-text table of the ``n`` worst and ``n`` best scored utterances (ties: longer first)."""
+    scored = [r for r in records if r["wer"] is not None]
+    ranked = sorted(scored, key=lambda r: (r["wer"], -len(r["ref"])))
+    lines = []
+    for title, rows in (("worst", ranked[::-1][:n]), ("best", ranked[:n])):
+        lines.append(f"--- {title} {len(rows)} utterances ---")
+        for r in rows:
+            lines.append(f"{r['id']}  WER {100 * r['wer']:.1f}%")
+            lines.append(f"  REF: {r['ref']}")
+            lines.append(f"  HYP: {r['hyp']}")
+    return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""Steps of the NeMo CTC fine-tuning recipe (``nemo_recipes/finetune_ctc.py``).
+
+Each step is a thin call into NeMo or Lightning: the trainer is Lightning's, the experiment folder
+(checkpoints, resume, TensorBoard) is NeMo's ``exp_manager``, the model is NeMo's ``EncDecCTCModelBPE``.
+What lives here is only the glue: hardware-dependent trainer defaults, choosing where the starting
+weights come from, switching the tokenizer, and scoring the test manifest at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.utilities import grad_norm
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from duet.asr import evaluate
+from duet.io import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+class RecipeError(ValueError):
+    """A configuration or input problem the user can fix; the entry script prints it as one line."""
+
+
+def resolve_trainer_config(trainer_cfg: DictConfig) -> dict:
+    """Lightning ``Trainer`` kwargs with every ``null`` hardware key filled in for this machine.
+
+    GPU: all visible devices, DDP when there are several, bf16 mixed precision (fp16 on GPUs without
+    bf16), synchronised batch norm. CPU: one process, fp32 (CPU DDP must be asked for explicitly, with
+    ``sync_batchnorm=false``). Values set in the config or on the command line are kept.
+    """
+    resolved = OmegaConf.to_container(trainer_cfg, resolve=True)
+    wants_gpu = resolved.get("accelerator") in (None, "auto", "gpu", "cuda")
+    if wants_gpu and torch.cuda.is_available():
+        devices = resolved.get("devices") or torch.cuda.device_count()
+        n_devices = torch.cuda.device_count() if devices == -1 else devices
+        multi = (n_devices if isinstance(n_devices, int) else len(n_devices)) * resolved.get("num_nodes", 1) > 1
+        defaults = {
+            "accelerator": "gpu",
+            "devices": devices,
+            "strategy": "ddp" if multi else "auto",
+            "precision": "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed",
+            "sync_batchnorm": multi,
+        }
+    else:
+        defaults = {"accelerator": "cpu", "devices": 1, "strategy": "auto", "precision": "32-true", "sync_batchnorm": False}
+    for key, value in defaults.items():
+        if resolved.get(key) is None:
+            resolved[key] = value
+    if resolved["accelerator"] == "cpu" and resolved["sync_batchnorm"]:
+        raise RecipeError("trainer.sync_batchnorm=true needs GPUs; use trainer.sync_batchnorm=false on CPU")
+    return resolved
+
+
+def build_trainer(cfg: DictConfig):
+    """Lightning trainer plus NeMo's experiment folder; returns ``(trainer, log_dir)``.
+
+    ``exp_manager`` adds the best-by-``val_wer`` and last checkpoints, TensorBoard logs and, with
+    ``resume_if_exists``, points the trainer at ``last.ckpt`` of a previous run with the same name.
+    A CSV logger and a gradient-norm callback are added for ``tools/plot_training.py``.
+    """
+    from lightning.pytorch.loggers import CSVLogger
+    from nemo.utils.exp_manager import exp_manager
+
+    trainer = pl.Trainer(**resolve_trainer_config(cfg.trainer), callbacks=[GradNormLogger()])
+    log_dir = Path(exp_manager(trainer, cfg.get("exp_manager"))).resolve()
+    trainer.loggers = [*trainer.loggers, CSVLogger(save_dir=str(log_dir), name="csv_logs", version="")]
+    return trainer, log_dir
+
+
+class GradNormLogger(pl.Callback):
+    """Logs the total L2 norm of the gradients (before clipping) as ``grad_norm``, per step and per epoch."""
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        norms = grad_norm(pl_module, norm_type=2)
+        if "grad_2.0_norm_total" in norms:
+            pl_module.log("grad_norm", norms["grad_2.0_norm_total"], on_step=True, on_epoch=True)
+
+
+def load_base_model(cfg: DictConfig, trainer):
+    """The model to train: from ``init_from_nemo_model``, ``init_from_pretrained_model``, or from scratch.
+
+    With neither key the architecture in ``cfg.model`` is built with random weights (how the bundled
+    base checkpoint was made). Both keys set is an error. A pretrained name is fetched with NeMo's
+    ``from_pretrained`` directly (no waiting for other ranks), so without internet it fails at once.
+    """
+    from nemo.collections.asr.models import ASRModel, EncDecCTCModelBPE
+
+    nemo_path = cfg.get("init_from_nemo_model")
+    pretrained_name = cfg.get("init_from_pretrained_model")
+    if nemo_path and pretrained_name:
+        raise RecipeError(
+            f"set only one of init_from_nemo_model ({nemo_path}) and init_from_pretrained_model ({pretrained_name})"
+        )
+    if nemo_path:
+        if not Path(nemo_path).is_file():
+            raise RecipeError(f"init_from_nemo_model: file not found: {nemo_path}")
+        log.info("Fine-tuning %s", nemo_path)
+        model = ASRModel.restore_from(str(nemo_path), trainer=trainer, map_location=torch.device("cpu"))
+    elif pretrained_name:
+        log.info("Fine-tuning pretrained model %s", pretrained_name)
+        try:
+            model = EncDecCTCModelBPE.from_pretrained(pretrained_name, map_location=torch.device("cpu"))
+        except Exception as e:  # noqa: BLE001 - NGC/HF failures arrive as many types; all mean "not available"
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RecipeError(
+                f"init_from_pretrained_model={pretrained_name}: could not download it ({reason}); "
+                "without internet give a local checkpoint with init_from_nemo_model=/path/to/model.nemo"
+            ) from None
+        model.set_trainer(trainer)
+    else:
+        log.info("No init_from_* key: training %s from scratch", cfg.name)
+        return EncDecCTCModelBPE(cfg=cfg.model, trainer=trainer)
+    if not isinstance(model, EncDecCTCModelBPE):
+        source = nemo_path or pretrained_name
+        raise RecipeError(f"{source} is a {type(model).__name__}; this recipe fine-tunes EncDecCTCModelBPE models")
+    return model
+
+
+def _tokenizer_proto(tokenizer_dir: str | Path) -> bytes:
+    import sentencepiece as spm
+
+    model_file = Path(tokenizer_dir) / "tokenizer.model"
+    if not model_file.is_file():
+        raise RecipeError(f"model.tokenizer.dir: {model_file} not found (make it with tools/train_tokenizer.py)")
+    return spm.SentencePieceProcessor(model_file=str(model_file)).serialized_model_proto()
+
+
+def match_tokenizer(model, tokenizer_cfg: DictConfig) -> bool:
+    """Switch the model to the configured tokenizer when it differs from the checkpoint's one.
+
+    ``change_vocabulary`` rebuilds the CTC decoder (random init) and the loss for the new vocabulary,
+    so it must run before training. Returns True when the vocabulary was changed.
+    """
+    new_proto = _tokenizer_proto(tokenizer_cfg.dir)
+    current = getattr(getattr(model, "tokenizer", None), "tokenizer", None)
+    if current is not None and hasattr(current, "serialized_model_proto") and current.serialized_model_proto() == new_proto:
+        log.info("Checkpoint already uses the tokenizer in %s", tokenizer_cfg.dir)
+        return False
+    log.info("Tokenizer differs from the checkpoint's: switching to %s (the decoder is re-initialised)", tokenizer_cfg.dir)
+    model.change_vocabulary(new_tokenizer_dir=str(tokenizer_cfg.dir), new_tokenizer_type=tokenizer_cfg.type)
+    return True
+
+
+def _check_manifest(key: str, path) -> None:
+    if path is None:
+        return
+    for item in [path] if isinstance(path, str) else list(path):
+        if not Path(item).is_file():
+            raise RecipeError(f"{key}: manifest not found: {item}")
+
+
+def setup_data_and_training(model, model_cfg: DictConfig) -> None:
+    """Data loaders, SpecAugment and optimizer settings from the recipe config (checkpoint's are replaced).
+
+    The optimizer itself is built by Lightning's ``configure_optimizers`` from ``model.cfg.optim``,
+    after the train loader exists (the schedulers need the number of steps).
+    """
+    _check_manifest("model.train_ds.manifest_filepath", model_cfg.train_ds.manifest_filepath)
+    _check_manifest("model.validation_ds.manifest_filepath", model_cfg.validation_ds.manifest_filepath)
+    _check_manifest("model.test_ds.manifest_filepath", model_cfg.test_ds.get("manifest_filepath"))
+    model.setup_training_data(model_cfg.train_ds)
+    if model._train_dl is None or len(model._train_dl.dataset) == 0:
+        raise RecipeError(
+            f"model.train_ds: no usable utterance in {model_cfg.train_ds.manifest_filepath} "
+            f"(durations must lie in [{model_cfg.train_ds.min_duration}, {model_cfg.train_ds.max_duration}] s)"
+        )
+    model.setup_multiple_validation_data(model_cfg.validation_ds)
+    if model_cfg.test_ds.get("manifest_filepath"):
+        model.setup_multiple_test_data(model_cfg.test_ds)
+    from nemo.collections.asr.models import ASRModel
+
+    with open_dict(model.cfg):
+        model.cfg.spec_augment = model_cfg.spec_augment
+        model.cfg.optim = model_cfg.optim
+    model.spec_augment = ASRModel.from_config_dict(model_cfg.spec_augment) if model_cfg.spec_augment else None
+
+
+def leave_distributed(trainer) -> None:
+    """After ``fit``: wait for every rank, then drop the process group so rank 0 can save and evaluate alone.
+
+    NeMo's ConformerEncoder all-reduces its positional-encoding length over the ranks whenever a process
+    group exists, so a rank-0-only forward pass would wait forever for ranks that have already left.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        trainer.strategy.barrier()
+        torch.distributed.destroy_process_group()
+
+
+def save_model(model, log_dir: Path, name: str) -> Path:
+    """Save the final ``.nemo`` (NeMo writes it from global rank 0 only)."""
+    path = log_dir / f"{name}.nemo"
+    model.save_to(str(path))
+    return path
+
+
+def evaluate_test_set(model, manifest: str, log_dir: Path, tag: str, batch_size: int) -> dict:
+    """Transcribe the test manifest, write ``<tag>_utterances.jsonl`` / ``<tag>_summary.json``; return the summary."""
+    scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False)
+    _, summary_path = evaluate.write_results(scored, log_dir, tag)
+    s = scored.summary
+    log.info("%s: WER %.2f%% CER %.2f%% on %d utterances -> %s", tag, 100 * s["wer"], 100 * s["cer"], s["utterances"], summary_path)
+    return s
+
+
+def write_resolved_config(cfg: DictConfig, log_dir: Path) -> Path:
+    """The full config of this run, every interpolation resolved, as ``<log_dir>/resolved_config.yaml``."""
+    path = log_dir / "resolved_config.yaml"
+    write_text_atomic(path, OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+def write_run_summary(log_dir: Path, summary: dict) -> Path:
+    path = log_dir / "finetune_summary.json"
+    write_text_atomic(path, json.dumps(summary, indent=2) + "\n")
+    return path

@@ -1,0 +1,100 @@
+"""Pieces of tools/demo.py: stages that run the toolkit's own entry scripts, skipped when unchanged.
+
+A stage with declared ``inputs`` and ``outputs`` is skipped when its outputs exist and a stamp file
+records the same command and the same inputs (path, size, modification time). Stages without them
+(manifests, tokenizer) rely on the tool's own up-to-date check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import jiwer
+
+from duet import REPO_ROOT
+from duet.io import read_jsonl, write_text_atomic
+
+STAMP_DIR = REPO_ROOT / "experiments" / ".demo_stamps"
+
+
+@dataclass
+class Stage:
+    name: str
+    command: list[str]
+    summarize: Callable[[], str]
+    inputs: list[Path] = field(default_factory=list)
+    outputs: list[Path] = field(default_factory=list)
+    stdout_to: Path | None = None  # capture the command's standard output into this file (atomically)
+    prepare: Callable[[], None] | None = None  # writes files the command reads, right before it runs
+
+    def shown(self) -> str:
+        """The command as a user would type it (python instead of the venv's interpreter path)."""
+        root = f"{REPO_ROOT}/"
+        words = ["python"] + [str(c).replace(root, "") for c in self.command[1:]]
+        return " ".join(words) + (f" > {str(self.stdout_to).replace(root, '')}" if self.stdout_to else "")
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.command[1:]).encode())
+        for path in self.inputs:
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            for f in files:
+                stat = f.stat()
+                digest.update(f"{f}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        return digest.hexdigest()
+
+    def up_to_date(self) -> bool:
+        stamp = STAMP_DIR / self.name
+        return (bool(self.outputs) and all(p.exists() for p in self.outputs) and stamp.exists()
+                and stamp.read_text().strip() == self.fingerprint())
+
+    def run(self) -> int:
+        missing = [p for p in self.inputs if not p.exists()]
+        if missing:
+            print(f"demo: {self.name}: missing input {missing[0]}", file=sys.stderr)
+            return 2
+        if self.prepare:
+            self.prepare()
+        if self.stdout_to is None:
+            code = subprocess.run(self.command, cwd=REPO_ROOT).returncode
+        else:
+            result = subprocess.run(self.command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+            write_text_atomic(self.stdout_to, result.stdout)
+            code = result.returncode
+        if code == 0 and self.outputs:
+            write_text_atomic(STAMP_DIR / self.name, self.fingerprint() + "\n")
+        return code
+
+
+def asr_summary(summary_json: Path) -> str:
+    summary = json.loads(summary_json.read_text())
+    before, after = summary.get("test_before", {}), summary["test_after"]
+    return (f"test-clean (held-out voices) WER {100 * before.get('wer', float('nan')):.1f}% -> "
+            f"{100 * after['wer']:.1f}%, {summary['global_step']} steps")
+
+
+def slm_summary(metrics_json: Path) -> str:
+    """Validation loss on answer tokens (what the model is trained on) and BLEU-4/ROUGE-L, before -> after."""
+    metrics = json.loads(metrics_json.read_text())
+    before, after = metrics["before"], metrics["after"]
+    return (f"val answer loss {before['masked_loss']:.2f} -> {after['masked_loss']:.2f} "
+            f"(ppl {before['perplexity']:.0f} -> {after['perplexity']:.1f}), "
+            f"BLEU-4 {before['bleu4']:.1f} -> {after['bleu4']:.1f}, ROUGE-L {before['rougeL']:.1f} -> {after['rougeL']:.1f}")
+
+
+def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, examples: int = 3) -> str:
+    """Transcript WER of the pipeline's answers against the requests manifest's texts, plus examples."""
+    references = {e["audio_filepath"]: e["text"] for e in read_jsonl(requests_manifest)}
+    rows = read_jsonl(answers_jsonl)
+    ok = [r for r in rows if not r.get("error")]
+    refs = [references[r["file"]] for r in ok]
+    wer = jiwer.wer(refs, [r["transcript"] or "" for r in ok]) if ok else float("nan")
+    lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%"]
+    for r in ok[:examples]:
+        lines.append(f"    heard {r['transcript']!r} -> {r['response']!r}")
+    return "\n".join(lines)

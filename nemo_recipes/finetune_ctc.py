@@ -1,0 +1,84 @@
+"""Fine-tune (or train from scratch) a NeMo CTC speech recogniser (EncDecCTCModelBPE) with Hydra configs.
+
+Usage:
+  python nemo_recipes/finetune_ctc.py --config-name fastconformer_small \
+      init_from_nemo_model=samples/checkpoints/base.nemo \
+      model.train_ds.manifest_filepath=manifests/train-clean.json \
+      model.validation_ds.manifest_filepath=manifests/dev-clean.json \
+      model.test_ds.manifest_filepath=manifests/test-clean.json \
+      model.tokenizer.dir=tokenizers/spe_bpe_v1024 trainer.max_epochs=10
+
+  Configs live in configs/ (fastconformer_small, conformer_small, fastconformer_tiny); any key can be
+  overridden as key=value, unknown keys are errors. The model comes from init_from_nemo_model (a .nemo
+  file), init_from_pretrained_model (an NGC/HF name, needs internet) or, with neither, is trained from
+  scratch (add asr_optim=noam_scratch for the report's schedule). If model.tokenizer.dir differs from
+  the checkpoint's tokenizer the vocabulary is switched before training.
+
+  Outputs in experiments/<name>/ (exp_manager.exp_dir): checkpoints/ (best by val_wer, last),
+  <name>.nemo, TensorBoard and csv_logs/, test_before_/test_after_{summary.json,utterances.jsonl},
+  finetune_summary.json. Re-running the same command resumes a killed run from its last checkpoint.
+"""
+
+import logging
+import sys
+import time
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from duet.asr import recipe
+from duet.asr.evaluate import AsrInputError
+
+log = logging.getLogger("finetune_ctc")
+
+
+@hydra.main(version_base=None, config_path="../configs", config_name="fastconformer_small")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except (recipe.RecipeError, AsrInputError) as e:
+        sys.exit(f"finetune_ctc: error: {e}")
+
+
+def run(cfg: DictConfig) -> dict:
+    import lightning.pytorch as pl
+
+    start = time.time()
+    OmegaConf.resolve(cfg)
+    log.info("Config:\n%s", OmegaConf.to_yaml(cfg))
+    pl.seed_everything(cfg.seed, workers=True)
+    trainer, log_dir = recipe.build_trainer(cfg)
+    if trainer.is_global_zero:
+        recipe.write_resolved_config(cfg, log_dir)
+    model = recipe.load_base_model(cfg, trainer)
+    from_checkpoint = bool(cfg.init_from_nemo_model or cfg.init_from_pretrained_model)
+    test_manifest = cfg.model.test_ds.manifest_filepath
+    summary = {"name": cfg.name, "log_dir": str(log_dir), "from_checkpoint": from_checkpoint}
+    test_bs = cfg.model.test_ds.batch_size
+    if from_checkpoint and test_manifest and cfg.evaluate_before_fit and trainer.is_global_zero:
+        summary["test_before"] = recipe.evaluate_test_set(model, test_manifest, log_dir, "test_before", test_bs)
+    if from_checkpoint:
+        summary["vocabulary_changed"] = recipe.match_tokenizer(model, cfg.model.tokenizer)
+    recipe.setup_data_and_training(model, cfg.model)
+    trainer.fit(model)
+    recipe.leave_distributed(trainer)
+    if not trainer.is_global_zero:
+        return summary
+    summary["model"] = str(recipe.save_model(model, log_dir, cfg.name))
+    summary["global_step"] = trainer.global_step
+    if test_manifest:
+        summary["test_after"] = recipe.evaluate_test_set(model, test_manifest, log_dir, "test_after", test_bs)
+    summary["wall_seconds"] = round(time.time() - start, 1)
+    recipe.write_run_summary(log_dir, summary)
+    wer = lambda key: f"{100 * summary[key]['wer']:.2f}%" if key in summary else "n/a"  # noqa: E731
+    print(
+        f"finetune_ctc: {cfg.name} done in {summary['wall_seconds'] / 60:.1f} min, {trainer.global_step} steps; "
+        f"test WER before {wer('test_before')} -> after {wer('test_after')}; model {summary['model']}"
+    )
+    return summary
+
+
+if __name__ == "__main__":
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print(__doc__)
+    main()

@@ -1,0 +1,7 @@
+"""slm: instruction fine-tuning of GPT-2 on Alpaca-format data, with generation, metrics and ablations.
+
+Library modules: ``data`` (template, collator), ``modeling`` (pretrained or scratch GPT-2),
+``metrics`` (losses, BLEU, ROUGE, BERTScore), ``generate`` (decoding; ``respond`` for the pipeline),
+``evaluation`` (scores + reports), ``ablation`` (layer / head / FFN pruning), ``config`` (YAML loading).
+Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``, ``make_alpaca_sample.py``.
+"""

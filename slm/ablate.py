@@ -1,0 +1,131 @@
+"""Ablation study of a fine-tuned model: fewer layers, pruned attention heads, a narrower FFN.
+
+Usage:
+    python slm/ablate.py exp/slm_tiny                          # default grid, results in exp/slm_tiny/ablation/
+    python slm/ablate.py exp/slm_tiny --refinetune-steps 100   # let each variant recover for 100 steps first
+    python slm/ablate.py exp/slm_tiny --num-generate 150 --bertscore minilm --out exp/slm_tiny_ablation
+
+Each variant (and the unmodified baseline) is scored on the model's own held-out rows: the
+validation and test splits are rebuilt from the finetune_config.yaml saved with the model, so they
+are the rows the model never trained on. Reports parameters, masked validation loss and perplexity,
+and BLEU-4 / ROUGE-1/2/L of greedy answers; writes ablation.json, ablation.md and
+params_vs_metric.png. Head-pruned variants are evaluated in memory (GPT2Config cannot describe them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", type=Path, help="folder written by slm/finetune.py")
+    parser.add_argument("--out", type=Path, default=None, help="default: MODEL_DIR/ablation")
+    parser.add_argument("--num-generate", type=int, default=60, help="test rows answered per variant")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--refinetune-steps", type=int, default=0, help="AdamW steps per variant before scoring")
+    parser.add_argument("--refinetune-lr", type=float, default=5e-4)
+    parser.add_argument("--bertscore", default="none", help="none (default, faster), minilm, auto or a model folder")
+    return parser
+
+
+def load_splits_for(model_dir: Path):
+    """The data splits the model was trained with, from its saved finetune_config.yaml."""
+    from omegaconf import OmegaConf
+
+    from slm.config import resolve_path
+    from slm.data import load_alpaca, split_examples
+
+    config_file = model_dir / "finetune_config.yaml"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file} missing: ablate a folder written by slm/finetune.py")
+    cfg = OmegaConf.load(config_file)
+    source = resolve_path(cfg.data.source)
+    rows = load_alpaca(str(source) if source.exists() else cfg.data.source)
+    if cfg.data.max_examples:
+        rows = rows[: cfg.data.max_examples]
+    return cfg, split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
+
+
+def plot_params_vs_metric(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from duet.io import atomic_path
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "perplexity", "validation perplexity (answer tokens)"),
+                           (axes[1], "rougeL", "ROUGE-L F1 of greedy answers")):
+        for name, r in results.items():
+            ax.scatter(r["parameters"] / 1e6, r[key])
+            ax.annotate(name, (r["parameters"] / 1e6, r[key]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("parameters (M)")
+        ax.set_ylabel(label)
+    axes[0].set_yscale("log")
+    fig.suptitle("Ablations: parameters vs quality")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def markdown_table(results: dict) -> str:
+    lines = ["| variant | parameters | val loss (masked) | perplexity | BLEU-4 | ROUGE-1 | ROUGE-2 | ROUGE-L |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['parameters']:,} | {r['masked_loss']:.3f} | {r['perplexity']:.2f} | "
+                     f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rouge2']:.1f} | {r['rougeL']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    from duet.io import write_text_atomic
+    from slm.ablation import default_variants, short_finetune
+    from slm.data import tokenize_example
+    from slm.evaluation import evaluate_model
+    from slm.generate import load_model
+    from slm.modeling import count_parameters
+
+    try:
+        tokenizer, model = load_model(args.model_dir, device="cpu")
+        cfg, splits = load_splits_for(args.model_dir)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out_dir = args.out or args.model_dir / "ablation"
+    train_rows = [tokenize_example(r, tokenizer, cfg.data.max_length) for r in splits["train"]]
+    test_rows = splits["test"][: args.num_generate]
+    variants = {"baseline": (None, None), **default_variants(model.config)}
+    results, started = {}, time.time()
+    for index, (name, (make_variant, argument)) in enumerate(variants.items(), 1):
+        variant = model if make_variant is None else make_variant(model, argument)
+        print(f"[{index}/{len(variants)}] {name}: {count_parameters(variant):,} parameters", flush=True)
+        if args.refinetune_steps and make_variant is not None:
+            short_finetune(variant, train_rows, tokenizer.eos_token_id, args.refinetune_steps, args.refinetune_lr,
+                           cfg.train.batch_size, cfg.seed, mask_prompt=cfg.data.mask_prompt)
+        summary, _ = evaluate_model(variant, tokenizer, splits["validation"], test_rows, cfg.data.max_length,
+                                    args.max_new_tokens, cfg.eval.batch_size, args.bertscore,
+                                    log=lambda line: print(line, flush=True))
+        results[name] = {"parameters": count_parameters(variant), "refinetune_steps": args.refinetune_steps
+                         if make_variant is not None else 0, **summary}
+    write_text_atomic(out_dir / "ablation.json", json.dumps(results, indent=2) + "\n")
+    write_text_atomic(out_dir / "ablation.md", markdown_table(results))
+    plot_params_vs_metric(results, out_dir / "params_vs_metric.png")
+    print(markdown_table(results))
+    print(f"ablated {len(variants) - 1} variants in {time.time() - started:.0f} s; wrote {out_dir}/ablation.md, "
+          f"ablation.json, params_vs_metric.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

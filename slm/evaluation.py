@@ -1,0 +1,80 @@
+"""Score a model on held-out Alpaca rows and write the evaluation files.
+
+``evaluate_model`` returns losses (masked / unmasked), perplexity and the text metrics of greedy
+answers; ``write_report`` saves ``generations*.jsonl`` (prompt / reference / generation),
+``eval_summary.json`` and the charts (BLEU-1..4 bars, BLEU vs ROUGE), like the seed report's
+figures 6-5 to 6-7.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+from duet.io import atomic_path, write_jsonl_atomic, write_text_atomic
+from slm.data import format_alpaca_prompt, tokenize_example
+from slm.generate import generate_responses
+from slm.metrics import dataset_losses, text_metrics
+
+BLEU_KEYS = ("bleu1", "bleu2", "bleu3", "bleu4")
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
+
+
+def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows: Sequence[dict], max_length: int,
+                   max_new_tokens: int, batch_size: int, bertscore_model: str, log=print) -> tuple[dict, list[dict]]:
+    """Losses on ``loss_rows`` and greedy-answer metrics on ``generation_rows`` (both raw Alpaca rows)."""
+    started = time.time()
+    tokenized = [tokenize_example(row, tokenizer, max_length) for row in loss_rows]
+    losses = dataset_losses(model, tokenized, tokenizer.eos_token_id, batch_size=batch_size)
+    log(f"  losses on {len(loss_rows)} rows: masked {losses['masked_loss']:.4f} (ppl {losses['perplexity']:.2f}), "
+        f"unmasked {losses['unmasked_loss']:.4f}")
+    answers = generate_responses(model, tokenizer, generation_rows, batch_size=batch_size, strategy="greedy",
+                                 max_new_tokens=max_new_tokens)
+    references = [row["output"] for row in generation_rows]
+    scores = text_metrics(answers, references, bertscore_model=bertscore_model)
+    bertscore = f"{scores['bertscore_f1']:.2f}" if "bertscore_f1" in scores else "n/a"
+    log(f"  greedy answers to {len(answers)} rows: BLEU-4 {scores['bleu4']:.2f}, ROUGE-L {scores['rougeL']:.2f}, "
+        f"BERTScore F1 {bertscore} ({time.time() - started:.0f} s)")
+    records = [{"prompt": format_alpaca_prompt(row["instruction"], row["input"]), "instruction": row["instruction"],
+                "input": row["input"], "reference": ref, "generation": gen}
+               for row, ref, gen in zip(generation_rows, references, answers)]
+    summary = {**losses, **scores, "loss_rows": len(loss_rows), "generation_rows": len(generation_rows),
+               "decoding": f"greedy, max_new_tokens={max_new_tokens}"}
+    return summary, records
+
+
+def write_report(out_dir: Path, results: dict[str, dict], records: dict[str, list[dict]]) -> None:
+    """``results`` maps a label (``before``, ``after``, a variant name) to its summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for label, rows in records.items():
+        write_jsonl_atomic(out_dir / f"generations_{label}.jsonl", rows)
+    write_text_atomic(out_dir / "eval_summary.json", json.dumps(results, indent=2) + "\n")
+    plot_bleu_rouge(results, out_dir)
+
+
+def plot_bleu_rouge(results: dict[str, dict], out_dir: Path) -> None:
+    """``bleu_n.png``: BLEU-1..4 per label; ``bleu_vs_rouge.png``: BLEU-4 and ROUGE-1/2/L per label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(results)
+    width = 0.8 / max(len(labels), 1)
+    for filename, keys, title in (("bleu_n.png", BLEU_KEYS, "BLEU-n of greedy answers (sacrebleu)"),
+                                  ("bleu_vs_rouge.png", ("bleu4",) + ROUGE_KEYS, "BLEU-4 vs ROUGE F1 (greedy answers)")):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for i, label in enumerate(labels):
+            xs = [k + i * width for k in range(len(keys))]
+            bars = ax.bar(xs, [results[label].get(key, 0.0) for key in keys], width=width, label=label)
+            ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        ax.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(keys))], [k.upper() for k in keys])
+        ax.set_ylabel("score (0-100)")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        with atomic_path(out_dir / filename) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+        plt.close(fig)

@@ -1,0 +1,294 @@
+"""Instruction fine-tuning of GPT-2 on Alpaca-format data with the Hugging Face Trainer.
+
+Usage:
+    python slm/finetune.py                                      # GPT-2 124M on tatsu-lab/alpaca (hub + GPU)
+    python slm/finetune.py data.source=/data/alpaca_data.json   # local copy of the Alpaca JSON
+    python slm/finetune.py --config-name slm_tiny_offline       # tiny model on samples/, CPU, ~3 min
+    python slm/finetune.py --config-name slm_tiny_offline train.epochs=2 output_dir=/tmp/slm_try
+    torchrun --nproc_per_node 4 slm/finetune.py                 # DDP over 4 GPUs (same for accelerate launch)
+
+Configs live in configs/ (slm_gpt2_alpaca.yaml, slm_tiny_offline.yaml); any key can be overridden as
+key=value, and an unknown key or a value of the wrong type is an error. The output folder holds the
+model and tokenizer (loadable with from_pretrained), finetune_config.yaml (resolved config),
+metrics.json (validation losses and BLEU/ROUGE/BERTScore before -> after), generations_*.jsonl,
+eval_summary.json, the BLEU/ROUGE charts, log_history.jsonl and finetune.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from omegaconf import OmegaConf
+
+from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
+
+log = logging.getLogger("slm.finetune")
+OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config-name", default=DEFAULT_CONFIG, help="YAML in configs/ without .yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=1")
+    return parser
+
+
+def hub_names(cfg) -> list[str]:
+    """Model and data sources that are hub names rather than local files or folders."""
+    names = []
+    if cfg.model.name_or_path is not None and not resolve_path(cfg.model.name_or_path).is_dir():
+        names.append(cfg.model.name_or_path)
+    source = resolve_path(cfg.data.source)
+    if not source.exists() and source.suffix not in (".json", ".jsonl"):
+        names.append(cfg.data.source)
+    return names
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A TCP connection to the hub; failing fast here replaces a minute of retries inside huggingface_hub."""
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_splits(cfg) -> dict[str, list[dict]]:
+    from slm.data import load_alpaca, split_examples
+
+    from slm.modeling import HubUnreachable
+
+    source = cfg.data.source
+    try:
+        rows = load_alpaca(str(resolve_path(source)) if resolve_path(source).exists() else source)
+    except ConnectionError as e:
+        raise HubUnreachable(f"cannot load dataset '{source}' ({str(e).splitlines()[0][:160]})") from None
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    if cfg.data.max_examples:
+        rows = rows[: cfg.data.max_examples]
+    return split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
+
+
+def get_model_and_tokenizer(cfg, train_rows: list[dict]):
+    """Pretrained GPT-2 (hub name / folder) or, with ``model.name_or_path: null``, a fresh tiny one."""
+    from slm.data import format_alpaca_example
+    from slm.modeling import build_scratch_model, load_pretrained, train_bpe_tokenizer
+
+    if cfg.model.name_or_path is not None:
+        path = resolve_path(cfg.model.name_or_path)
+        return load_pretrained(str(path) if path.is_dir() else cfg.model.name_or_path, dropout=cfg.model.dropout)
+    scratch = cfg.model.scratch
+    tokenizer = train_bpe_tokenizer((format_alpaca_example(row) for row in train_rows), scratch.vocab_size)
+    model = build_scratch_model(tokenizer, scratch.n_layer, scratch.n_embd, scratch.n_head, scratch.n_positions,
+                                cfg.model.dropout, cfg.seed)
+    if cfg.data.max_length > scratch.n_positions:
+        raise ConfigError(f"data.max_length={cfg.data.max_length} exceeds model.scratch.n_positions={scratch.n_positions}")
+    return tokenizer, model
+
+
+def make_training_args(cfg, output_dir: Path, bf16: bool, n_eval: int):
+    from transformers import TrainingArguments
+
+    t = cfg.train
+    return TrainingArguments(
+        output_dir=str(output_dir), seed=cfg.seed, data_seed=cfg.seed,
+        learning_rate=t.learning_rate, weight_decay=t.weight_decay, optim="adamw_torch",
+        lr_scheduler_type=t.lr_scheduler, warmup_steps=t.warmup_steps,
+        per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=cfg.eval.batch_size,
+        gradient_accumulation_steps=t.grad_accum, num_train_epochs=t.epochs, max_steps=t.max_steps,
+        eval_strategy="steps" if n_eval else "no", eval_steps=t.eval_steps,
+        logging_strategy="steps", logging_steps=t.logging_steps, disable_tqdm=True, report_to="none",
+        save_strategy="steps" if t.save_steps else "no", save_steps=t.save_steps or 500,
+        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
+        include_num_input_tokens_seen="non_padding", bf16=bf16, use_cpu=not bf16 and not _cuda(),
+        remove_unused_columns=False, dataloader_num_workers=0)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def make_progress_callback():
+    from transformers import TrainerCallback
+
+    class ProgressLines(TrainerCallback):
+        """One line per logging interval: step, loss, learning rate, real tokens/s; eval loss when present."""
+
+        def __init__(self):
+            self.started = time.time()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs:
+                return
+            elapsed = time.time() - self.started
+            parts = [f"step {state.global_step}/{state.max_steps}", f"epoch {state.epoch:.2f}"]
+            if "loss" in logs:
+                parts += [f"loss {logs['loss']:.4f}", f"lr {logs.get('learning_rate', 0):.2e}"]
+                if state.num_input_tokens_seen:
+                    parts.append(f"{state.num_input_tokens_seen / elapsed:.0f} tok/s")
+            if "eval_loss" in logs:
+                parts.append(f"val_loss {logs['eval_loss']:.4f}")
+            if "loss" in logs or "eval_loss" in logs:
+                log.info("  ".join(parts + [f"{elapsed:.0f}s"]))
+
+    return ProgressLines()
+
+
+def setup_logging(log_file: Path) -> None:
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    for old in list(log.handlers):
+        log.removeHandler(old)
+        old.close()
+    fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
+    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(log_file)):
+        handler.setFormatter(fmt)
+        log.addHandler(handler)
+
+
+def run(cfg) -> dict:
+    """Train and evaluate; returns the metrics written to metrics.json."""
+    import transformers
+
+    started = time.time()
+    transformers.set_seed(cfg.seed)
+    if cfg.train.threads:
+        import torch
+
+        torch.set_num_threads(cfg.train.threads)
+    final_dir = resolve_path(cfg.output_dir)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", suffix=".partial", dir=final_dir.parent))
+    setup_logging(work_dir / "finetune.log")
+    try:
+        return _train_and_evaluate(cfg, work_dir, final_dir, started)
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)  # never leave a half-written run behind
+        raise
+
+
+def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) -> dict:
+    import datasets
+    import torch
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback
+
+    from duet.io import write_jsonl_atomic, write_text_atomic
+    from slm.data import AlpacaCollator, tokenize_example
+    from slm.evaluation import evaluate_model, write_report
+    from slm.modeling import count_parameters, pick_device_and_precision
+
+    log.info("config:\n%s", OmegaConf.to_yaml(cfg, resolve=True).rstrip())
+    write_text_atomic(work_dir / "finetune_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+    splits = load_splits(cfg)
+    log.info("data %s: %s", cfg.data.source, ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
+    tokenizer, model = get_model_and_tokenizer(cfg, splits["train"])
+    device, bf16 = pick_device_and_precision(cfg.train.precision)
+    model.to(device)
+    n_params = count_parameters(model)
+    log.info("model: %s, %.2f M parameters, vocab %d, %s", cfg.model.name_or_path or "GPT-2 from scratch",
+             n_params / 1e6, len(tokenizer), "bf16" if bf16 else "fp32")
+
+    tokenized = {name: [tokenize_example(row, tokenizer, cfg.data.max_length) for row in rows]
+                 for name, rows in splits.items()}
+    for rows in tokenized.values():
+        for row in rows:
+            row["length"] = len(row["input_ids"])  # read by the length-grouping sampler
+    n_eval = len(tokenized["validation"]) if cfg.train.eval_examples is None else cfg.train.eval_examples
+    eval_rows = tokenized["validation"][:n_eval]
+    generation_rows = splits["test"] if cfg.eval.num_generate is None else splits["test"][: cfg.eval.num_generate]
+
+    def evaluate(label: str) -> tuple[dict, list[dict]]:
+        log.info("evaluating the %s model (validation losses, greedy answers to test rows)", label)
+        return evaluate_model(model, tokenizer, splits["validation"], generation_rows, cfg.data.max_length,
+                              cfg.eval.max_new_tokens, cfg.eval.batch_size, cfg.eval.bertscore_model, log=log.info)
+
+    results, records = {}, {}
+    if cfg.eval.before_training:
+        results["before"], records["before"] = evaluate("starting")
+
+    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", bf16, n_eval),
+                      train_dataset=datasets.Dataset.from_list(tokenized["train"]),
+                      eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
+                      data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),
+                      processing_class=tokenizer, callbacks=[make_progress_callback()])
+    trainer.remove_callback(PrinterCallback)  # its raw dicts would duplicate the progress lines
+    train_started = time.time()
+    train_output = trainer.train()
+    train_seconds = time.time() - train_started
+
+    results["after"], records["after"] = evaluate("fine-tuned")
+    if not trainer.is_world_process_zero():  # under torchrun only rank 0 writes the output folder
+        shutil.rmtree(work_dir, ignore_errors=True)
+        return {}
+    trainer.save_model(str(work_dir))
+    write_report(work_dir, results, records)
+    write_jsonl_atomic(work_dir / "log_history.jsonl", trainer.state.log_history)
+    if not cfg.train.save_steps:
+        shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
+    metrics = {"parameters": n_params, "train_rows": len(splits["train"]), "train_loss": train_output.training_loss,
+               "train_steps": trainer.state.global_step, "train_seconds": round(train_seconds, 1),
+               "total_seconds": round(time.time() - started, 1), "device": device, "bf16": bf16,
+               "torch_threads": torch.get_num_threads(), "loss_target": "answer only" if cfg.data.mask_prompt else "prompt + answer",
+               **{label: summary for label, summary in results.items()}}
+    write_text_atomic(work_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    for record in records["after"][: cfg.eval.samples]:
+        log.info("  %r -> %r", (record["instruction"] + (" | " + record["input"] if record["input"] else "")),
+                 record["generation"])
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    os.replace(work_dir, final_dir)
+    before = results.get("before", {})
+    log.info("done in %.0f s (training %.0f s): val masked loss %s -> %.3f, ROUGE-L %s -> %.1f, BLEU-4 %s -> %.1f; saved %s",
+             metrics["total_seconds"], train_seconds, _fmt(before.get("masked_loss"), ".3f"),
+             results["after"]["masked_loss"], _fmt(before.get("rougeL"), ".1f"), results["after"]["rougeL"],
+             _fmt(before.get("bleu4"), ".1f"), results["after"]["bleu4"], final_dir)
+    return metrics
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config_name, args.overrides)
+        names = hub_names(cfg)
+        if names and not hub_reachable():
+            # Use only the local cache from here on: a cached model still works, a missing one fails at once.
+            os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+        run(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        from slm.modeling import HubUnreachable
+
+        if not isinstance(e, HubUnreachable):
+            raise
+        print(f"error: the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

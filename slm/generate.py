@@ -1,0 +1,125 @@
+"""Answer instructions with a fine-tuned GPT-2 folder: greedy, beam search or sampling, with the KV cache.
+
+Usage:
+    python slm/generate.py exp/slm_tiny "set a timer for ten minutes"
+    python slm/generate.py exp/slm_tiny "Sort the numbers in ascending order." --input "5, 2, 9"
+    python slm/generate.py exp/slm_tiny "play some jazz" --strategy sample --temperature 0.7 --top-k 40 --top-p 0.9
+    python slm/generate.py exp/slm_tiny "what is seven plus five" --strategy beam --num-beams 4
+    echo "turn off the kitchen lights" | python slm/generate.py exp/slm_tiny -      # one instruction per line
+
+Library use (the voice pipeline): ``tokenizer, model = load_model(path)`` then
+``respond(model, tokenizer, "set a timer", strategy="greedy", max_new_tokens=64)``.
+Decoding is ``transformers``' ``generate`` with ``use_cache=True``; it stops at the EOS token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import torch
+
+from slm.data import format_alpaca_prompt
+
+STRATEGIES = ("greedy", "beam", "sample")
+
+
+def decoding_kwargs(strategy: str = "greedy", max_new_tokens: int = 128, num_beams: int = 4,
+                    temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
+                    repetition_penalty: float = 1.0) -> dict:
+    """Keyword arguments for ``model.generate`` for one decoding strategy; wrong values raise ValueError."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"decoding strategy must be one of {', '.join(STRATEGIES)}, got '{strategy}'")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    kwargs = {"max_new_tokens": max_new_tokens, "repetition_penalty": repetition_penalty, "use_cache": True}
+    if strategy == "greedy":
+        return {**kwargs, "do_sample": False, "num_beams": 1}
+    if strategy == "beam":
+        if num_beams < 2:
+            raise ValueError(f"beam search needs num_beams >= 2, got {num_beams}")
+        return {**kwargs, "do_sample": False, "num_beams": num_beams, "early_stopping": True}
+    if temperature <= 0:
+        raise ValueError(f"sampling needs temperature > 0, got {temperature}")
+    return {**kwargs, "do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+
+
+def load_model(path: str | Path, device: str | None = None):
+    """Tokenizer and model from a folder written by ``slm/finetune.py`` (or any GPT-2 HF folder)."""
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: not a model folder (no config.json); train one with slm/finetune.py")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = GPT2LMHeadModel.from_pretrained(path).to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.eval()
+    return tokenizer, model
+
+
+def generate_responses(model, tokenizer, examples: Sequence[dict], batch_size: int = 8, **decoding) -> list[str]:
+    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order.
+
+    Prompts are left-padded so every row's answer starts right after its own prompt.
+    """
+    kwargs = decoding_kwargs(**decoding)
+    prompts = [format_alpaca_prompt(e["instruction"], e.get("input", "")) for e in examples]
+    tokenizer.padding_side = "left"
+    answers = []
+    model.eval()
+    for start in range(0, len(prompts), batch_size):
+        batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
+                          add_special_tokens=False).to(model.device)
+        with torch.no_grad():
+            output = model.generate(**batch, pad_token_id=tokenizer.eos_token_id,
+                                    eos_token_id=tokenizer.eos_token_id, **kwargs)
+        new_tokens = output[:, batch["input_ids"].shape[1]:]
+        answers.extend(text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    return answers
+
+
+def respond(model, tokenizer, instruction: str, input_text: str = "", **decoding) -> str:
+    """One answer to one instruction (e.g. an ASR transcript), decoded with ``decoding_kwargs(**decoding)``."""
+    return generate_responses(model, tokenizer, [{"instruction": instruction, "input": input_text}],
+                              batch_size=1, **decoding)[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", help="folder written by slm/finetune.py")
+    parser.add_argument("instruction", help="the request; '-' reads one instruction per line from stdin")
+    parser.add_argument("--input", default="", help="optional Alpaca input field")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="greedy")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--num-beams", type=int, default=4, help="beam search width")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=50, help="sampling: keep the k most likely tokens (0 = off)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1.0 = off)")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help=">1 discourages repeats")
+    parser.add_argument("--seed", type=int, default=0, help="for sampling")
+    args = parser.parse_args()
+
+    decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    repetition_penalty=args.repetition_penalty)
+    try:
+        decoding_kwargs(**decoding)
+        tokenizer, model = load_model(args.model_dir)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"error: {e}")
+    torch.manual_seed(args.seed)
+    instructions = [line.strip() for line in sys.stdin if line.strip()] if args.instruction == "-" else [args.instruction]
+    for instruction in instructions:
+        answer = respond(model, tokenizer, instruction, args.input, **decoding)
+        print(answer if len(instructions) == 1 else f"{instruction}\t{answer}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Models and tokenizers: a pretrained GPT-2 (hub name or local folder) or a tiny one built from scratch.
+
+The offline preset has no pretrained weights to start from, so it trains a byte-level BPE tokenizer
+on the training texts (``tokenizers``, the same algorithm GPT-2's tokenizer uses) and initialises a
+small ``GPT2LMHeadModel`` from a ``GPT2Config``. Both paths give the same classes, so training,
+generation, evaluation and ablation code never branch on where the model came from.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+EOS_TOKEN = "<|endoftext|>"
+
+
+class HubUnreachable(RuntimeError):
+    """A hub name was asked for but neither the network nor the local cache could provide it."""
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE with GPT-2's pre-tokeniser and ``<|endoftext|>`` as its only special token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN,
+                                   unk_token=EOS_TOKEN, pad_token=EOS_TOKEN)
+
+
+def build_scratch_model(tokenizer, n_layer: int, n_embd: int, n_head: int, n_positions: int,
+                        dropout: float, seed: int) -> GPT2LMHeadModel:
+    """A randomly initialised GPT-2-architecture model sized for ``tokenizer``."""
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
+                        n_head=n_head, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(config)
+
+
+def load_pretrained(name_or_path: str, dropout: float | None = None):
+    """Tokenizer and ``GPT2LMHeadModel`` from a hub name or a local HF folder.
+
+    Raises ``HubUnreachable`` when the name is not a folder and the hub (or cache) cannot serve it.
+    """
+    overrides = {} if dropout is None else {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = GPT2LMHeadModel.from_pretrained(name_or_path, **overrides)
+    except OSError as e:
+        raise HubUnreachable(f"cannot load model '{name_or_path}' ({str(e).splitlines()[0][:160]})") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token  # GPT-2 ships without a pad token
+    model.generation_config.pad_token_id = tokenizer.eos_token_id
+    return tokenizer, model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct parameters (GPT-2 ties the LM head to the token embedding; count it once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def pick_device_and_precision(precision: str) -> tuple[str, bool]:
+    """``auto``: bf16 on a GPU that supports it, fp32 otherwise (bf16 autocast was slower on our CPUs)."""
+    cuda = torch.cuda.is_available()
+    if precision == "auto":
+        return ("cuda" if cuda else "cpu"), bool(cuda and torch.cuda.is_bf16_supported())
+    if precision not in ("bf16", "fp32"):
+        raise ValueError(f"train.precision must be auto, bf16 or fp32, got '{precision}'")
+    return ("cuda" if cuda else "cpu"), precision == "bf16"

@@ -1,0 +1,66 @@
+"""Shared pieces of the ASR tests: sample-utterance manifests, Hydra composition, a micro CTC model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import soundfile
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+SAMPLE_TRAIN = REPO / "samples" / "LibriSpeech" / "train-clean"
+
+# Overrides of fastconformer_tiny giving a model whose CPU step takes a fraction of a second.
+MICRO_MODEL = [
+    "model.encoder.n_layers=1",
+    "model.encoder.d_model=48",
+    "model.encoder.n_heads=2",
+    "model.encoder.subsampling_conv_channels=32",
+]
+
+
+def compose_config(config_name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        cfg = compose(config_name=config_name, overrides=overrides)
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def sample_utterances(n: int) -> list[dict]:
+    """The first ``n`` utterances of the bundled sample's train-clean as manifest entries."""
+    entries = []
+    for trans in sorted(SAMPLE_TRAIN.rglob("*.trans.txt")):
+        for line in trans.read_text(encoding="utf-8").splitlines():
+            utt_id, text = line.split(" ", 1)
+            audio = trans.parent / f"{utt_id}.flac"
+            entries.append({"audio_filepath": str(audio), "duration": soundfile.info(str(audio)).duration,
+                            "text": text.lower()})
+            if len(entries) == n:
+                return entries
+    return entries
+
+
+def write_manifest(path: Path, entries: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return path
+
+
+def train_tokenizer(texts: list[str], out_dir: Path, vocab_size: int) -> Path:
+    from duet.tokenizer import train_tokenizer as train
+
+    return train(texts, out_dir, vocab_size)
+
+
+def build_micro_model(tokenizer_dir: Path, seed: int = 0):
+    """A randomly initialised 1-layer FastConformer-CTC (fastconformer_tiny + MICRO_MODEL), no data attached."""
+    import torch
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+
+    torch.manual_seed(seed)
+    cfg = compose_config("fastconformer_tiny", MICRO_MODEL + [f"model.tokenizer.dir={tokenizer_dir}",
+                                                              "model.train_ds.manifest_filepath=null",
+                                                              "model.validation_ds.manifest_filepath=null"])
+    return EncDecCTCModelBPE(cfg=cfg.model)

@@ -1,0 +1,233 @@
+"""NeMo CTC recipe (nemo_recipes/finetune_ctc.py): configs, fine-tuning from a .nemo, resume, user errors.
+
+The fine-tune tests run the real entry script in a subprocess on a handful of the bundled sample's
+utterances with a 1-layer model, so each takes tens of seconds (mostly NeMo's import time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nemo.collections.asr")
+
+import torch  # noqa: E402
+from hydra.errors import ConfigCompositionException  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from duet.asr import recipe  # noqa: E402
+from tests.asr_helpers import (  # noqa: E402
+    MICRO_MODEL,
+    REPO,
+    SAMPLE_TRAIN,
+    build_micro_model,
+    sample_utterances,
+    train_tokenizer,
+    write_manifest,
+)
+from tests.asr_helpers import compose_config as _compose  # noqa: E402
+
+SCRIPT = REPO / "nemo_recipes" / "finetune_ctc.py"
+
+
+@pytest.fixture(scope="module")
+def micro_setup(tmp_path_factory):
+    """Manifests of 8 sample utterances, two different tokenizers, and a 1-layer base .nemo using the first."""
+    if not SAMPLE_TRAIN.is_dir():
+        pytest.skip("bundled sample missing: run tools/make_sample_corpus.py")
+    root = tmp_path_factory.mktemp("asr_micro")
+    entries = sample_utterances(8)
+    train = write_manifest(root / "train.json", entries)
+    dev = write_manifest(root / "dev.json", entries[:4])
+    texts = [e["text"] for e in entries]
+    base_tok = train_tokenizer(texts, root / "tok_base", 40)
+    new_tok = train_tokenizer(texts + ["a different text gives a different tokenizer"], root / "tok_new", 48)
+    base = build_micro_model(base_tok)
+    base_nemo = root / "micro_base.nemo"
+    base.save_to(str(base_nemo))
+    return {"root": root, "train": train, "dev": dev, "base_tok": base_tok, "new_tok": new_tok, "base_nemo": base_nemo}
+
+
+def _recipe_args(setup: dict, exp_dir: Path, *extra: str) -> list[str]:
+    return [
+        "--config-name", "fastconformer_tiny",
+        *MICRO_MODEL,
+        f"init_from_nemo_model={setup['base_nemo']}",
+        f"model.train_ds.manifest_filepath={setup['train']}",
+        f"model.validation_ds.manifest_filepath={setup['dev']}",
+        f"model.test_ds.manifest_filepath={setup['dev']}",
+        f"model.tokenizer.dir={setup['new_tok']}",
+        "model.train_ds.batch_size=4", "model.train_ds.num_workers=0",
+        "model.validation_ds.num_workers=0", "model.test_ds.num_workers=0",
+        "model.spec_augment.freq_masks=0", "model.spec_augment.time_masks=0",
+        "asr_optim=finetune", "model.optim.lr=1e-2", "model.optim.sched.warmup_ratio=0.0",
+        "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
+        f"exp_manager.exp_dir={exp_dir}", "name=micro",
+        *extra,
+    ]
+
+
+def _run(python: str, args: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([python, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, **kw)
+
+
+def _train_losses(metrics_csv: Path) -> list[tuple[int, float]]:
+    import csv
+
+    rows = list(csv.DictReader(open(metrics_csv, encoding="utf-8")))
+    return [(int(r["step"]), float(r["train_loss"])) for r in rows if r.get("train_loss")]
+
+
+# ---------------------------------------------------------------- configs (no training)
+
+
+@pytest.mark.parametrize(
+    "config_name, encoder_params",
+    [("fastconformer_small", 12_600_240), ("conformer_small", 12_972_608)],
+)
+def test_small_configs_build_the_issue_sized_models(config_name, encoder_params, tmp_path):
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+
+    entries = sample_utterances(8) if SAMPLE_TRAIN.is_dir() else [{"text": "a small text for a tokenizer"}] * 8
+    tok = train_tokenizer([e["text"] for e in entries] * 4, tmp_path / "tok", 32)
+    cfg = _compose(config_name, [f"model.tokenizer.dir={tok}", "model.train_ds.manifest_filepath=null",
+                                 "model.validation_ds.manifest_filepath=null"])
+    enc = cfg.model.encoder
+    assert (enc.n_layers, enc.d_model, enc.n_heads) == (16, 176, 4)
+    assert cfg.model.preprocessor.features == 80 and cfg.model.spec_augment.time_masks == 5
+    model = EncDecCTCModelBPE(cfg=cfg.model)
+    assert sum(p.numel() for p in model.encoder.parameters()) == encoder_params
+    # decoder: a 1x1 conv from d_model to vocabulary + blank
+    assert sum(p.numel() for p in model.decoder.parameters()) == (176 + 1) * (32 + 1)
+
+
+def test_tiny_config_stays_under_the_checkpoint_budget():
+    cfg = _compose("fastconformer_tiny", ["model.tokenizer.dir=unused", "model.train_ds.manifest_filepath=null",
+                                          "model.validation_ds.manifest_filepath=null"])
+    from nemo.collections.asr.modules import ConformerEncoder
+
+    encoder_cfg = OmegaConf.to_container(cfg.model.encoder)
+    encoder_cfg.pop("_target_")
+    params = sum(p.numel() for p in ConformerEncoder(**encoder_cfg).parameters())
+    decoder_1024 = (cfg.model.encoder.d_model + 1) * 1025
+    # fp32 weights of the whole model at the report's 1024 tokens must fit a 15 MB .nemo
+    assert 4 * (params + decoder_1024) < 15e6
+    assert cfg.model.optim.sched.warmup_steps == 300 and cfg.init_from_nemo_model is None
+
+
+def test_unknown_config_key_is_an_error():
+    with pytest.raises(ConfigCompositionException, match="n_layerz"):
+        _compose("fastconformer_small", ["model.encoder.n_layerz=3"])
+
+
+def test_trainer_resolves_to_cpu_defaults_and_keeps_user_values():
+    cfg = _compose("fastconformer_small", [])
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU defaults")
+    resolved = recipe.resolve_trainer_config(cfg.trainer)
+    assert (resolved["accelerator"], resolved["devices"], resolved["strategy"]) == ("cpu", 1, "auto")
+    assert resolved["precision"] == "32-true" and resolved["sync_batchnorm"] is False
+    user = _compose("fastconformer_small", ["trainer.devices=2", "trainer.strategy=ddp", "trainer.accelerator=cpu"])
+    resolved = recipe.resolve_trainer_config(user.trainer)
+    assert (resolved["devices"], resolved["strategy"]) == (2, "ddp")
+    bad = _compose("fastconformer_small", ["trainer.accelerator=cpu", "trainer.sync_batchnorm=true"])
+    with pytest.raises(recipe.RecipeError, match="sync_batchnorm"):
+        recipe.resolve_trainer_config(bad.trainer)
+
+
+# ---------------------------------------------------------------- user errors through the CLI
+
+
+def _assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    error_lines = [line for line in proc.stderr.splitlines() if line.startswith("finetune_ctc: error:")]
+    assert len(error_lines) == 1, proc.stderr[-2000:]
+    for needle in needles:
+        assert needle in error_lines[0]
+    return error_lines[0]
+
+
+def test_both_init_keys_are_rejected_naming_both(python, micro_setup, tmp_path):
+    proc = _run(python, _recipe_args(micro_setup, tmp_path, "init_from_pretrained_model=stt_en_conformer_ctc_small"))
+    _assert_one_line_error(proc, "init_from_nemo_model", "init_from_pretrained_model")
+
+
+def test_pretrained_name_offline_fails_at_once_pointing_to_a_local_file(python, micro_setup, tmp_path):
+    args = [a for a in _recipe_args(micro_setup, tmp_path) if not a.startswith("init_from_nemo_model=")]
+    # an unroutable proxy makes the download fail even on a machine that has internet
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    proc = _run(python, args + ["init_from_pretrained_model=stt_en_conformer_ctc_small"], env=env, timeout=300)
+    _assert_one_line_error(proc, "stt_en_conformer_ctc_small", "init_from_nemo_model=")
+    assert "Sleeping" not in proc.stdout + proc.stderr
+
+
+def test_missing_manifest_is_named(python, micro_setup, tmp_path):
+    missing = tmp_path / "nope.json"
+    args = [a for a in _recipe_args(micro_setup, tmp_path) if not a.startswith("model.train_ds.manifest_filepath=")]
+    proc = _run(python, args + [f"model.train_ds.manifest_filepath={missing}"])
+    _assert_one_line_error(proc, "model.train_ds.manifest_filepath", str(missing))
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_finetune_from_nemo_switches_tokenizer_learns_and_writes_outputs(python, micro_setup, tmp_path):
+    proc = _run(python, _recipe_args(micro_setup, tmp_path, "trainer.max_epochs=10"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "micro"
+    summary = json.loads((run_dir / "finetune_summary.json").read_text())
+    assert summary["vocabulary_changed"] is True
+    assert summary["global_step"] == 10 * 2  # 8 utterances / batch 4 = 2 steps per epoch
+    assert {"test_before", "test_after"} <= summary.keys()
+    losses = [loss for _, loss in _train_losses(run_dir / "csv_logs" / "metrics.csv")]
+    # the two batches (short and long utterances) alternate: compare whole epochs
+    assert len(losses) == 20 and sum(losses[-2:]) < 0.8 * sum(losses[:2])
+    from nemo.collections.asr.models import ASRModel
+
+    tuned = ASRModel.restore_from(summary["model"], map_location="cpu")
+    assert tuned.tokenizer.vocab_size == 48 and tuned.decoder.num_classes_with_blank == 49
+    assert list((run_dir / "checkpoints").glob("*last.ckpt")) and (run_dir / "resolved_config.yaml").is_file()
+    utterances = (run_dir / "test_after_utterances.jsonl").read_text().splitlines()
+    assert len(utterances) == 4 and {"id", "ref", "hyp", "wer"} <= json.loads(utterances[0]).keys()
+    assert "finetune_ctc: micro done" in proc.stdout
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_path):
+    args = _recipe_args(micro_setup, tmp_path, "trainer.max_epochs=8", "evaluate_before_fit=false",
+                        "model.test_ds.manifest_filepath=null")
+    ckpt_dir = tmp_path / "micro" / "checkpoints"
+    proc = subprocess.Popen([python, str(SCRIPT), *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        last, last_size = None, -1
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = sorted(ckpt_dir.glob("*last.ckpt")) if ckpt_dir.is_dir() else []
+            if found and found[0] == last and found[0].stat().st_size == last_size:
+                break  # a complete last checkpoint exists (same size on two looks)
+            if found:
+                last, last_size = found[0], found[0].stat().st_size
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run finished before it could be killed; raise trainer.max_epochs"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    ckpt = sorted(ckpt_dir.glob("*last.ckpt"))[0]
+    step_at_kill = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    assert 0 < step_at_kill < 8 * 2
+
+    resumed = _run(python, args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming training from checkpoint" in resumed.stdout + resumed.stderr
+    summary = json.loads((tmp_path / "micro" / "finetune_summary.json").read_text())
+    assert summary["global_step"] == 8 * 2
+    steps = [step for step, _ in _train_losses(tmp_path / "micro" / "csv_logs" / "metrics.csv")]
+    # the resumed run logs only steps after the checkpoint; nothing is trained twice
+    assert steps and min(steps) >= step_at_kill

@@ -1,0 +1,61 @@
+"""Slow tier: the README's demo end to end on the bundled sample, and what it must show.
+
+Runs ``tools/demo.py`` once (stages already up to date are skipped, so a second run is quick), then
+checks that both models learned and that the pipeline answers held-out spoken requests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import jiwer
+import pytest
+
+from duet.io import read_jsonl
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo(repo_root, python):
+    if not (repo_root / "samples" / "checkpoints" / "fastconformer_tiny_base.nemo").exists():
+        pytest.fail("the bundled base checkpoint samples/checkpoints/fastconformer_tiny_base.nemo is missing")
+    result = subprocess.run([python, "tools/demo.py"], cwd=repo_root, capture_output=True, text=True, timeout=2400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "demo: 5 stage(s) done" in result.stdout
+    return repo_root / "experiments"
+
+
+def test_asr_finetune_from_the_base_checkpoint_with_a_new_tokenizer_learns(demo):
+    import csv
+
+    summary = json.loads((demo / "demo_asr" / "finetune_summary.json").read_text())
+    assert summary["from_checkpoint"] and summary["vocabulary_changed"]  # a new tokenizer, as users do
+    assert summary["test_before"]["utterances"] == summary["test_after"]["utterances"] == 80
+    rows = list(csv.DictReader(open(demo / "demo_asr" / "csv_logs" / "metrics.csv")))
+    val_wer = [float(r["val_wer"]) for r in rows if r.get("val_wer")]
+    train_loss = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
+    assert val_wer[-1] < val_wer[0] - 0.1  # dev (held-out voices) WER falls during the fine-tune
+    assert sum(train_loss[-3:]) < 0.5 * sum(train_loss[:3])
+    # Not asserted: test WER below the base checkpoint's. Measured 61.6 % -> 67.4 % (RESULTS.md): the new
+    # tokenizer's decoder starts from scratch and 12 epochs on 20 minutes of audio do not win that back.
+
+
+def test_slm_offline_preset_learns(demo):
+    metrics = json.loads((demo / "demo_slm" / "metrics.json").read_text())
+    before, after = metrics["before"], metrics["after"]
+    assert after["masked_loss"] < 0.5 * before["masked_loss"]
+    assert after["rougeL"] > before["rougeL"] + 10
+
+
+def test_pipeline_transcribes_and_answers_held_out_requests(demo):
+    requests = {e["audio_filepath"]: e["text"] for e in read_jsonl(demo / "demo_pipeline" / "requests.json")}
+    answers = read_jsonl(demo / "demo_pipeline" / "answers.jsonl")
+    assert len(answers) == len(requests) > 20 and all(a["error"] is None for a in answers)
+    refs = [requests[a["file"]] for a in answers]
+    hyps = [a["transcript"] for a in answers]
+    assert jiwer.wer(refs, hyps) < 0.75  # measured 61.5 % (RESULTS.md); a regression guard, not the goal
+    answered = [a for a in answers if a["transcript"]]
+    assert all(a["response"] for a in answered)
+    assert all({"audio_load", "asr", "slm", "total", "model_load"} <= a["latency_s"].keys() for a in answered)

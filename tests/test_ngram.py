@@ -1,0 +1,204 @@
+"""N-gram LMs (KenLM lmplz) and beam search with LM fusion (NeMo beam_batch), issue 6."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("nemo.collections.asr")
+
+from duet.asr.decoding import DecodingInputError, DecodingSettings, decoding_config, set_decoding  # noqa: E402
+from duet.ngram import (  # noqa: E402
+    find_kenlm_tool,
+    load_token_lm,
+    load_tokenizer,
+    read_lm_info,
+    score_token_sentences,
+    train_ngram_lm,
+)
+from duet.tokenizer import train_tokenizer  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+needs_lmplz = pytest.mark.skipif(find_kenlm_tool("lmplz") is None, reason="KenLM lmplz not built: run bash tools/setup.sh")
+
+SUBJECTS = ["the old man", "my sister", "the small dog", "a tall teacher", "the farmer", "our neighbour"]
+VERBS = ["walked to", "looked at", "painted", "cleaned", "found", "opened"]
+OBJECTS = ["the red door", "the wooden gate", "a quiet garden", "the kitchen window", "the blue boat", "a new house"]
+# 216 sentences of one small grammar: the "domain" the LM learns
+DOMAIN = [f"{s} {v} {o}" for s in SUBJECTS for v in VERBS for o in OBJECTS]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return train_tokenizer(DOMAIN, tmp_path_factory.mktemp("tok") / "spe_bpe_v64", vocab_size=64)
+
+
+@pytest.fixture(scope="module")
+def token_lm(tmp_path_factory, tokenizer_dir):
+    if find_kenlm_tool("lmplz") is None:
+        pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")
+    arpa = tmp_path_factory.mktemp("lm") / "domain_token4.arpa"
+    train_ngram_lm(DOMAIN[::2], arpa, order=4, unit="token", tokenizer_dir=tokenizer_dir, text_source="inline")
+    return arpa
+
+
+def scrambled(sentence: str) -> str:
+    words = sentence.split()
+    return " ".join(words[1::2] + words[::2])  # same words, broken order
+
+
+@needs_lmplz
+def test_token_lm_loads_and_prefers_in_domain_word_order(token_lm, tokenizer_dir):
+    info = read_lm_info(token_lm)
+    assert info["unit"] == "token" and info["order"] == 4 and info["vocab_size"] == 64
+    assert set(info["ngram_counts"]) == {"1", "2", "3", "4"} and info["ngram_counts"]["4"] > 0
+    assert Path(info["binary"]).is_file()
+    tokenizer = load_tokenizer(tokenizer_dir)
+    lm = load_token_lm(token_lm, vocab_size=64)
+    held_out = DOMAIN[1::2]  # not in the LM's training text; the same words and grammar
+    ok = score_token_sentences(lm, tokenizer, held_out)
+    bad = score_token_sentences(lm, tokenizer, [scrambled(s) for s in held_out])
+    wins = sum(o > b for o, b in zip(ok, bad))
+    assert wins == len(held_out), f"scrambled sentence scored higher in {len(held_out) - wins} of {len(held_out)} pairs"
+
+
+@needs_lmplz
+def test_word_lm_arpa_and_binary(tmp_path):
+    arpa = tmp_path / "words3.arpa"
+    info = train_ngram_lm(DOMAIN, arpa, order=3, unit="word", text_source="inline")
+    assert info.ngram_counts["1"] == len({w for s in DOMAIN for w in s.split()}) + 3  # + <s> </s> <unk>
+    lines = arpa.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "\\data\\" and lines[-1] == "\\end\\"
+    assert any(line.endswith("\tthe old man") for line in lines)
+    assert (tmp_path / "words3.bin").stat().st_size > 0
+
+
+def run_cli(argv, capsys):
+    from tools.train_ngram_lm import main
+
+    code = main(argv)
+    return code, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "order0", "no_text_key", "no_tokenizer"])
+def test_cli_bad_input_gives_one_line_error(case, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("one sentence here\n", encoding="utf-8")
+    args = {"missing": ["--text", str(tmp_path / "nope.txt"), "--unit", "word"],
+            "empty": ["--text", str(tmp_path / "empty.txt"), "--unit", "word"],
+            "order0": ["--text", str(text), "--unit", "word", "--order", "0"],
+            "no_text_key": ["--text", str(tmp_path / "m.json"), "--unit", "word"],
+            "no_tokenizer": ["--text", str(text), "--unit", "token"]}[case]
+    (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
+    (tmp_path / "m.json").write_text(json.dumps({"audio_filepath": "a.flac", "duration": 1.0}) + "\n", encoding="utf-8")
+    if case == "no_tokenizer" and find_kenlm_tool("lmplz") is None:
+        pytest.skip("KenLM lmplz not built")
+    out = tmp_path / "lm.arpa"
+    code, err = run_cli([*args, "--out", str(out)], capsys)
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("train_ngram_lm: error:")
+    assert {"missing": "nope.txt", "empty": "empty.txt", "order0": "order", "no_text_key": "entry 1",
+            "no_tokenizer": "--tokenizer"}[case] in err
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tokenizer_dir):
+    """A random-weight FastConformer-CTC with the test tokenizer (decoding wiring only, no accuracy)."""
+    from hydra import compose, initialize_config_dir
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+    from omegaconf import open_dict
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
+        cfg = compose("fastconformer_small", overrides=[
+            "model.encoder.n_layers=2", "model.encoder.d_model=64", "model.encoder.subsampling_conv_channels=64",
+            f"model.tokenizer.dir={tokenizer_dir}"])
+    with open_dict(cfg.model):
+        for split in ("train_ds", "validation_ds", "test_ds"):
+            cfg.model.pop(split)
+    torch.manual_seed(0)
+    return EncDecCTCModelBPE(cfg=cfg.model).eval()
+
+
+def decode(model, log_probs, lengths):
+    return [h.text for h in model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)]
+
+
+def test_beam_of_one_without_lm_equals_greedy(tiny_model):
+    torch.manual_seed(1)
+    log_probs = torch.randn(3, 40, 65).log_softmax(-1)
+    lengths = torch.tensor([40, 31, 17])
+    set_decoding(tiny_model, strategy="greedy")
+    greedy = decode(tiny_model, log_probs, lengths)
+    set_decoding(tiny_model, strategy="beam", beam_size=1)
+    assert tiny_model.cfg.decoding.strategy == "beam_batch"
+    assert decode(tiny_model, log_probs, lengths) == greedy
+    set_decoding(tiny_model, strategy="greedy")
+
+
+@needs_lmplz
+def test_lm_fusion_steers_an_ambiguous_ending_to_the_in_domain_words(tiny_model, token_lm, tokenizer_dir):
+    """Acoustics slightly prefer (0.55 : 0.45) an ending the LM has never seen; with the LM the in-domain one wins."""
+    tokenizer = load_tokenizer(tokenizer_dir)
+    good, bad = "the old man painted the red door", "the old man painted the red man"
+    good_ids, bad_ids = tokenizer.text_to_ids(good), tokenizer.text_to_ids(bad)
+    assert len(good_ids) == len(bad_ids), "test sentences must tokenize to the same length"
+    differ = [i for i, (g, b) in enumerate(zip(good_ids, bad_ids)) if g != b]
+    blank = 64
+    frames = []
+    for i, (g, b) in enumerate(zip(good_ids, bad_ids)):
+        token = torch.full((65,), 1e-4)
+        token[b] += 0.55 if i in differ else 1.0
+        token[g] += 0.45 if i in differ else 0.0
+        silence = torch.full((65,), 1e-4)
+        silence[blank] = 1.0
+        frames += [token / token.sum(), silence / silence.sum()]  # a blank after each token keeps repeats apart
+    log_probs = torch.stack(frames).log()[None]
+    lengths = torch.tensor([log_probs.shape[1]])
+    set_decoding(tiny_model, strategy="greedy")
+    assert decode(tiny_model, log_probs, lengths) == [bad]
+    set_decoding(tiny_model, strategy="beam", beam_size=8)
+    assert decode(tiny_model, log_probs, lengths) == [bad], "without the LM the acoustics must decide"
+    set_decoding(tiny_model, strategy="beam_lm", beam_size=8, ngram_lm=str(token_lm), alpha=1.0, beta=0.0)
+    assert decode(tiny_model, log_probs, lengths) == [good]
+    set_decoding(tiny_model, strategy="greedy")
+
+
+@needs_lmplz
+def test_lm_for_another_tokenizer_is_refused(tiny_model, tmp_path):
+    arpa = tmp_path / "other.arpa"
+    other_tok = train_tokenizer(DOMAIN, tmp_path / "spe_bpe_v48", vocab_size=48)
+    train_ngram_lm(DOMAIN, arpa, order=3, unit="token", tokenizer_dir=other_tok, binary=False)
+    with pytest.raises(DecodingInputError, match="48-token tokenizer, the model has 64"):
+        decoding_config(tiny_model, DecodingSettings("beam_lm", ngram_lm=str(arpa)))
+    with pytest.raises(DecodingInputError, match="not found"):
+        decoding_config(tiny_model, DecodingSettings("beam_lm", ngram_lm=str(tmp_path / "none.arpa")))
+
+
+def bundled_checkpoint() -> Path | None:
+    found = sorted((REPO_ROOT / "samples" / "checkpoints").glob("*.nemo"))
+    return found[0] if found else None
+
+
+@pytest.mark.integration
+@needs_lmplz
+@pytest.mark.skipif(bundled_checkpoint() is None, reason="no bundled base checkpoint in samples/checkpoints/")
+@pytest.mark.skipif(not (REPO_ROOT / "manifests" / "test-clean.json").is_file(),
+                    reason="manifests/ not built (python tools/make_manifest.py)")
+def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path):
+    from duet.asr.evaluate import evaluate_manifest, load_asr_model, read_manifest
+    from duet.ngram import read_training_text
+
+    model = load_asr_model(bundled_checkpoint(), device="cpu")
+    arpa = tmp_path / "train_token6.arpa"
+    train_ngram_lm(read_training_text(REPO_ROOT / "manifests" / "train-clean.json"), arpa, order=6,
+                   unit="token", tokenizer=model.tokenizer, binary=False)
+    subset = tmp_path / "test_subset.json"
+    subset.write_text("".join(json.dumps(e) + "\n" for e in read_manifest(REPO_ROOT / "manifests" / "test-clean.json")[:40]))
+    set_decoding(model, strategy="greedy")
+    greedy = evaluate_manifest(model, subset, progress=False).summary["wer"]
+    # weights chosen on dev by bench/decoding_ab.py (an early base checkpoint): LM light, insertion bonus high
+    set_decoding(model, strategy="beam_lm", beam_size=4, ngram_lm=str(arpa), alpha=0.3, beta=2.0)
+    fused = evaluate_manifest(model, subset, progress=False).summary["wer"]
+    assert fused <= greedy, f"beam+LM WER {fused:.3f} > greedy {greedy:.3f}"

@@ -1,0 +1,175 @@
+"""duet.pipeline / tools/pipeline.py: bad input, silence, long-audio splitting, JSON output.
+
+The models here are stand-ins that record what they are given, so the pipeline's own logic is tested
+in seconds; the end-to-end run with the demo's real models is in test_demo.py (slow tier).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import soundfile
+
+import duet.pipeline as pipeline_module
+from duet.pipeline import VoicePipeline, is_silent, split_at_pauses
+
+SR = 16000
+
+
+def speechlike(seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """Noise bursts shaped like syllables: loud enough to count as speech."""
+    n = int(seconds * SR)
+    envelope = (np.sin(np.linspace(0, seconds * 4 * np.pi, n)) > 0).astype(np.float32)
+    return (0.3 * envelope * rng.standard_normal(n)).astype(np.float32)
+
+
+def utterance_with_pauses(segments: list[float], pause_s: float = 0.6) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    parts = []
+    for seconds in segments:
+        parts += [speechlike(seconds, rng), np.zeros(int(pause_s * SR), dtype=np.float32)]
+    return np.concatenate(parts)
+
+
+class FakeAsr:
+    def __init__(self, text: str = "set a timer for five minutes"):
+        self.cfg = SimpleNamespace(sample_rate=SR)
+        self.text = text
+        self.calls: list[list[int]] = []
+
+
+@pytest.fixture
+def make_pipeline(monkeypatch):
+    responses = []
+
+    def fake_transcribe(model, audios, batch_size):
+        model.calls.append([len(a) for a in audios])
+        return [model.text for _ in audios]
+
+    monkeypatch.setattr(pipeline_module, "transcribe_audio", fake_transcribe)
+    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: responses.append(text) or f"ok: {text}")
+
+    def build(text="set a timer for five minutes", **kwargs):
+        return VoicePipeline(FakeAsr(text), slm_model=None, slm_tokenizer=None, **kwargs), responses
+    return build
+
+
+def test_answers_a_clip_and_times_each_stage(make_pipeline, tmp_path):
+    pipe, responses = make_pipeline()
+    path = tmp_path / "a.flac"
+    soundfile.write(path, utterance_with_pauses([1.0]), SR)
+    result = pipe.run(path)
+    assert result.error is None and result.transcript == "set a timer for five minutes"
+    assert result.response == "ok: set a timer for five minutes" and responses == [result.transcript]
+    assert set(result.latency_s) == {"audio_load", "asr", "slm", "total"}
+    assert result.latency_s["total"] >= result.latency_s["asr"]
+
+
+def test_any_rate_and_channel_count_reaches_the_model_as_16k_mono(make_pipeline, tmp_path):
+    pipe, _ = make_pipeline()
+    stereo_44k = np.stack([utterance_with_pauses([1.0])] * 2, axis=1)
+    stereo_44k = np.repeat(stereo_44k, 44100 // SR + 1, axis=0)[: int(len(stereo_44k) * 44100 / SR)]
+    path = tmp_path / "stereo.wav"
+    soundfile.write(path, stereo_44k, 44100)
+    result = pipe.run(path)
+    assert result.error is None
+    assert abs(pipe.asr_model.calls[0][0] - len(stereo_44k) * SR / 44100) < 2
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "corrupt"])
+def test_bad_files_are_reported_by_name(make_pipeline, tmp_path, kind):
+    pipe, responses = make_pipeline()
+    path = tmp_path / f"{kind}.flac"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "corrupt":
+        path.write_bytes(b"not audio at all" * 100)
+    result = pipe.run(path)
+    assert result.error and str(path) in result.error
+    assert result.transcript is None and responses == []
+
+
+def test_silence_skips_both_models(make_pipeline, tmp_path):
+    pipe, responses = make_pipeline()
+    path = tmp_path / "quiet.wav"
+    soundfile.write(path, 0.0005 * np.random.default_rng(1).standard_normal(SR * 2), SR)
+    result = pipe.run(path)
+    assert result.error is None and result.transcript == "" and "silence" in result.note
+    assert pipe.asr_model.calls == [] and responses == []
+
+
+def test_empty_transcript_skips_the_language_model(make_pipeline, tmp_path):
+    pipe, responses = make_pipeline(text="")
+    path = tmp_path / "mumble.flac"
+    soundfile.write(path, utterance_with_pauses([1.0]), SR)
+    result = pipe.run(path)
+    assert result.transcript == "" and "empty transcript" in result.note and responses == []
+
+
+def test_long_audio_is_cut_at_pauses_into_bounded_chunks():
+    audio = utterance_with_pauses([3.0, 4.0, 2.5, 5.0, 3.5, 4.0])
+    chunks = split_at_pauses(audio, SR, max_chunk_s=8.0)
+    assert len(chunks) > 1 and sum(len(c) for c in chunks) == len(audio)
+    assert all(len(c) <= 8 * SR for c in chunks)
+    for chunk in chunks[:-1]:  # every cut fell in a pause, not inside a burst
+        assert np.abs(chunk[-int(0.05 * SR):]).max() == 0.0
+
+
+def test_speech_without_pauses_is_cut_hard_at_the_limit():
+    audio = (0.3 * np.random.default_rng(2).standard_normal(25 * SR)).astype(np.float32)  # no gap at all
+    chunks = split_at_pauses(audio, SR, max_chunk_s=10.0)
+    assert [len(c) for c in chunks] == [10 * SR, 10 * SR, 5 * SR]
+
+
+def test_a_long_file_is_transcribed_in_chunks(make_pipeline, tmp_path):
+    pipe, _ = make_pipeline(max_chunk_s=8.0)
+    path = tmp_path / "long.flac"
+    soundfile.write(path, utterance_with_pauses([3.0, 4.0, 2.5, 5.0, 3.5, 4.0]), SR)
+    result = pipe.run(path)
+    assert result.chunks == len(pipe.asr_model.calls[0]) > 1
+    assert result.transcript == " ".join(["set a timer for five minutes"] * result.chunks)
+
+
+def test_is_silent_threshold():
+    assert is_silent(np.zeros(SR, dtype=np.float32), SR)
+    assert not is_silent(utterance_with_pauses([0.5]), SR)
+
+
+def test_cli_keeps_going_after_a_bad_file_and_writes_json_lines(make_pipeline, monkeypatch, tmp_path, capfd):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pipeline_cli", Path(__file__).parent.parent / "tools/pipeline.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    pipe, _ = make_pipeline()
+    def chatty_load(cls, *args, **kwargs):
+        os.write(1, b"[NeMo I] model restored\n")  # NeMo logs to the process's stdout: must not reach the JSON
+        return pipe, 0.5
+    monkeypatch.setattr(VoicePipeline, "load", classmethod(chatty_load))
+    good = tmp_path / "good.flac"
+    soundfile.write(good, utterance_with_pauses([1.0]), SR)
+    models = [str(tmp_path / "asr.nemo"), str(tmp_path / "slm")]
+    Path(models[0]).write_bytes(b"x")
+    Path(models[1]).mkdir()
+    code = cli.main([str(tmp_path / "missing.flac"), str(good), "--json", "--asr-model", models[0],
+                     "--slm-model", models[1]])
+    assert code == 1
+    lines = [json.loads(line) for line in capfd.readouterr().out.strip().splitlines()]
+    assert [Path(r["file"]).name for r in lines] == ["missing.flac", "good.flac"]
+    assert "no such file" in lines[0]["error"] and lines[1]["response"].startswith("ok:")
+    assert lines[1]["latency_s"]["model_load"] == 0.5
+
+
+def test_cli_names_a_missing_model(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pipeline_cli", Path(__file__).parent.parent / "tools/pipeline.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    assert cli.main([str(tmp_path / "a.flac"), "--asr-model", str(tmp_path / "none.nemo")]) == 2
+    assert "--asr-model" in capsys.readouterr().err

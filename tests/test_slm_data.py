@@ -1,0 +1,137 @@
+"""Alpaca template, tokenisation and collator exactness (first-EOS rule, prompt masking)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from slm.data import (AlpacaCollator, format_alpaca_example, format_alpaca_prompt, load_alpaca, split_examples,
+                      tokenize_example)
+from slm.modeling import train_bpe_tokenizer
+
+GPT2_EOS = 50256
+
+
+def test_template_without_input_is_exact():
+    assert format_alpaca_prompt("Name a colour.") == (
+        "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+        "\n\n### Instruction:\nName a colour.\n\n### Response:\n")
+
+
+def test_template_with_input_is_exact():
+    text = format_alpaca_example({"instruction": "Sort the numbers.", "input": "3, 1", "output": "1, 3"})
+    assert text == (
+        "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+        "\n\n### Instruction:\nSort the numbers.\n\n### Input:\n3, 1\n\n### Response:\n1, 3")
+
+
+@pytest.fixture(scope="module")
+def byte_bpe():
+    texts = [format_alpaca_example({"instruction": f"Add {n} and {n + 1}.", "input": "", "output": f"{2 * n + 1}"})
+             for n in range(50)]
+    return train_bpe_tokenizer(texts, vocab_size=300)
+
+
+def gpt2_tokenizer():
+    """The real GPT-2 tokenizer from vocab.json/merges.txt (openai-whisper==20230124 sdist), when available."""
+    folder = Path(os.environ.get("GPT2_TOKENIZER_DIR", "/tmp/gpt2_tok/gpt2"))
+    if not (folder / "vocab.json").is_file() or not (folder / "merges.txt").is_file():
+        pytest.skip(f"GPT-2 vocab.json/merges.txt not in {folder} (set GPT2_TOKENIZER_DIR; see NOTES.md for the sdist)")
+    from transformers import GPT2TokenizerFast
+
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(folder))
+    tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def check_collate_rules(tokenizer):
+    rows = [{"instruction": "Say hi.", "input": "", "output": "Hi!"},
+            {"instruction": "Sort the numbers in ascending order.", "input": "9, 4, 7", "output": "4, 7, 9"}]
+    tokenized = [tokenize_example(r, tokenizer, max_length=512) for r in rows]
+    eos = tokenizer.eos_token_id
+    for row, raw in zip(tokenized, rows):
+        assert row["input_ids"][-1] == eos
+        assert tokenizer.decode(row["input_ids"][:-1]) == format_alpaca_example(raw)
+        assert row["input_ids"][: row["prompt_length"]] == tokenizer.encode(format_alpaca_prompt(raw["instruction"], raw["input"]))
+    short, long = (len(t["input_ids"]) for t in tokenized)
+    assert short < long
+
+    batch = AlpacaCollator(eos)(tokenized)
+    assert batch["input_ids"].shape == (2, long)
+    assert batch["input_ids"][0, short:].eq(eos).all()  # padded with EOS
+    labels = batch["labels"][0]
+    assert labels[short - 1] == eos  # the row's own (first) EOS stays a target
+    assert labels[short:].eq(-100).all()  # every padding EOS is ignored
+    assert labels[:short].tolist() == tokenized[0]["input_ids"]  # unshifted: the model shifts
+    assert batch["labels"][1].tolist() == tokenized[1]["input_ids"]
+    assert batch["attention_mask"].sum(1).tolist() == [short, long]
+
+    masked = AlpacaCollator(eos, mask_prompt=True)(tokenized)["labels"]
+    for i, row in enumerate(tokenized):
+        p, n = row["prompt_length"], len(row["input_ids"])
+        assert masked[i, :p].eq(-100).all()
+        assert masked[i, p:n].tolist() == row["input_ids"][p:]  # answer + EOS
+        assert masked[i, n:].eq(-100).all()
+    assert torch.equal(masked[0, short - 1], torch.tensor(eos))
+
+
+def test_collate_rules_with_byte_level_bpe(byte_bpe):
+    check_collate_rules(byte_bpe)
+
+
+def test_collate_rules_with_real_gpt2_tokenizer():
+    tokenizer = gpt2_tokenizer()
+    assert tokenizer.eos_token_id == GPT2_EOS and len(tokenizer) == 50257
+    check_collate_rules(tokenizer)
+
+
+def test_truncation_keeps_max_length(byte_bpe):
+    row = tokenize_example({"instruction": "Add 1 and 2.", "input": "", "output": "3 " * 200}, byte_bpe, max_length=40)
+    assert len(row["input_ids"]) == 40 and row["input_ids"][-1] != byte_bpe.eos_token_id
+
+
+def test_split_is_85_10_5_deterministic_and_disjoint():
+    rows = [{"instruction": str(i), "input": "", "output": ""} for i in range(1000)]
+    a, b = split_examples(rows, [0.85, 0.10, 0.05], seed=1), split_examples(rows, [0.85, 0.10, 0.05], seed=1)
+    assert a == b
+    assert [len(a[k]) for k in ("train", "test", "validation")] == [850, 100, 50]
+    ids = [r["instruction"] for part in a.values() for r in part]
+    assert sorted(ids) == sorted(r["instruction"] for r in rows)
+    assert split_examples(rows, [0.85, 0.10, 0.05], seed=2)["test"] != a["test"]
+
+
+def test_bad_data_file_names_row(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"instruction": "x", "input": "", "output": "y"}, {"instruction": "z", "input": ""}]))
+    with pytest.raises(ValueError, match=r"bad.json: row 1 lacks the string field 'output'"):
+        load_alpaca(str(bad))
+
+
+def test_bundled_sample_schema_and_size(repo_root):
+    path = repo_root / "samples" / "alpaca_sample.json"
+    rows = load_alpaca(str(path))
+    assert len(rows) >= 1000 and path.stat().st_size < 2_000_000
+    assert len({(r["instruction"], r["input"]) for r in rows}) == len(rows)
+    spoken = [r for r in rows if r["instruction"] == r["instruction"].lower() and not any(c in r["instruction"] for c in ".,?!0123456789")]
+    assert len(spoken) > 200  # ASR-style requests: lower case, no punctuation, numbers as words
+
+
+def test_sample_generator_is_deterministic_and_arithmetic_is_right():
+    from slm.make_alpaca_sample import make_examples, number_to_words
+
+    assert make_examples(200, seed=3) == make_examples(200, seed=3)
+    assert number_to_words(0) == "zero" and number_to_words(45) == "forty five"
+    assert number_to_words(108) == "one hundred and eight" and number_to_words(2001) == "two thousand and one"
+    ops = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b, "times": lambda a, b: a * b,
+           "divided by": lambda a, b: round(a / b, 2)}
+    checked = 0
+    for row in make_examples(1500, seed=0):
+        for name, op in ops.items():
+            words = row["output"].rstrip(".").split(f" {name} ")
+            if len(words) == 2 and " is " in words[1]:
+                b, result = words[1].split(" is ")
+                assert op(int(words[0]), int(b)) == pytest.approx(float(result)), row
+                checked += 1
+    assert checked > 50

@@ -1,0 +1,86 @@
+"""finetune.py: shipped configs, user errors as one line, hub-unreachable hint, a short run that learns."""
+
+import json
+import subprocess
+
+import pytest
+
+from slm import finetune
+from slm.config import ConfigError, load_config
+
+
+def test_shipped_configs_load_with_report_hyperparameters():
+    real = load_config("slm_gpt2_alpaca")
+    assert real.model.name_or_path == "gpt2" and real.data.source == "tatsu-lab/alpaca"
+    t = real.train
+    assert (t.learning_rate, t.weight_decay, t.batch_size, t.epochs, t.eval_steps) == (5e-5, 0.1, 8, 5, 5)
+    assert list(real.data.split) == [0.85, 0.10, 0.05] and real.data.max_length == 1024 and real.model.dropout == 0.0
+    tiny = load_config("slm_tiny_offline")
+    assert tiny.model.name_or_path is None and tiny.data.source == "samples/alpaca_sample.json"
+    assert tiny.train.weight_decay == 0.1  # inherited through the defaults list
+
+
+@pytest.mark.parametrize("override, message", [("train.epochz=2", "Key 'epochz' is unknown"),
+                                               ("train.epochs=five", "train.epochs: expected a number"),
+                                               ("+train.new=1", "bad override"),
+                                               ("data.mask_prompt=3", "expected true/false")])
+def test_bad_overrides_are_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("slm_tiny_offline", [override])
+
+
+def test_config_error_is_one_line_without_traceback(capsys):
+    assert finetune.main(["--config-name", "slm_tiny_offline", "train.epochz=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "epochz" in err
+
+
+@pytest.mark.parametrize("overrides", [[], ["data.source=samples/alpaca_sample.json"]])
+def test_unreachable_hub_names_offline_preset(overrides, tmp_path, capsys, monkeypatch):
+    """No hub here (conftest sets HF_HUB_OFFLINE): dataset or model load fails with one hint line."""
+    monkeypatch.setattr(finetune, "hub_reachable", lambda timeout=3.0: False)
+    assert finetune.main([*overrides, f"output_dir={tmp_path}/run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "python slm/finetune.py --config-name slm_tiny_offline" in err
+    assert ("tatsu-lab/alpaca" in err) if not overrides else ("'gpt2'" in err)
+    assert not (tmp_path / "run").exists() and not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_short_training_run_lowers_validation_loss(tmp_path):
+    """A 2-layer model on 300 bundled rows for 60 steps on prompt + answer, through the real Trainer path."""
+    out = tmp_path / "tiny"
+    assert finetune.main(["--config-name", "slm_tiny_offline", f"output_dir={out}", "data.max_examples=300",
+                          "model.scratch.n_layer=2", "model.scratch.n_embd=64", "model.scratch.n_head=2",
+                          "model.scratch.vocab_size=600", "data.mask_prompt=false", "train.max_steps=60", "train.eval_steps=30",
+                          "train.logging_steps=30", "eval.num_generate=4", "eval.max_new_tokens=16",
+                          "eval.bertscore_model=none"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train_steps"] == 60
+    assert metrics["after"]["masked_loss"] < metrics["before"]["masked_loss"] - 1.0
+    assert metrics["after"]["unmasked_loss"] < metrics["before"]["unmasked_loss"] - 1.0
+    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history if "eval_loss" in h] == [30, 60]
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "finetune_config.yaml", "finetune.log",
+                 "eval_summary.json", "generations_before.jsonl", "generations_after.jsonl", "bleu_n.png",
+                 "bleu_vs_rouge.png"):
+        assert (out / name).is_file(), name
+    assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.integration
+def test_offline_preset_entry_point_and_generate(python, repo_root, tmp_path):
+    out = tmp_path / "slm_tiny"
+    run = subprocess.run([python, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={out}",
+                          "train.max_steps=20", "train.eval_steps=10", "eval.num_generate=8",
+                          "eval.max_new_tokens=16", "eval.bertscore_model=none"],
+                         cwd=repo_root, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "done in" in run.stdout and "val masked loss" in run.stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["after"]["masked_loss"] < metrics["before"]["masked_loss"]
+    gen = subprocess.run([python, "slm/generate.py", str(out), "set a timer for ten minutes", "--max-new-tokens", "8"],
+                         cwd=repo_root, capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0 and gen.stdout.strip(), gen.stderr[-2000:]
+    help_text = subprocess.run([python, "slm/finetune.py", "--help"], cwd=repo_root, capture_output=True, text=True)
+    assert help_text.stdout.lstrip().startswith("usage:") and "Usage:" in help_text.stdout

