@@ -85,3 +85,13 @@ def native_output_to(log_path: str | os.PathLike) -> Iterator[None]:
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
+
+
+def save_png_atomic(fig, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Lay out a matplotlib figure, write it as PNG through a temporary file, and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    plt.close(fig)

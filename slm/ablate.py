@@ -60,7 +60,7 @@ def plot_params_vs_metric(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from duet.io import atomic_path
+    from duet.io import save_png_atomic
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "perplexity", "validation perplexity (answer tokens)"),
@@ -72,10 +72,7 @@ def plot_params_vs_metric(results: dict, path: Path) -> None:
         ax.set_ylabel(label)
     axes[0].set_yscale("log")
     fig.suptitle("Ablations: parameters vs quality")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png_atomic(fig, path)
 
 
 def markdown_table(results: dict) -> str:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from duet.io import atomic_path, write_jsonl_atomic, write_text_atomic
+from duet.io import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, tokenize_example
 from slm.generate import generate_responses
 from slm.metrics import dataset_losses, text_metrics
@@ -74,7 +74,4 @@ def plot_bleu_rouge(results: dict[str, dict], out_dir: Path) -> None:
         ax.set_ylabel("score (0-100)")
         ax.set_title(title)
         ax.legend()
-        fig.tight_layout()
-        with atomic_path(out_dir / filename) as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
-        plt.close(fig)
+        save_png_atomic(fig, out_dir / filename)

@@ -40,7 +40,7 @@ def load_modules(model_path: Path | None, config_name: str):
         from duet.asr.evaluate import load_asr_model
 
         model = load_asr_model(model_path, device="cpu")
-        return model.cfg.preprocessor, model.preprocessor, model.spec_augment
+        return model.cfg.preprocessor, model.preprocessor, model.spec_augmentation
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
@@ -81,7 +81,7 @@ def plot_panels(panels: dict, title: str, out: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from duet.io import atomic_path
+    from duet.io import save_png_atomic
 
     fig, axes = plt.subplots(4, 1, figsize=(10, 11))
     t = np.arange(len(panels["waveform"])) / panels["sample_rate"]
@@ -97,10 +97,7 @@ def plot_panels(panels: dict, title: str, out: Path) -> None:
         shown = ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest")
         ax.set(title=name, xlabel="frame (10 ms)", ylabel="mel bin")
         fig.colorbar(shown, ax=ax, pad=0.01)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_png_atomic(fig, out)
 
 
 def main(argv=None) -> int:

@@ -52,7 +52,7 @@ def plot_curves(curves: dict, title: str, out: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from duet.io import atomic_path
+    from duet.io import save_png_atomic
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for ax, name in zip(axes.flat, ("train loss", "val loss", "best val loss so far", "grad norm")):
@@ -65,10 +65,7 @@ def plot_curves(curves: dict, title: str, out: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_png_atomic(fig, out)
 
 
 def main(argv=None) -> int:

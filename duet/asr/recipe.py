@@ -178,7 +178,8 @@ def setup_data_and_training(model, model_cfg: DictConfig) -> None:
     with open_dict(model.cfg):
         model.cfg.spec_augment = model_cfg.spec_augment
         model.cfg.optim = model_cfg.optim
-    model.spec_augment = ASRModel.from_config_dict(model_cfg.spec_augment) if model_cfg.spec_augment else None
+    # NeMo's CTC models apply the module stored as `spec_augmentation` (not `spec_augment`).
+    model.spec_augmentation = ASRModel.from_config_dict(model_cfg.spec_augment) if model_cfg.spec_augment else None
 
 
 def leave_distributed(trainer) -> None:
