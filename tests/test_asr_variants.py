@@ -278,18 +278,16 @@ def _load_ab_script(repo_root):
     return module
 
 
-def _sample_inputs(repo_root):
-    manifests, tokenizer = repo_root / "manifests", repo_root / "tokenizers" / "spe_bpe_v256"
-    if not (manifests / "train-clean.json").is_file() or not (tokenizer / "tokenizer.model").is_file():
-        pytest.skip("sample manifests/tokenizer not built (tools/make_manifest.py, tools/train_tokenizer.py)")
-    return ["--train", str(manifests / "train-clean.json"), "--dev", str(manifests / "dev-clean.json"),
-            "--test", str(manifests / "test-clean.json"), "--tokenizer", str(tokenizer)]
+def _sample_inputs(manifests: dict, tokenizer) -> list[str]:
+    return ["--train", str(manifests["train-clean"]), "--dev", str(manifests["dev-clean"]),
+            "--test", str(manifests["test-clean"]), "--tokenizer", str(tokenizer)]
 
 
 @pytest.mark.integration
-def test_ab_check_only_rejects_a_160ms_config_on_the_sample(repo_root, capsys):
+def test_ab_check_only_rejects_a_160ms_config_on_the_sample(repo_root, capsys, sample_manifests, sample_tokenizer):
     ab = _load_ab_script(repo_root)
-    common = ["--from-scratch", "--check-only", "--config-name", "fastconformer_tiny", *_sample_inputs(repo_root)]
+    common = ["--from-scratch", "--check-only", "--config-name", "fastconformer_tiny",
+              *_sample_inputs(sample_manifests, sample_tokenizer)]
     assert ab.main([*common, "--variants", "baseline", "progressive"]) == 0
     too_coarse = ["+model.encoder.reduction=pooling", "+model.encoder.reduction_position=2",
                   "+model.encoder.reduction_factor=2"]
@@ -299,10 +297,11 @@ def test_ab_check_only_rejects_a_160ms_config_on_the_sample(repo_root, capsys):
 
 
 @pytest.mark.slow
-def test_ab_runs_the_recipe_for_each_variant_and_writes_the_table(repo_root, tmp_path):
+def test_ab_runs_the_recipe_for_each_variant_and_writes_the_table(repo_root, tmp_path, sample_manifests,
+                                                                  sample_tokenizer):
     ab = _load_ab_script(repo_root)
     rc = ab.main(["--from-scratch", "--config-name", "fastconformer_tiny", "--variants", "baseline", "resmha",
-                  "--max-steps", "3", "--out", str(tmp_path), *_sample_inputs(repo_root),
+                  "--max-steps", "3", "--out", str(tmp_path), *_sample_inputs(sample_manifests, sample_tokenizer),
                   "--", "model.train_ds.batch_size=4", "evaluate_before_fit=false"])
     assert rc == 0
     results = json.loads((tmp_path / "ab_results.json").read_text())

@@ -184,18 +184,16 @@ def bundled_checkpoint() -> Path | None:
 @pytest.mark.integration
 @needs_lmplz
 @pytest.mark.skipif(bundled_checkpoint() is None, reason="no bundled base checkpoint in samples/checkpoints/")
-@pytest.mark.skipif(not (REPO_ROOT / "manifests" / "test-clean.json").is_file(),
-                    reason="manifests/ not built (python tools/make_manifest.py)")
-def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path):
+def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path, sample_manifests):
     from duet.asr.evaluate import evaluate_manifest, load_asr_model, read_manifest
     from duet.ngram import read_training_text
 
     model = load_asr_model(bundled_checkpoint(), device="cpu")
     arpa = tmp_path / "train_token6.arpa"
-    train_ngram_lm(read_training_text(REPO_ROOT / "manifests" / "train-clean.json"), arpa, order=6,
+    train_ngram_lm(read_training_text(sample_manifests["train-clean"]), arpa, order=6,
                    unit="token", tokenizer=model.tokenizer, binary=False)
     subset = tmp_path / "test_subset.json"
-    subset.write_text("".join(json.dumps(e) + "\n" for e in read_manifest(REPO_ROOT / "manifests" / "test-clean.json")[:40]))
+    subset.write_text("".join(json.dumps(e) + "\n" for e in read_manifest(sample_manifests["test-clean"])[:40]))
     set_decoding(model, strategy="greedy")
     greedy = evaluate_manifest(model, subset, progress=False).summary["wer"]
     # weights chosen on dev by bench/decoding_ab.py (an early base checkpoint): LM light, insertion bonus high
