@@ -1,7 +1,7 @@
 """CPU speed of GPT-2 124M (random weights, no download): KV-cache generation and dynamic padding.
 
 Usage:
-    python bench/slm_speed.py                      # defaults: ~2-4 minutes on 2 cores
+    python bench/slm_speed.py                      # defaults: ~2-4 minutes on 2 idle cores, ~11 at 1 thread on a busy one
     python bench/slm_speed.py --new-tokens 64 --train-steps 1     # quick look
     python bench/slm_speed.py --json bench/out/slm_speed.json
 

@@ -4,6 +4,14 @@ The two models stay decoupled (the report's figure 4-1): the transcript is hande
 model as an Alpaca instruction. Models load once; each file then costs audio loading, ASR and
 generation, timed separately. Long recordings are cut at pauses into chunks of at most
 ``max_chunk_s`` so memory stays bounded whatever the file's length.
+
+With ``stream=True`` (a model trained with ``configs/fastconformer_small_streaming.yaml``) the ASR runs
+through ``duet.asr.streaming.stream_transcribe`` instead: the audio goes in chunk by chunk, each chunk
+yields a partial transcript (handed to ``on_partial`` as it arrives), and the result carries the
+look-ahead, the first partial's time and the per-chunk compute times. A long recording streams whole,
+without the cutting at pauses: the encoder's attention and convolution caches have a fixed size, so
+memory does not grow with the length (the log-mel features of the file, ~0.3 MB a minute, are computed
+up front).
 """
 
 from __future__ import annotations
@@ -11,9 +19,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from duet.asr.decoding import DecodingSettings
 from duet.asr.evaluate import AsrInputError, load_audio, transcribe_audio
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
@@ -29,9 +39,11 @@ class PipelineResult:
     response: str | None = None
     error: str | None = None  # the file could not be processed; the others still run
     note: str | None = None  # e.g. why the language model was skipped
-    chunks: int = 0
+    chunks: int = 0  # pieces the ASR saw: cuts at pauses, or streamed chunks
     audio_seconds: float = 0.0
     latency_s: dict = field(default_factory=dict)  # audio_load, asr, slm, total
+    asr_decoding: str | None = None  # DecodingSettings.describe() of the ASR decoding, when set by load()
+    streaming: dict | None = None  # streaming only: partials, first partial, look-ahead, per-chunk compute
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -70,41 +82,84 @@ def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> 
 
 
 class VoicePipeline:
-    """Holds both loaded models; :meth:`run` processes one file and never raises for bad input."""
+    """Holds both loaded models; :meth:`run` processes one file and never raises for bad input.
+
+    ``asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` (recorded in each result);
+    ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
+    """
 
     def __init__(self, asr_model, slm_model, slm_tokenizer, slm_decoding: dict | None = None,
-                 max_chunk_s: float = 20.0, asr_batch_size: int = 8):
+                 max_chunk_s: float = 20.0, asr_batch_size: int = 8,
+                 asr_decoding: DecodingSettings | None = None, stream: bool = False):
         self.asr_model = asr_model
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
         self.slm_decoding = slm_decoding or {}
         self.max_chunk_s = max_chunk_s
         self.asr_batch_size = asr_batch_size
+        self.asr_decoding = asr_decoding
+        self.stream = stream
         self.sample_rate = int(asr_model.cfg.sample_rate)
 
     @classmethod
-    def load(cls, asr_path: str | Path, slm_path: str | Path, **kwargs) -> tuple["VoicePipeline", float]:
-        """Load both models (CPU or the first GPU); returns the pipeline and the seconds it took."""
+    def load(cls, asr_path: str | Path, slm_path: str | Path, asr_decoding: DecodingSettings | None = None,
+             stream: bool = False, **kwargs) -> tuple["VoicePipeline", float]:
+        """Load both models (CPU or the first GPU); returns the pipeline and the seconds it took.
+
+        The ASR model is set to ``asr_decoding`` (default greedy) and, with ``stream``, checked to be a
+        streaming model before the language model loads: bad settings fail fast with
+        ``DecodingInputError`` / ``StreamingModelError``.
+        """
+        from duet.asr.decoding import set_decoding
         from duet.asr.evaluate import load_asr_model
         from slm.generate import load_model
 
         start = time.perf_counter()
         asr_model = load_asr_model(asr_path)
+        asr_decoding = set_decoding(asr_model, asr_decoding or DecodingSettings())
+        if stream:
+            from duet.asr.streaming import check_streaming_model
+
+            check_streaming_model(asr_model)
         slm_tokenizer, slm_model = load_model(slm_path)
-        return cls(asr_model, slm_model, slm_tokenizer, **kwargs), time.perf_counter() - start
+        pipeline = cls(asr_model, slm_model, slm_tokenizer, asr_decoding=asr_decoding, stream=stream, **kwargs)
+        return pipeline, time.perf_counter() - start
 
     def transcribe(self, audio: np.ndarray) -> tuple[str, int]:
         chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
         texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size)
         return " ".join(t.strip() for t in texts if t.strip()), len(chunks)
 
+    def transcribe_streaming(self, audio: np.ndarray, on_partial: Callable | None = None) -> tuple[str, dict]:
+        """Stream ``audio`` whole; ``on_partial`` gets each ``duet.asr.streaming.Partial`` as it arrives.
+
+        Returns the final transcript and the streaming report: partials, wall time to the first partial
+        (``first_partial_s``, from the start of the ASR) and the audio it had consumed, look-ahead, chunk
+        length and the median/max compute time per chunk.
+        """
+        from duet.asr.streaming import stream_transcribe, streaming_report
+
+        start = time.perf_counter()
+        partials, first_partial_s = [], None
+        for partial in stream_transcribe(self.asr_model, audio):
+            if first_partial_s is None:
+                first_partial_s = time.perf_counter() - start
+            partials.append(partial)
+            if on_partial is not None:
+                on_partial(partial)
+        report = streaming_report(self.asr_model, partials)
+        report = {"partials": report.pop("chunks"), "first_partial_s": round(first_partial_s, 4),
+                  "first_partial_audio_s": partials[0].audio_seconds, **report}
+        return partials[-1].text.strip(), report
+
     def respond(self, transcript: str) -> str:
         from slm.generate import respond
 
         return respond(self.slm_model, self.slm_tokenizer, transcript, **self.slm_decoding)
 
-    def run(self, path: str | Path) -> PipelineResult:
-        result = PipelineResult(file=str(path))
+    def run(self, path: str | Path, on_partial: Callable | None = None) -> PipelineResult:
+        """Answer one file; ``on_partial`` receives the partial transcripts when streaming."""
+        result = PipelineResult(file=str(path), asr_decoding=self.asr_decoding and self.asr_decoding.describe())
         start = time.perf_counter()
         try:
             path = Path(path)
@@ -123,7 +178,11 @@ class VoicePipeline:
             result.transcript, result.note = "", "no speech found (silence); language model skipped"
         else:
             t = time.perf_counter()
-            result.transcript, result.chunks = self.transcribe(audio)
+            if self.stream:
+                result.transcript, result.streaming = self.transcribe_streaming(audio, on_partial)
+                result.chunks = result.streaming["partials"]
+            else:
+                result.transcript, result.chunks = self.transcribe(audio)
             result.latency_s["asr"] = time.perf_counter() - t
             if not result.transcript:
                 result.note = "empty transcript; language model skipped"

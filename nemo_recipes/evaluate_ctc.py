@@ -11,10 +11,23 @@ Usage:
   # plain transcription of files (no references): one "path<TAB>text" line each
   python nemo_recipes/evaluate_ctc.py --model base.nemo --audio a.flac b.wav
 
+  # beam search (NeMo beam_batch), optionally fused with a token n-gram LM built by tools/train_ngram_lm.py
+  python nemo_recipes/evaluate_ctc.py --model base.nemo --manifest manifests/test-clean.json \
+      --decoding beam --beam-size 8
+  python nemo_recipes/evaluate_ctc.py --model base.nemo --manifest manifests/test-clean.json --decoding beam_lm \
+      --lm experiments/lm/train-clean_token6.arpa --alpha 0.3 --beta 2.0
+
+  # cache-aware streaming (a model trained with configs/fastconformer_small_streaming.yaml): chunk by chunk,
+  # the summary adds look-ahead, chunk length and the median/max compute time per chunk
+  python nemo_recipes/evaluate_ctc.py --model streaming.nemo --manifest manifests/test-clean.json --stream
+
 Files are decoded in duration-sorted batches under torch.inference_mode; text is lower-cased and
 stripped of punctuation (except apostrophes) on both sides before jiwer counts errors.
 Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer) and
-<out-dir>/<prefix>_summary.json (wer, cer, substitutions, deletions, insertions, rtfx).
+<out-dir>/<prefix>_summary.json (wer, cer, substitutions, deletions, insertions, rtfx, decoding, and with
+--stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
+Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)
+or a non-streaming model with --stream is a one-line error.
 """
 
 import argparse
@@ -23,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from duet.asr import evaluate
+from duet.asr import decoding, evaluate, streaming
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -38,27 +51,32 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
+    parser.add_argument("--stream", action="store_true",
+                        help="cache-aware streaming, chunk by chunk (models trained for it; greedy decoding)")
+    decoding.add_decoding_arguments(parser, "--decoding")
     return parser
 
 
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     try:
+        settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
         model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
+        if args.stream:
+            streaming.check_streaming_model(model)
+        decoding.set_decoding(model, settings)
         if args.int8:
             evaluate.quantize_linear_int8(model)
         if args.audio:
-            start = time.perf_counter()
-            texts = evaluate.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True)
-            for path, text in zip(args.audio, texts):
-                print(f"{path}\t{text}")
-            print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-            return 0
-        scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size)
-    except evaluate.AsrInputError as e:
+            return transcribe_only(model, args)
+        if args.stream:
+            scored = streaming.evaluate_manifest_streaming(model, args.manifest)
+        else:
+            scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size)
+    except (evaluate.AsrInputError, decoding.DecodingInputError) as e:
         print(f"evaluate_ctc: error: {e}", file=sys.stderr)
         return 2
-    scored.summary.update(model=str(args.model), int8=args.int8)
+    scored.summary.update(model=str(args.model), int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = evaluate.write_results(scored, out_dir, args.prefix)
     print(evaluate.format_examples(scored.records, args.show))
@@ -67,8 +85,27 @@ def main(argv=None) -> int:
     print(
         f"evaluate_ctc: WER {100 * s['wer']:.2f}% CER {100 * s['cer']:.2f}% "
         f"(S {s['substitutions']} D {s['deletions']} I {s['insertions']} / {s['reference_words']} words) "
-        f"on {s['utterances']} utterances, RTFx {s['rtfx']}; wrote {utt_path} and {summary_path}"
+        f"on {s['utterances']} utterances, RTFx {s['rtfx']}, {s['decoding']}; wrote {utt_path} and {summary_path}"
     )
+    if args.stream:
+        st = s["streaming"]
+        print(f"evaluate_ctc: streaming: {streaming.describe_report(st)} over {st['chunks']} chunks")
+    return 0
+
+
+def transcribe_only(model, args) -> int:
+    """--audio: one "path<TAB>text" line per file on stdout, timings on stderr."""
+    start = time.perf_counter()
+    if args.stream:
+        texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=True)
+    else:
+        texts = evaluate.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True)
+    for path, text in zip(args.audio, texts):
+        print(f"{path}\t{text}")
+    print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    if args.stream:
+        print(f"evaluate_ctc: streaming: {streaming.describe_report(streaming.streaming_report(model, partials))} "
+              f"over {len(partials)} chunks", file=sys.stderr)
     return 0
 
 

@@ -58,7 +58,8 @@ def run(cfg: DictConfig) -> dict:
     if from_checkpoint and test_manifest and cfg.evaluate_before_fit and trainer.is_global_zero:
         summary["test_before"] = recipe.evaluate_test_set(model, test_manifest, log_dir, "test_before", test_bs)
     if from_checkpoint:
-        summary["vocabulary_changed"] = recipe.match_tokenizer(model, cfg.model.tokenizer)
+        transfer = recipe.match_tokenizer(model, cfg.model.tokenizer, cfg.transfer_decoder)
+        summary["vocabulary_changed"], summary["decoder_transfer"] = transfer is not None, transfer
     recipe.setup_data_and_training(model, cfg.model)
     trainer.fit(model)
     recipe.leave_distributed(trainer)

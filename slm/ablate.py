@@ -2,7 +2,7 @@
 
 Usage:
     python slm/ablate.py exp/slm_tiny                          # default grid, results in exp/slm_tiny/ablation/
-    python slm/ablate.py exp/slm_tiny --refinetune-steps 100   # let each variant recover for 100 steps first
+    python slm/ablate.py exp/slm_tiny --refinetune-steps 100   # every row (baseline too) trains 100 more steps first
     python slm/ablate.py exp/slm_tiny --num-generate 150 --bertscore minilm --out exp/slm_tiny_ablation
 
 Each variant (and the unmodified baseline) is scored on the model's own held-out rows: the
@@ -15,6 +15,7 @@ params_vs_metric.png. Head-pruned variants are evaluated in memory (GPT2Config c
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -30,7 +31,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, help="default: MODEL_DIR/ablation")
     parser.add_argument("--num-generate", type=int, default=60, help="test rows answered per variant")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--refinetune-steps", type=int, default=0, help="AdamW steps per variant before scoring")
+    parser.add_argument("--refinetune-steps", type=int, default=0,
+                        help="AdamW steps on the training split before scoring, for every variant and the baseline")
     parser.add_argument("--refinetune-lr", type=float, default=5e-4)
     parser.add_argument("--bertscore", default="none", help="none (default, faster), minilm, auto or a model folder")
     return parser
@@ -71,16 +73,22 @@ def plot_params_vs_metric(results: dict, path: Path) -> None:
         ax.set_xlabel("parameters (M)")
         ax.set_ylabel(label)
     axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_formatter("{x:g}")
+    axes[0].yaxis.set_minor_formatter("{x:g}")
     fig.suptitle("Ablations: parameters vs quality")
     save_png_atomic(fig, path)
 
 
 def markdown_table(results: dict) -> str:
-    lines = ["| variant | parameters | val loss (masked) | perplexity | BLEU-4 | ROUGE-1 | ROUGE-2 | ROUGE-L |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    """One row per variant; a BERTScore column (named after its model) only when it was computed."""
+    bertscore_model = next(iter(results.values())).get("bertscore_model")
+    extra = f" BERTScore F1 ({bertscore_model}) |" if bertscore_model else ""
+    lines = ["| variant | parameters | val loss (masked) | perplexity | BLEU-4 | ROUGE-1 | ROUGE-2 | ROUGE-L |" + extra,
+             "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "")]
     for name, r in results.items():
         lines.append(f"| {name} | {r['parameters']:,} | {r['masked_loss']:.3f} | {r['perplexity']:.2f} | "
-                     f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rouge2']:.1f} | {r['rougeL']:.1f} |")
+                     f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rouge2']:.1f} | {r['rougeL']:.1f} |"
+                     + (f" {r['bertscore_f1']:.1f} |" if extra else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -105,20 +113,23 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"baseline": (None, None), **default_variants(model.config)}
     results, started = {}, time.time()
     for index, (name, (make_variant, argument)) in enumerate(variants.items(), 1):
-        variant = model if make_variant is None else make_variant(model, argument)
+        variant = copy.deepcopy(model) if make_variant is None else make_variant(model, argument)
         print(f"[{index}/{len(variants)}] {name}: {count_parameters(variant):,} parameters", flush=True)
-        if args.refinetune_steps and make_variant is not None:
+        if args.refinetune_steps:
+            # The baseline gets the same extra steps: otherwise a variant's gain from more training would
+            # look like a gain from the ablation.
             short_finetune(variant, train_rows, tokenizer.eos_token_id, args.refinetune_steps, args.refinetune_lr,
                            cfg.train.batch_size, cfg.seed, mask_prompt=cfg.data.mask_prompt)
         summary, _ = evaluate_model(variant, tokenizer, splits["validation"], test_rows, cfg.data.max_length,
                                     args.max_new_tokens, cfg.eval.batch_size, args.bertscore,
                                     log=lambda line: print(line, flush=True))
-        results[name] = {"parameters": count_parameters(variant), "refinetune_steps": args.refinetune_steps
-                         if make_variant is not None else 0, **summary}
+        results[name] = {"parameters": count_parameters(variant), "refinetune_steps": args.refinetune_steps, **summary}
     write_text_atomic(out_dir / "ablation.json", json.dumps(results, indent=2) + "\n")
-    write_text_atomic(out_dir / "ablation.md", markdown_table(results))
+    caption = (f"Every row re-fine-tuned {args.refinetune_steps} AdamW steps (lr {args.refinetune_lr:g}) before scoring.\n\n"
+               if args.refinetune_steps else "No re-fine-tuning: variants scored as cut.\n\n")
+    write_text_atomic(out_dir / "ablation.md", caption + markdown_table(results))
     plot_params_vs_metric(results, out_dir / "params_vs_metric.png")
-    print(markdown_table(results))
+    print(caption + markdown_table(results))
     print(f"ablated {len(variants) - 1} variants in {time.time() - started:.0f} s; wrote {out_dir}/ablation.md, "
           f"ablation.json, params_vs_metric.png")
     return 0

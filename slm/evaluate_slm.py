@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from slm.ablate import load_splits_for
     from slm.data import load_alpaca
-    from slm.evaluation import evaluate_model, write_report
+    from slm.evaluation import bertscore_text, evaluate_model, write_report
     from slm.generate import load_model
 
     try:
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or args.model_dir / "eval"
     write_report(out_dir, {"eval": summary}, {"eval": records})
     print(f"evaluated {len(rows)} rows: masked loss {summary['masked_loss']:.3f} (ppl {summary['perplexity']:.2f}), "
-          f"BLEU-4 {summary['bleu4']:.1f}, ROUGE-L {summary['rougeL']:.1f}, BERTScore F1 "
-          f"{summary.get('bertscore_f1', float('nan')):.1f}; wrote {out_dir}/eval_summary.json")
+          f"unmasked loss {summary['unmasked_loss']:.3f}, BLEU-4 {summary['bleu4']:.1f}, ROUGE-L {summary['rougeL']:.1f}, "
+          f"{bertscore_text(summary)}; wrote {out_dir}/eval_summary.json")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Score a model on held-out Alpaca rows and write the evaluation files.
 
-``evaluate_model`` returns losses (masked / unmasked), perplexity and the text metrics of greedy
-answers; ``write_report`` saves ``generations*.jsonl`` (prompt / reference / generation),
+``evaluate_model`` returns losses (masked / unmasked), perplexity, the text metrics of greedy
+answers and, for the spoken assistant requests among the answered rows, the on-topic shares
+(``slm.metrics.assistant_scores``); ``write_report`` saves ``generations*.jsonl`` (prompt / reference / generation),
 ``eval_summary.json`` and the charts (BLEU-1..4 bars, BLEU vs ROUGE), like the seed report's
 figures 6-5 to 6-7.
 """
@@ -16,7 +17,7 @@ from typing import Sequence
 from duet.io import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, tokenize_example
 from slm.generate import generate_responses
-from slm.metrics import dataset_losses, text_metrics
+from slm.metrics import assistant_scores, dataset_losses, text_metrics
 
 BLEU_KEYS = ("bleu1", "bleu2", "bleu3", "bleu4")
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
@@ -33,16 +34,31 @@ def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows:
     answers = generate_responses(model, tokenizer, generation_rows, batch_size=batch_size, strategy="greedy",
                                  max_new_tokens=max_new_tokens)
     references = [row["output"] for row in generation_rows]
-    scores = text_metrics(answers, references, bertscore_model=bertscore_model)
-    bertscore = f"{scores['bertscore_f1']:.2f}" if "bertscore_f1" in scores else "n/a"
+    scores = {**text_metrics(answers, references, bertscore_model=bertscore_model),
+              **assistant_scores(generation_rows, answers)}
     log(f"  greedy answers to {len(answers)} rows: BLEU-4 {scores['bleu4']:.2f}, ROUGE-L {scores['rougeL']:.2f}, "
-        f"BERTScore F1 {bertscore} ({time.time() - started:.0f} s)")
+        f"{bertscore_text(scores)} ({time.time() - started:.0f} s)")
+    log(f"  {assistant_text(scores)}")
     records = [{"prompt": format_alpaca_prompt(row["instruction"], row["input"]), "instruction": row["instruction"],
                 "input": row["input"], "reference": ref, "generation": gen}
                for row, ref, gen in zip(generation_rows, references, answers)]
     summary = {**losses, **scores, "loss_rows": len(loss_rows), "generation_rows": len(generation_rows),
                "decoding": f"greedy, max_new_tokens={max_new_tokens}"}
     return summary, records
+
+
+def bertscore_text(summary: dict) -> str:
+    """``BERTScore F1 87.12 (all-MiniLM-L6-v2)``: the number always travels with the model that produced it."""
+    if "bertscore_f1" not in summary:
+        return "BERTScore F1 n/a"
+    return f"BERTScore F1 {summary['bertscore_f1']:.2f} ({summary['bertscore_model']})"
+
+
+def assistant_text(summary: dict) -> str:
+    """One line with the on-topic shares of ``slm.metrics.assistant_scores``."""
+    return (f"spoken assistant requests ({summary['assistant_rows']}): right kind {summary['assistant_kind']:.0f} %, "
+            f"all slot words {summary['assistant_slots']:.0f} %, both (on topic) {summary['assistant_on_topic']:.0f} %, "
+            f"exact {summary['assistant_exact']:.0f} %")
 
 
 def write_report(out_dir: Path, results: dict[str, dict], records: dict[str, list[dict]]) -> None:

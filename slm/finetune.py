@@ -10,7 +10,7 @@ Usage:
 Configs live in configs/ (slm_gpt2_alpaca.yaml, slm_tiny_offline.yaml); any key can be overridden as
 key=value, and an unknown key or a value of the wrong type is an error. The output folder holds the
 model and tokenizer (loadable with from_pretrained), finetune_config.yaml (resolved config),
-metrics.json (validation losses and BLEU/ROUGE/BERTScore before -> after), generations_*.jsonl,
+metrics.json (validation losses, BLEU/ROUGE/BERTScore and on-topic shares before -> after), generations_*.jsonl,
 eval_summary.json, the BLEU/ROUGE charts, log_history.jsonl and finetune.log.
 """
 
@@ -195,12 +195,13 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     from slm.evaluation import evaluate_model, write_report
     from slm.modeling import count_parameters, pick_device_and_precision
 
+    # Data and model first: when either cannot be loaded (no hub, bad file) the user sees one error line,
+    # not the config dump followed by it.
+    splits = load_splits(cfg)
+    tokenizer, model = get_model_and_tokenizer(cfg, splits["train"])
     log.info("config:\n%s", OmegaConf.to_yaml(cfg, resolve=True).rstrip())
     write_text_atomic(work_dir / "finetune_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-
-    splits = load_splits(cfg)
     log.info("data %s: %s", cfg.data.source, ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
-    tokenizer, model = get_model_and_tokenizer(cfg, splits["train"])
     device, bf16 = pick_device_and_precision(cfg.train.precision)
     model.to(device)
     n_params = count_parameters(model)
@@ -256,11 +257,13 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     if final_dir.exists():
         shutil.rmtree(final_dir)
     os.replace(work_dir, final_dir)
-    before = results.get("before", {})
-    log.info("done in %.0f s (training %.0f s): val masked loss %s -> %.3f, ROUGE-L %s -> %.1f, BLEU-4 %s -> %.1f; saved %s",
-             metrics["total_seconds"], train_seconds, _fmt(before.get("masked_loss"), ".3f"),
-             results["after"]["masked_loss"], _fmt(before.get("rougeL"), ".1f"), results["after"]["rougeL"],
-             _fmt(before.get("bleu4"), ".1f"), results["after"]["bleu4"], final_dir)
+    before, after = results.get("before", {}), results["after"]
+    changes = ", ".join(f"{name} {_fmt(before.get(key), spec)} -> {_fmt(after.get(key), spec)}" for name, key, spec in (
+        ("val masked loss", "masked_loss", ".3f"), ("unmasked loss", "unmasked_loss", ".3f"),
+        ("BLEU-4", "bleu4", ".1f"), ("ROUGE-L", "rougeL", ".1f"), ("BERTScore F1", "bertscore_f1", ".1f"),
+        ("on-topic assistant answers %", "assistant_on_topic", ".0f")))
+    log.info("done in %.0f s (training %.0f s): %s%s; saved %s", metrics["total_seconds"], train_seconds, changes,
+             f" ({after['bertscore_model']})" if "bertscore_model" in after else "", final_dir)
     return metrics
 
 

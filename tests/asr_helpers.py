@@ -64,3 +64,38 @@ def build_micro_model(tokenizer_dir: Path, seed: int = 0):
                                                               "model.train_ds.manifest_filepath=null",
                                                               "model.validation_ds.manifest_filepath=null"])
     return EncDecCTCModelBPE(cfg=cfg.model)
+
+
+# The "tiny CPU variant" overrides documented in configs/fastconformer_small_streaming.yaml's header.
+TINY_STREAMING = ["model.encoder.n_layers=4", "model.encoder.d_model=96", "model.encoder.subsampling_conv_channels=96"]
+ASSISTANT_SENTENCES = ["what is the weather like today", "set a timer for ten minutes", "play some music please",
+                       "turn off the lights in the kitchen", "how far is the moon from the earth",
+                       "remind me to call mom"]
+
+
+def build_ctc_model(config_name: str, tokenizer_dir: Path, overrides: list[str] = (), seed: int = 0):
+    """A random-weight ``EncDecCTCModelBPE`` from ``configs/<config_name>.yaml`` without datasets (it is run,
+    not trained), in eval mode."""
+    import torch
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+    from omegaconf import open_dict
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        cfg = compose(config_name, overrides=[*overrides, f"model.tokenizer.dir={tokenizer_dir}"])
+    with open_dict(cfg.model):
+        for split in ("train_ds", "validation_ds", "test_ds"):
+            cfg.model.pop(split)
+    torch.manual_seed(seed)
+    return EncDecCTCModelBPE(cfg=cfg.model).eval()
+
+
+def transcripts_with(model, settings, paths) -> list[str]:
+    """``model``'s transcripts of ``paths`` decoded with ``settings`` (DecodingSettings); greedy again after."""
+    from duet.asr.decoding import DecodingSettings, set_decoding
+    from duet.asr.evaluate import transcribe_files
+
+    set_decoding(model, settings)
+    try:
+        return transcribe_files(model, paths)
+    finally:
+        set_decoding(model, DecodingSettings())

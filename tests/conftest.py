@@ -52,3 +52,56 @@ def sample_tokenizer(sample_manifests, tmp_path_factory) -> Path:
 
     return train_tokenizer(manifest_texts([sample_manifests["train-clean"]]),
                            tmp_path_factory.mktemp("tokenizers") / "spe_bpe_v256", vocab_size=256)
+
+
+@pytest.fixture(scope="session")
+def micro_model_and_manifest(tmp_path_factory):
+    """A 1-layer random-weight FastConformer-CTC (in memory and saved as ``micro.nemo``) with a 40-token
+    tokenizer, and a manifest of 7 bundled train-clean utterances: ``(model, nemo_path, manifest, entries)``."""
+    from tests.asr_helpers import SAMPLE_TRAIN, build_micro_model, sample_utterances, train_tokenizer, write_manifest
+
+    if not SAMPLE_TRAIN.is_dir():
+        pytest.skip("bundled sample missing: run tools/make_sample_corpus.py")
+    root = tmp_path_factory.mktemp("asr_eval")
+    entries = sample_utterances(7)
+    tok = train_tokenizer([e["text"] for e in entries], root / "tok", 40)
+    model = build_micro_model(tok, seed=5)
+    model.eval()
+    path = root / "micro.nemo"
+    model.save_to(str(path))
+    return model, path, write_manifest(root / "test.json", entries), entries
+
+
+@pytest.fixture(scope="session")
+def micro_token_lm(micro_model_and_manifest, tmp_path_factory) -> Path:
+    """A token 3-gram ARPA (KenLM lmplz) over the micro model's tokenizer, from its manifest's transcripts."""
+    from duet.ngram import find_kenlm_tool, train_ngram_lm
+
+    if find_kenlm_tool("lmplz") is None:
+        pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")
+    model, _, _, entries = micro_model_and_manifest
+    arpa = tmp_path_factory.mktemp("lm") / "micro_token3.arpa"
+    train_ngram_lm([e["text"] for e in entries], arpa, order=3, unit="token", tokenizer=model.tokenizer,
+                   text_source="micro manifest", binary=False)
+    return arpa
+
+
+@pytest.fixture(scope="session")
+def tiny_streaming_model(tmp_path_factory):
+    """A random-weight 4-layer cache-aware FastConformer-CTC (configs/fastconformer_small_streaming.yaml with
+    its tiny CPU overrides: look-ahead 480 ms, chunk 560 ms) with a 40-token tokenizer."""
+    from duet.tokenizer import train_tokenizer
+    from tests.asr_helpers import ASSISTANT_SENTENCES, TINY_STREAMING, build_ctc_model
+
+    tokenizer = train_tokenizer(ASSISTANT_SENTENCES, tmp_path_factory.mktemp("tok") / "spe_bpe_v40", vocab_size=40)
+    # seed 3: random weights that emit varied tokens (seed 0 emits the same token on every frame, i.e. one
+    # letter), so that comparing streaming with offline transcripts checks every frame
+    return build_ctc_model("fastconformer_small_streaming", tokenizer, TINY_STREAMING, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_streaming_nemo(tiny_streaming_model, tmp_path_factory) -> Path:
+    """``tiny_streaming_model`` saved as a .nemo file, for the entry scripts."""
+    path = tmp_path_factory.mktemp("streaming") / "streaming.nemo"
+    tiny_streaming_model.save_to(str(path))
+    return path

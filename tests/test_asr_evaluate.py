@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("nemo.collections.asr")
 
 from duet.asr import evaluate  # noqa: E402
-from tests.asr_helpers import REPO, SAMPLE_TRAIN, build_micro_model, sample_utterances, train_tokenizer, write_manifest  # noqa: E402
+from duet.asr.decoding import DecodingSettings  # noqa: E402
+from tests.asr_helpers import REPO, transcripts_with  # noqa: E402
 
 SCRIPT = REPO / "nemo_recipes" / "evaluate_ctc.py"
 
@@ -37,20 +38,6 @@ def test_empty_reference_is_left_out_not_divided_by():
     assert scored.summary["wer"] == 0.0
 
 
-@pytest.fixture(scope="module")
-def micro_model_and_manifest(tmp_path_factory):
-    if not SAMPLE_TRAIN.is_dir():
-        pytest.skip("bundled sample missing: run tools/make_sample_corpus.py")
-    root = tmp_path_factory.mktemp("asr_eval")
-    entries = sample_utterances(7)
-    tok = train_tokenizer([e["text"] for e in entries], root / "tok", 40)
-    model = build_micro_model(tok, seed=5)
-    model.eval()
-    path = root / "micro.nemo"
-    model.save_to(str(path))
-    return model, path, write_manifest(root / "test.json", entries), entries
-
-
 def test_sorted_batches_give_the_same_transcripts_as_nemo_transcribe(micro_model_and_manifest):
     model, _, _, entries = micro_model_and_manifest
     paths = [e["audio_filepath"] for e in entries]
@@ -58,6 +45,37 @@ def test_sorted_batches_give_the_same_transcripts_as_nemo_transcribe(micro_model
     nemo = [h.text if hasattr(h, "text") else h for h in model.transcribe(paths, batch_size=1, verbose=False)]
     assert any(ours), "a random model should still emit some tokens"
     assert ours == nemo
+
+
+def test_front_end_chunk_factor_leaves_chunks_of_two_and_is_even():
+    from types import SimpleNamespace
+
+    factors = []
+    model = SimpleNamespace(encoder=SimpleNamespace(change_subsampling_conv_chunking_factor=factors.append),
+                            cfg=SimpleNamespace(encoder={}))
+    for batch_size in (1, 2, 3, 4, 6, 7, 32, None):
+        evaluate.set_front_end_chunking(model, batch_size)
+    # NeMo cuts a batch of b into chunks of b // factor and accepts only 1 or an even factor
+    assert factors == [1, 1, 1, 2, 2, 2, 16, 1]
+
+
+def test_cpu_front_end_chunks_keep_the_transcripts_and_are_undone(micro_model_and_manifest):
+    import torch
+
+    model, _, _, entries = micro_model_and_manifest
+    paths = [e["audio_filepath"] for e in entries]
+    pre_encode = model.encoder.pre_encode
+    seen = []
+    hook = pre_encode.register_forward_pre_hook(
+        lambda module, args: seen.append((module.subsampling_conv_chunking_factor,
+                                          module.conv[0].weight.is_contiguous(memory_format=torch.channels_last))))
+    try:
+        ours = evaluate.transcribe_files(model, paths, batch_size=len(paths))  # 7 files: chunks of 3, 3 and 1
+    finally:
+        hook.remove()
+    assert seen == [(2, True)] and pre_encode.subsampling_conv_chunking_factor == 1  # chunked and channels-last ...
+    assert pre_encode.conv[0].weight.is_contiguous()  # ... during transcription only: training gets the model back as it was
+    assert ours == [h.text if hasattr(h, "text") else h for h in model.transcribe(paths, batch_size=1, verbose=False)]
 
 
 def test_evaluate_cli_writes_per_utterance_and_summary(python, micro_model_and_manifest, tmp_path):
@@ -93,3 +111,89 @@ def test_int8_quantisation_replaces_linear_layers_and_still_transcribes(micro_mo
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     texts = evaluate.transcribe_files(model, [e["audio_filepath"] for e in entries], batch_size=4)
     assert len(texts) == len(entries)
+
+
+# ---------------------------------------------------------------- decoding and streaming options (in-process)
+
+
+def run_evaluate(argv, capsys) -> tuple[int, str, str]:
+    from nemo_recipes.evaluate_ctc import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_evaluate_cli_beam_lm_decodes_with_the_lm_and_records_it(micro_model_and_manifest, micro_token_lm, tmp_path,
+                                                                 capsys):
+    model, model_path, manifest, entries = micro_model_and_manifest
+    out = tmp_path / "out"
+    code, stdout, err = run_evaluate(["--model", model_path, "--manifest", manifest, "--out-dir", out, "--decoding",
+                                      "beam_lm", "--lm", micro_token_lm, "--alpha", "0.8", "--beta", "1.5"], capsys)
+    assert code == 0, err[-3000:]
+    summary = json.loads((out / "eval_summary.json").read_text())
+    assert summary["decoding"] == "beam4+LM(a=0.8,b=1.5)" and "beam4+LM(a=0.8,b=1.5)" in stdout
+    hyps = [json.loads(line)["hyp"] for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
+    paths = [e["audio_filepath"] for e in entries]
+    fused = transcripts_with(model, DecodingSettings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5),
+                             paths)
+    assert hyps == [evaluate.normalize_text(t) for t in fused]
+    assert fused != transcripts_with(model, DecodingSettings("beam", beta=1.5), paths), "the LM was not used"
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--decoding", "beam_lm"], "--decoding beam_lm needs --lm <token ARPA>"),
+    (["--lm", "x.arpa"], "--lm not used by --decoding greedy"),
+    (["--decoding", "beam", "--alpha", "0.5"], "--alpha not used by --decoding beam"),
+    (["--stream", "--decoding", "beam"], "--stream decodes greedily"),
+])
+def test_evaluate_cli_inconsistent_decoding_options_are_one_line_errors(options, message, tmp_path, capsys):
+    code, _, err = run_evaluate(["--model", tmp_path / "m.nemo", "--manifest", tmp_path / "m.json", *options], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("evaluate_ctc: error: ") and message in err
+
+
+def test_evaluate_cli_lm_for_another_tokenizer_is_a_one_line_error(micro_model_and_manifest, tmp_path, capsys):
+    from duet.ngram import find_kenlm_tool, train_ngram_lm
+    from duet.tokenizer import train_tokenizer
+
+    if find_kenlm_tool("lmplz") is None:
+        pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")
+    _, model_path, manifest, entries = micro_model_and_manifest
+    texts = [e["text"] for e in entries]
+    other = tmp_path / "other.arpa"
+    train_ngram_lm(texts, other, order=3, unit="token", tokenizer_dir=train_tokenizer(texts, tmp_path / "tok", 30),
+                   binary=False)
+    code, _, err = run_evaluate(["--model", model_path, "--manifest", manifest, "--decoding", "beam_lm",
+                                 "--lm", other], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("evaluate_ctc: error: ")
+    assert "30-token tokenizer, the model has 40" in err
+
+
+def test_evaluate_cli_stream_reports_lookahead_and_chunk_compute(tiny_streaming_model, tiny_streaming_nemo,
+                                                                micro_model_and_manifest, tmp_path, capsys):
+    _, _, manifest, entries = micro_model_and_manifest
+    out = tmp_path / "out"
+    code, stdout, err = run_evaluate(["--model", tiny_streaming_nemo, "--manifest", manifest, "--out-dir", out,
+                                      "--stream"], capsys)
+    assert code == 0, err[-3000:]
+    summary = json.loads((out / "eval_summary.json").read_text())
+    st = summary["streaming"]
+    assert (st["lookahead_ms"], st["chunk_ms"]) == (480.0, 560.0) and summary["decoding"] == "greedy"
+    # one chunk per 560 ms of audio, give or take the first and last chunk of each file
+    assert abs(st["chunks"] - sum(e["duration"] for e in entries) / 0.56) <= 2 * len(entries)
+    assert 0 < st["chunk_compute_ms_median"] <= st["chunk_compute_ms_max"]
+    assert "look-ahead 480 ms, chunk 560 ms" in stdout
+    hyps = [json.loads(line)["hyp"] for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
+    offline = evaluate.transcribe_files(tiny_streaming_model, [e["audio_filepath"] for e in entries])
+    assert hyps == [evaluate.normalize_text(t) for t in offline] and any(hyps)
+
+
+def test_evaluate_cli_stream_refuses_an_offline_model(micro_model_and_manifest, capsys):
+    _, model_path, manifest, _ = micro_model_and_manifest
+    code, _, err = run_evaluate(["--model", model_path, "--manifest", manifest, "--stream"], capsys)
+    assert code == 2 and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("evaluate_ctc: error: model was not trained for streaming")
+    assert "configs/fastconformer_small_streaming.yaml" in last

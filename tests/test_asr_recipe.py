@@ -141,6 +141,33 @@ def test_trainer_resolves_to_cpu_defaults_and_keeps_user_values():
         recipe.resolve_trainer_config(bad.trainer)
 
 
+def test_decoder_row_sources_copy_shared_pieces_and_spell_the_others():
+    old = ["<unk>", "\u2581de", "gre", "es", "\u2581t", "h", "e", "\u2581the"]
+    new = ["<unk>", "\u2581the", "\u2581degrees", "\u2581th", "x"]
+    assert recipe.decoder_row_sources(old, new) == [[0], [7], [1, 2, 3], [4, 5], []]
+
+
+def test_new_tokenizer_keeps_the_checkpoint_decoder_rows(micro_setup):
+    """After the switch, shared pieces and the blank score exactly as before; others start from their parts."""
+    from nemo.collections.asr.models import ASRModel
+
+    model = ASRModel.restore_from(str(micro_setup["base_nemo"]), map_location="cpu")
+    old_pieces, old_layer = list(model.tokenizer.vocab), model.decoder.decoder_layers[0]
+    old_weight, old_bias = old_layer.weight.detach().clone(), old_layer.bias.detach().clone()
+    result = recipe.match_tokenizer(model, OmegaConf.create({"dir": str(micro_setup["new_tok"]), "type": "bpe"}))
+    new_pieces, layer = list(model.tokenizer.vocab), model.decoder.decoder_layers[0]
+    shared = [p for p in new_pieces if p in old_pieces]
+    assert result == {"pieces": 48, "copied": len(shared), "composed": result["composed"]} and len(shared) > 20
+    for piece in shared:
+        assert torch.equal(layer.weight[new_pieces.index(piece)], old_weight[old_pieces.index(piece)])
+    assert torch.equal(layer.weight[-1], old_weight[-1]) and layer.bias[-1] == old_bias[-1]  # blank
+    sources = recipe.decoder_row_sources(old_pieces, new_pieces)
+    composed = next(i for i, p in enumerate(new_pieces) if p not in old_pieces and sources[i])
+    assert torch.allclose(layer.weight[composed], old_weight[sources[composed]].mean(dim=0))
+    # the same tokenizer again changes nothing
+    assert recipe.match_tokenizer(model, OmegaConf.create({"dir": str(micro_setup["new_tok"]), "type": "bpe"})) is None
+
+
 # ---------------------------------------------------------------- user errors through the CLI
 
 
@@ -183,7 +210,7 @@ def test_finetune_from_nemo_switches_tokenizer_learns_and_writes_outputs(python,
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "micro"
     summary = json.loads((run_dir / "finetune_summary.json").read_text())
-    assert summary["vocabulary_changed"] is True
+    assert summary["vocabulary_changed"] is True and summary["decoder_transfer"]["copied"] > 0
     assert summary["global_step"] == 10 * 2  # 8 utterances / batch 4 = 2 steps per epoch
     assert {"test_before", "test_after"} <= summary.keys()
     losses = [loss for _, loss in _train_losses(run_dir / "csv_logs" / "metrics.csv")]
@@ -231,3 +258,16 @@ def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_pa
     steps = [step for step, _ in _train_losses(tmp_path / "micro" / "csv_logs" / "metrics.csv")]
     # the resumed run logs only steps after the checkpoint; nothing is trained twice
     assert steps and min(steps) >= step_at_kill
+
+
+@pytest.mark.integration
+def test_two_process_cpu_ddp_run_trains_on_both_ranks(python, micro_setup, tmp_path):
+    """Lightning DDP (gloo) with two CPU processes: what trainer.devices=N does on a multi-GPU machine."""
+    proc = _run(python, _recipe_args(micro_setup, tmp_path, "trainer.max_epochs=3", "trainer.accelerator=cpu",
+                                     "trainer.devices=2", "trainer.strategy=ddp", "trainer.sync_batchnorm=false"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert "MEMBER: 1/2" in output and "MEMBER: 2/2" in output  # both ranks joined the process group
+    summary = json.loads((tmp_path / "micro" / "finetune_summary.json").read_text())
+    # 8 utterances shared by 2 ranks at batch 4: one step per epoch, where one process would take two
+    assert summary["global_step"] == 3 and summary["test_after"]["utterances"] == 4

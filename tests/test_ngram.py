@@ -106,19 +106,10 @@ def test_cli_bad_input_gives_one_line_error(case, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def tiny_model(tokenizer_dir):
     """A random-weight FastConformer-CTC with the test tokenizer (decoding wiring only, no accuracy)."""
-    from hydra import compose, initialize_config_dir
-    from nemo.collections.asr.models import EncDecCTCModelBPE
-    from omegaconf import open_dict
+    from tests.asr_helpers import build_ctc_model
 
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
-        cfg = compose("fastconformer_small", overrides=[
-            "model.encoder.n_layers=2", "model.encoder.d_model=64", "model.encoder.subsampling_conv_channels=64",
-            f"model.tokenizer.dir={tokenizer_dir}"])
-    with open_dict(cfg.model):
-        for split in ("train_ds", "validation_ds", "test_ds"):
-            cfg.model.pop(split)
-    torch.manual_seed(0)
-    return EncDecCTCModelBPE(cfg=cfg.model).eval()
+    return build_ctc_model("fastconformer_small", tokenizer_dir, [
+        "model.encoder.n_layers=2", "model.encoder.d_model=64", "model.encoder.subsampling_conv_channels=64"])
 
 
 def decode(model, log_probs, lengths):

@@ -140,12 +140,18 @@ def test_is_silent_threshold():
     assert not is_silent(utterance_with_pauses([0.5]), SR)
 
 
-def test_cli_keeps_going_after_a_bad_file_and_writes_json_lines(make_pipeline, monkeypatch, tmp_path, capfd):
+@pytest.fixture
+def cli():
+    """tools/pipeline.py as a module (its main() runs in this process)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("pipeline_cli", Path(__file__).parent.parent / "tools/pipeline.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_keeps_going_after_a_bad_file_and_writes_json_lines(cli, make_pipeline, monkeypatch, tmp_path, capfd):
     pipe, _ = make_pipeline()
     def chatty_load(cls, *args, **kwargs):
         os.write(1, b"[NeMo I] model restored\n")  # NeMo logs to the process's stdout: must not reach the JSON
@@ -165,11 +171,99 @@ def test_cli_keeps_going_after_a_bad_file_and_writes_json_lines(make_pipeline, m
     assert lines[1]["latency_s"]["model_load"] == 0.5
 
 
-def test_cli_names_a_missing_model(tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pipeline_cli", Path(__file__).parent.parent / "tools/pipeline.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+def test_cli_names_a_missing_model(cli, tmp_path, capsys):
     assert cli.main([str(tmp_path / "a.flac"), "--asr-model", str(tmp_path / "none.nemo")]) == 2
     assert "--asr-model" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- real NeMo models: --stream, --asr-decoding
+
+
+@pytest.fixture
+def fake_slm(monkeypatch, tmp_path):
+    """The language model replaced by an echo (the ASR is real); returns the --slm-model arguments."""
+    import slm.generate
+
+    monkeypatch.setattr(slm.generate, "load_model", lambda path: (None, None))
+    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: f"ok: {text}")
+    (tmp_path / "slm").mkdir()
+    return ["--slm-model", str(tmp_path / "slm")]
+
+
+@pytest.fixture(scope="module")
+def speech_file() -> str:
+    from tests.asr_helpers import sample_utterances
+
+    found = sample_utterances(1)
+    if not found:
+        pytest.skip("bundled sample missing: run tools/make_sample_corpus.py")
+    return found[0]["audio_filepath"]
+
+
+def test_cli_stream_prints_partials_and_ends_on_the_offline_transcript(cli, fake_slm, tiny_streaming_model,
+                                                                        tiny_streaming_nemo, speech_file, capsys):
+    from duet.asr.evaluate import transcribe_files
+
+    code = cli.main([speech_file, "--asr-model", str(tiny_streaming_nemo), *fake_slm, "--stream"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    offline = transcribe_files(tiny_streaming_model, [speech_file])[0].strip()
+    assert offline, "random weights should emit some tokens"
+    assert f"  transcript: {offline}\n" in out and f"  response:   ok: {offline}\n" in out
+    assert "streaming: chunk 560 ms, look-ahead 480 ms" in out
+    partials = [line.split(": ", 1)[1] for line in out.splitlines() if " partial @ " in line]
+    assert len(partials) >= 2 and all(offline.startswith(p) for p in partials)  # frames are never revised
+    assert out.index(" partial @ ") < out.index("  transcript: ")  # printed as they arrive, before the answer
+    assert "partials, first after" in out
+
+
+def test_cli_stream_json_has_partial_count_first_partial_and_chunk_compute(cli, fake_slm, tiny_streaming_model,
+                                                                           tiny_streaming_nemo, speech_file, capfd):
+    code = cli.main([speech_file, "--asr-model", str(tiny_streaming_nemo), *fake_slm, "--stream", "--json"])
+    lines = capfd.readouterr().out.strip().splitlines()
+    assert code == 0 and len(lines) == 1, lines  # nothing but the JSON line on stdout
+    result = json.loads(lines[0])
+    st = result["streaming"]
+    duration = soundfile.info(speech_file).duration
+    assert st["partials"] == result["chunks"] and abs(st["partials"] - duration / 0.56) <= 2
+    assert (st["lookahead_ms"], st["chunk_ms"]) == (480.0, 560.0)
+    assert 0 < st["first_partial_s"] <= result["latency_s"]["asr"] and st["first_partial_audio_s"] <= 0.6
+    assert 0 < st["chunk_compute_ms_median"] <= st["chunk_compute_ms_max"]
+    assert result["asr_decoding"] == "greedy" and result["transcript"]
+
+
+def test_cli_stream_with_an_offline_model_is_a_one_line_error(cli, fake_slm, micro_model_and_manifest, speech_file,
+                                                              capsys):
+    _, offline_nemo, _, _ = micro_model_and_manifest
+    assert cli.main([speech_file, "--asr-model", str(offline_nemo), *fake_slm, "--stream"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("pipeline: error: model was not trained for streaming")
+    assert "configs/fastconformer_small_streaming.yaml" in last
+
+
+def test_cli_asr_beam_lm_decodes_with_the_lm(cli, fake_slm, micro_model_and_manifest, micro_token_lm, capfd):
+    from duet.asr.decoding import DecodingSettings
+    from tests.asr_helpers import transcripts_with
+
+    model, model_path, _, entries = micro_model_and_manifest
+    paths = [e["audio_filepath"] for e in entries[:2]]
+    code = cli.main([*paths, "--asr-model", str(model_path), *fake_slm, "--json", "--asr-decoding", "beam_lm",
+                     "--lm", str(micro_token_lm), "--alpha", "0.8", "--beta", "1.5", "--beam-size", "6"])
+    results = [json.loads(line) for line in capfd.readouterr().out.strip().splitlines()]
+    assert code == 0 and [r["error"] for r in results] == [None, None]
+    assert {r["asr_decoding"] for r in results} == {"beam6+LM(a=0.8,b=1.5)"}
+    fused = transcripts_with(model, DecodingSettings("beam_lm", beam_size=6, ngram_lm=str(micro_token_lm),
+                                                     alpha=0.8, beta=1.5), paths)
+    assert [r["transcript"] for r in results] == [t.strip() for t in fused]
+    assert fused != transcripts_with(model, DecodingSettings("beam", beam_size=6, beta=1.5), paths), \
+        "the LM should change this random model's output: otherwise the test cannot tell it was used"
+
+
+def test_cli_beam_lm_without_lm_is_a_one_line_error(cli, tmp_path, capsys):
+    (tmp_path / "asr.nemo").write_bytes(b"x")
+    (tmp_path / "slm").mkdir()
+    code = cli.main([str(tmp_path / "a.flac"), "--asr-model", str(tmp_path / "asr.nemo"), "--slm-model",
+                     str(tmp_path / "slm"), "--asr-decoding", "beam_lm"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "pipeline: error: --asr-decoding beam_lm needs --lm <token ARPA> " \
+                                "(tools/train_ngram_lm.py --unit token)"

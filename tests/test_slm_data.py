@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,10 @@ def byte_bpe():
 
 
 def gpt2_tokenizer():
-    """The real GPT-2 tokenizer from vocab.json/merges.txt (openai-whisper==20230124 sdist), when available."""
-    folder = Path(os.environ.get("GPT2_TOKENIZER_DIR", "/tmp/gpt2_tok/gpt2"))
+    """The real GPT-2 tokenizer: vocab.json/merges.txt that tools/setup.sh takes from the openai-whisper==20230124 sdist."""
+    folder = Path(os.environ.get("GPT2_TOKENIZER_DIR", Path(sys.prefix) / "share" / "gpt2-tokenizer"))
     if not (folder / "vocab.json").is_file() or not (folder / "merges.txt").is_file():
-        pytest.skip(f"GPT-2 vocab.json/merges.txt not in {folder} (set GPT2_TOKENIZER_DIR; see NOTES.md for the sdist)")
+        pytest.skip(f"GPT-2 vocab.json/merges.txt not in {folder} (tools/setup.sh fetches them; or set GPT2_TOKENIZER_DIR)")
     from transformers import GPT2TokenizerFast
 
     tokenizer = GPT2TokenizerFast.from_pretrained(str(folder))
@@ -54,6 +55,7 @@ def check_collate_rules(tokenizer):
     for row, raw in zip(tokenized, rows):
         assert row["input_ids"][-1] == eos
         assert tokenizer.decode(row["input_ids"][:-1]) == format_alpaca_example(raw)
+        assert row["input_ids"][:-1] == tokenizer.encode(format_alpaca_example(raw))  # the prompt/answer cut adds no split
         assert row["input_ids"][: row["prompt_length"]] == tokenizer.encode(format_alpaca_prompt(raw["instruction"], raw["input"]))
     short, long = (len(t["input_ids"]) for t in tokenized)
     assert short < long

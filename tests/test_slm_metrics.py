@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from slm.metrics import bleu_scores, dataset_losses, local_minilm_path, rouge_scores, text_metrics
+from slm.metrics import (assistant_scores, bleu_scores, dataset_losses, is_spoken_request, local_minilm_path,
+                         rouge_scores, slot_words, text_metrics)
 
 HYP = ["the cat sat on the mat"]
 REF = ["the cat sat on a mat"]
@@ -79,3 +80,42 @@ def test_bertscore_with_bundled_minilm():
     with_empty = text_metrics(["set a timer for ten minutes", ""], ["set a timer for ten minutes", "playing jazz"],
                               bertscore_model="minilm")
     assert with_empty["bertscore_f1"] == pytest.approx(50, abs=1e-3)  # the empty answer scores 0
+
+
+def test_slot_words_hand_worked():
+    # "setting" is not in the request, "the"/"to" are function words; 90 is said as "ninety"
+    assert slot_words("hey assistant dim the dining room lights to ninety percent thanks",
+                      "Setting the dining room lights to 90 percent.") == ["dining", "room", "lights", "90", "percent"]
+    # 10:05 is read as 10 and 05 ("ten oh five"); nothing computed here
+    assert slot_words("remind me to check the mail at ten oh five",
+                      "OK, I'll remind you to check the mail at 10:05.") == ["remind", "check", "mail", "10", "05"]
+    # the result 108 ("one hundred and eight") is computed, not said: not a slot word
+    assert slot_words("what is sixty six plus forty two", "66 plus 42 is 108.") == ["66", "plus", "42"]
+    assert slot_words("call nina", "Calling Nina.") == ["nina"]
+
+
+def test_assistant_scores_hand_worked():
+    rows = [
+        {"instruction": "hey assistant dim the dining room lights to ninety percent thanks", "input": "",
+         "output": "Setting the dining room lights to 90 percent."},
+        {"instruction": "call nina", "input": "", "output": "Calling Nina."},
+        {"instruction": "close the blinds in the office", "input": "", "output": "Closing the blinds in the office."},
+        {"instruction": "what is sixty six plus forty two", "input": "", "output": "66 plus 42 is 108."},
+        {"instruction": "tell me a joke", "input": "", "output": "Why did the chicken cross the road?"},
+        {"instruction": "Set a timer for 10 minutes.", "input": "", "output": "OK, your timer is set for 10 minutes."},
+        {"instruction": "Sort the numbers.", "input": "3, 1", "output": "1, 3"},
+    ]
+    answers = ["Setting the living room lights to 60 percent.",  # right kind, wrong room and level
+               "Playing music by the next song.",                  # wrong kind, no name
+               "closing the blinds in the office",                 # exact up to case and punctuation
+               "66 plus 42 is 110.",                               # right kind and slots, wrong sum
+               "Why did the cat sleep?",                           # right kind; the row has no slot words
+               "nonsense", "nonsense"]                             # not spoken requests: not scored
+    assert [is_spoken_request(r) for r in rows] == [True] * 5 + [False, False]
+    scores = assistant_scores(rows, answers)
+    assert scores["assistant_rows"] == 5 and scores["assistant_slot_rows"] == 4
+    assert scores["assistant_kind"] == pytest.approx(100 * 4 / 5)      # all but "call nina"
+    assert scores["assistant_slots"] == pytest.approx(100 * 2 / 4)     # blinds/office and 66/plus/42
+    assert scores["assistant_on_topic"] == pytest.approx(100 * 3 / 5)  # blinds, sum, joke
+    assert scores["assistant_exact"] == pytest.approx(100 * 1 / 5)
+    assert assistant_scores(rows[5:], answers[5:])["assistant_rows"] == 0

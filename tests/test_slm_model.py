@@ -128,3 +128,31 @@ def test_training_teaches_answers_and_stopping(model, tokenizer):
     sampled = respond(model, tokenizer, ROWS[0]["instruction"], strategy="sample", temperature=0.8, top_k=5,
                       max_new_tokens=20)
     assert isinstance(sampled, str) and sampled
+
+
+def test_ablate_entry_point_refinetunes_every_row_and_writes_its_files(tmp_path):
+    """slm/ablate.py on a saved tiny model: the baseline gets the same re-fine-tune steps as the variants."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from slm import ablate
+    from slm.config import load_config, resolve_path
+    from slm.data import load_alpaca, split_examples
+
+    cfg = load_config("slm_tiny_offline", ["data.max_examples=200", "model.scratch.n_embd=32",
+                                           "model.scratch.vocab_size=400"])
+    rows = load_alpaca(str(resolve_path(cfg.data.source)))[:200]
+    train = split_examples(rows, list(cfg.data.split), cfg.data.split_seed)["train"]
+    tok = train_bpe_tokenizer([format_alpaca_example(r) for r in train], cfg.model.scratch.vocab_size)
+    build_scratch_model(tok, 4, 32, 4, 256, 0.0, 0).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    OmegaConf.save(cfg, tmp_path / "finetune_config.yaml")
+
+    assert ablate.main([str(tmp_path), "--num-generate", "2", "--max-new-tokens", "4", "--refinetune-steps", "2"]) == 0
+    results = json.loads((tmp_path / "ablation" / "ablation.json").read_text())
+    assert list(results)[0] == "baseline" and len(results) == 7
+    assert {r["refinetune_steps"] for r in results.values()} == {2}
+    assert all(r["parameters"] < results["baseline"]["parameters"] for name, r in results.items() if name != "baseline")
+    assert "re-fine-tuned 2 AdamW steps" in (tmp_path / "ablation" / "ablation.md").read_text()
+    assert (tmp_path / "ablation" / "params_vs_metric.png").stat().st_size > 10_000

@@ -20,34 +20,15 @@ from duet.asr.streaming import (  # noqa: E402
     streaming_latency,
     transcribe_streaming,
 )
-from duet.tokenizer import train_tokenizer  # noqa: E402
+from tests.asr_helpers import TINY_STREAMING, build_ctc_model  # noqa: E402
 from tests.audio_fixtures import write_tone  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# the "tiny CPU variant" overrides documented in the config header
-TINY = ["model.encoder.n_layers=4", "model.encoder.d_model=96", "model.encoder.subsampling_conv_channels=96"]
-SENTENCES = ["what is the weather like today", "set a timer for ten minutes", "play some music please",
-             "turn off the lights in the kitchen", "how far is the moon from the earth", "remind me to call mom"]
 
 
-def build_streaming_model(tokenizer_dir: Path, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-    from nemo.collections.asr.models import EncDecCTCModelBPE
-    from omegaconf import open_dict
-
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
-        cfg = compose("fastconformer_small_streaming", overrides=[*TINY, f"model.tokenizer.dir={tokenizer_dir}", *overrides])
-    with open_dict(cfg.model):
-        for split in ("train_ds", "validation_ds", "test_ds"):  # no data: the model is only run, not trained
-            cfg.model.pop(split)
-    torch.manual_seed(0)
-    return EncDecCTCModelBPE(cfg=cfg.model).eval()
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    tokenizer = train_tokenizer(SENTENCES, tmp_path_factory.mktemp("tok") / "spe_bpe_v40", vocab_size=40)
-    return build_streaming_model(tokenizer, [])
+@pytest.fixture
+def model(tiny_streaming_model):
+    return tiny_streaming_model
 
 
 def offline(model, audio: np.ndarray):
@@ -122,19 +103,9 @@ def test_offline_model_and_beam_decoding_are_refused(model):
 
 
 def test_offline_checkpoint_converts_to_a_streaming_model_with_its_weights(model, tmp_path):
-    from nemo.collections.asr.models import EncDecCTCModelBPE
-    from hydra import compose, initialize_config_dir
-    from omegaconf import open_dict
-
     from duet.asr.streaming import convert_to_streaming
 
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
-        cfg = compose("fastconformer_small", overrides=[*TINY, f"model.tokenizer.dir={model.cfg.tokenizer.dir}"])
-    with open_dict(cfg.model):
-        for split in ("train_ds", "validation_ds", "test_ds"):
-            cfg.model.pop(split)
-    torch.manual_seed(2)
-    offline_model = EncDecCTCModelBPE(cfg=cfg.model).eval()
+    offline_model = build_ctc_model("fastconformer_small", model.cfg.tokenizer.dir, TINY_STREAMING, seed=2)
     with pytest.raises(StreamingModelError, match="not trained for streaming"):
         check_streaming_model(offline_model)
     offline_model.save_to(str(tmp_path / "offline.nemo"))
@@ -153,3 +124,17 @@ def test_offline_checkpoint_converts_to_a_streaming_model_with_its_weights(model
     assert all(torch.equal(before[k], after[k]) for k in after if k not in reinitialised)
     audio = (0.1 * np.random.default_rng(7).standard_normal(30000)).astype(np.float32)
     assert list(stream_transcribe(streaming, audio))[-1].frame_labels == offline(streaming, audio)[0]
+
+
+def test_convert_cli_writes_a_streaming_model_and_names_a_missing_file(model, tmp_path, capsys, repo_root):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_to_streaming", repo_root / "tools" / "convert_to_streaming.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    offline_model = build_ctc_model("fastconformer_small", model.cfg.tokenizer.dir, TINY_STREAMING, seed=2)
+    offline_model.save_to(str(tmp_path / "offline.nemo"))
+    assert cli.main([str(tmp_path / "offline.nemo"), str(tmp_path / "streaming.nemo"), "--att-context-size", "40", "3"]) == 0
+    assert "look-ahead 240 ms" in capsys.readouterr().out and (tmp_path / "streaming.nemo").is_file()
+    assert cli.main([str(tmp_path / "nope.nemo"), str(tmp_path / "x.nemo")]) == 2
+    assert "nope.nemo" in capsys.readouterr().err and not (tmp_path / "x.nemo").exists()

@@ -12,8 +12,9 @@ Stages, each one of the toolkit's own entry scripts run as a user would (the com
   tokenizer  a new 256-piece BPE tokenizer trained on the sample's training text
   asr        fine-tune the bundled base checkpoint (samples/checkpoints/) with that tokenizer;
              WER on the held-out test-clean voices before -> after
+  lm         a token 6-gram LM (KenLM) on the training transcripts, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
-  pipeline   speech -> transcript -> answer on the held-out assistant-domain test utterances
+  pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances
 Outputs go to manifests/, tokenizers/ and experiments/ (all git-ignored). Ends with a summary table.
 """
 
@@ -34,8 +35,10 @@ from duet.io import read_jsonl, write_jsonl_atomic
 DEMO_VOCAB_SIZE = 256
 BASE_CHECKPOINT = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 ASR_EPOCHS = 12  # ~33 steps each on the 520 training utterances: ~6-8 minutes on 2 cores
-# 4x the report's fine-tuning lr: the decoder starts from scratch for the new tokenizer and there are few steps.
-ASR_LR = 2e-3
+ASR_LR = 5e-4  # the report's fine-tuning lr; the new tokenizer's decoder starts from the checkpoint's rows
+LM_ORDER = 6
+# LM weight and per-token bonus for the pipeline's beam search, chosen on dev-clean by bench/decoding_ab.py
+LM_ALPHA, LM_BETA = 0.8, 3.0
 EXP = REPO_ROOT / "experiments"
 MANIFESTS = {split: REPO_ROOT / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
 
@@ -50,6 +53,7 @@ def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
     asr_dir, slm_dir = EXP / "demo_asr", EXP / "demo_slm"
+    lm = EXP / "demo_lm" / f"train-clean_token{LM_ORDER}.arpa"
     answers, requests = EXP / "demo_pipeline" / "answers.jsonl", EXP / "demo_pipeline" / "requests.json"
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
@@ -67,20 +71,25 @@ def stages() -> list[Stage]:
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, tokenizer_dir, *MANIFESTS.values()],
               outputs=[asr_dir / "demo_asr.nemo", asr_dir / "finetune_summary.json"]),
+        Stage("lm", [py, "tools/train_ngram_lm.py", "--unit", "token", "--tokenizer", str(tokenizer_dir),
+                     "--order", str(LM_ORDER), "--text", str(MANIFESTS["train-clean"]), "--out", str(lm)],
+              lambda: f"{lm.relative_to(REPO_ROOT)} ({lm.stat().st_size // 1024} KB)",
+              inputs=[tokenizer_dir, MANIFESTS["train-clean"]], outputs=[lm]),
         Stage("slm", [py, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={slm_dir}"],
               lambda: slm_summary(slm_dir / "metrics.json"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
-                           "--asr-model", str(asr_dir / "demo_asr.nemo"), "--slm-model", str(slm_dir)],
+                           "--asr-model", str(asr_dir / "demo_asr.nemo"), "--slm-model", str(slm_dir),
+                           "--asr-decoding", "beam_lm", "--lm", str(lm), "--alpha", str(LM_ALPHA), "--beta", str(LM_BETA)],
               lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
-              inputs=[asr_dir / "demo_asr.nemo", slm_dir / "config.json", MANIFESTS["test-clean"]],
+              inputs=[asr_dir / "demo_asr.nemo", slm_dir / "config.json", lm, MANIFESTS["test-clean"]],
               outputs=[answers], stdout_to=answers),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = ["manifests", "tokenizer", "asr", "slm", "pipeline"]
+    names = [stage.name for stage in stages()]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=names, help="run just these stages")
     parser.add_argument("--from", dest="start", choices=names, help="start at this stage")

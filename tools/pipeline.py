@@ -7,13 +7,27 @@ Usage:
   python tools/pipeline.py --manifest manifests/test-clean.json     # every audio_filepath of a manifest
   python tools/pipeline.py request.wav --speak answer.wav          # voice the answer (espeak-ng)
   python tools/pipeline.py talk.flac --asr-model my.nemo --slm-model my_gpt2/ --strategy sample --top-p 0.9
+  # ASR beam search (NeMo beam_batch), alone or fused with a token n-gram LM (tools/train_ngram_lm.py)
+  python tools/pipeline.py talk.flac --asr-decoding beam --beam-size 8
+  python tools/pipeline.py talk.flac --asr-decoding beam_lm --lm experiments/lm/train-clean_token6.arpa \
+      --alpha 0.3 --beta 2
+  # cache-aware streaming ASR (a model trained with configs/fastconformer_small_streaming.yaml):
+  # partial transcripts are printed as each chunk is decoded
+  python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
+  python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
 DEFAULT_SLM_MODEL below). Any rate or channel count is read and resampled to the model's 16 kHz mono;
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
 transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
 and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
-audio load, ASR, SLM, total) are printed, and are in the --json output.
+audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used.
+
+--stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
+file streams whole, the caches bound the memory). It reports the algorithmic latency (look-ahead and chunk
+length), the wall time to the first partial and the median/max compute time per chunk; with --json these
+are in a "streaming" object of each line and the partial transcripts themselves are not printed. An
+offline model, or an LM that does not fit the model, is a one-line error before anything runs.
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ DEFAULT_SLM_MODEL = REPO_ROOT / "experiments" / "demo_slm"
 
 
 def get_parser() -> argparse.ArgumentParser:
+    from duet.asr.decoding import add_decoding_arguments
     from slm.generate import STRATEGIES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,6 +56,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
     parser.add_argument("--asr-batch-size", type=int, default=8)
     parser.add_argument("--max-chunk-seconds", type=float, default=20.0, help="longest piece the ASR sees at once")
+    parser.add_argument("--stream", action="store_true",
+                        help="cache-aware streaming ASR with partial transcripts (streaming models only)")
+    add_decoding_arguments(parser, "--asr-decoding")
     parser.add_argument("--strategy", choices=STRATEGIES, default="greedy", help="language model decoding")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=4)
@@ -99,18 +117,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
+    from duet.asr.decoding import DecodingInputError, settings_from_args
+    from duet.asr.evaluate import AsrInputError
+    from duet.asr.streaming import describe_report, streaming_latency
     from duet.pipeline import VoicePipeline
 
     decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     repetition_penalty=args.repetition_penalty)
-    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
-                                          max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size)
+    try:
+        asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
+        pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
+                                              max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
+                                              asr_decoding=asr_decoding, stream=args.stream)
+    except (AsrInputError, DecodingInputError) as e:
+        print(f"pipeline: error: {e}", file=sys.stderr)
+        return 2
     if not args.json:
-        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, SLM {args.slm_model})")
+        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {asr_decoding.describe()} decoding, "
+              f"SLM {args.slm_model})")
+        if args.stream:
+            print(f"streaming: {streaming_latency(pipeline.asr_model).describe()}")
     failures = 0
     for path in args.audio:
-        result = pipeline.run(path)
+        on_partial = None if args.json else partial_printer(path)
+        result = pipeline.run(path, on_partial=on_partial)
         result.latency_s["model_load"] = round(load_s, 3)
         if result.error is None and args.speak and result.response:
             out = args.speak if len(args.audio) == 1 else args.speak.with_name(f"{path.stem}_{args.speak.name}")
@@ -129,10 +160,25 @@ def run(args: argparse.Namespace, json_out) -> int:
         print(f"  response:   {result.response or '(none)'}")
         if result.note:
             print(f"  note:       {result.note}")
+        if result.streaming:
+            st = result.streaming
+            print(f"  streaming:  {st['partials']} partials, first after {st['first_partial_s'] * 1000:.0f} ms "
+                  f"({st['first_partial_audio_s']:.2f} s of audio); {describe_report(st)}")
         print("  latency:    " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in lat.items() if k != "model_load"))
     if not args.json:
         print(f"\npipeline: {len(args.audio)} file(s), {failures} failed")
     return 1 if failures else 0
+
+
+def partial_printer(path: Path):
+    """Print a file's partial transcripts as they arrive, each time the text grows or changes."""
+    shown = [""]
+
+    def show(partial) -> None:
+        if partial.text and partial.text != shown[0] and not partial.is_final:
+            shown[0] = partial.text
+            print(f"{path.name} partial @ {partial.audio_seconds:.2f} s: {partial.text}", flush=True)
+    return show
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@
 #      multi-GB CUDA build as a dependency of NeMo. (On a Linux box with a GPU the same pin is CUDA.)
 #   3. KenLM's lmplz/build_binary compiled from the kenlm sdist into .venv/bin (Boost from Debian).
 #   4. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
+#   5. GPT-2's own vocab.json + merges.txt (from the openai-whisper==20230124 sdist on PyPI) into
+#      .venv/share/gpt2-tokenizer, for the tests that check the template and collator on the real tokenizer.
 # Environment: PYTHON=python3.11 picks the interpreter (3.10-3.12); DUET_SKIP_APT=1 skips step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,11 +75,33 @@ build_kenlm_tools
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
   echo "setup: $VENV is up to date"
-  exit 0
+else
+  echo "setup: installing into $VENV (first time: a few minutes)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q torch==2.13.0
+  "$VENV/bin/python" -m pip install -q -e ".[dev]"
+  echo "$want_stamp" > "$STAMP"
+  echo "setup: done ($("$VENV/bin/python" -c 'import torch, nemo; print(f"torch {torch.__version__}, nemo {nemo.__version__}")' 2>/dev/null | tail -1))"
 fi
-echo "setup: installing into $VENV (first time: a few minutes)"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q torch==2.13.0
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
-echo "$want_stamp" > "$STAMP"
-echo "setup: done ($("$VENV/bin/python" -c 'import torch, nemo; print(f"torch {torch.__version__}, nemo {nemo.__version__}")' 2>/dev/null | tail -1))"
+
+# No GPT-2 weights ship on PyPI, but its tokenizer files do: openai-whisper==20230124 carries them in its
+# sdist. pip download must prepare the sdist's metadata, and its setup.py imports pkg_resources, which
+# setuptools >= 81 no longer has -- hence the build constraint.
+GPT2_TOKENIZER_DIR="$VENV/share/gpt2-tokenizer"
+fetch_gpt2_tokenizer() {
+  [ -f "$GPT2_TOKENIZER_DIR/vocab.json" ] && [ -f "$GPT2_TOKENIZER_DIR/merges.txt" ] && return 0
+  echo "setup: fetching GPT-2's vocab.json + merges.txt (openai-whisper==20230124 sdist) into $GPT2_TOKENIZER_DIR"
+  gpt2_tmp=$(mktemp -d)
+  echo "setuptools<81" > "$gpt2_tmp/build-constraints.txt"
+  if "$VENV/bin/python" -m pip download -q --no-deps --no-binary :all: --build-constraint "$gpt2_tmp/build-constraints.txt" \
+       openai-whisper==20230124 -d "$gpt2_tmp" >"$gpt2_tmp/pip.log" 2>&1 \
+     && tar -xzf "$gpt2_tmp/openai-whisper-20230124.tar.gz" -C "$gpt2_tmp" openai-whisper-20230124/whisper/assets/gpt2; then
+    mkdir -p "$GPT2_TOKENIZER_DIR.partial"
+    cp "$gpt2_tmp"/openai-whisper-20230124/whisper/assets/gpt2/{vocab.json,merges.txt} "$GPT2_TOKENIZER_DIR.partial/"
+    rm -rf "$GPT2_TOKENIZER_DIR" && mv "$GPT2_TOKENIZER_DIR.partial" "$GPT2_TOKENIZER_DIR"
+    rm -rf "$gpt2_tmp"
+  else
+    echo "setup: note: could not fetch the GPT-2 tokenizer files (log in $gpt2_tmp/pip.log); their tests will skip" >&2
+  fi
+}
+fetch_gpt2_tokenizer

@@ -11,7 +11,9 @@ NeMo's other LM strategies need packages that are not usable here: ``beam`` need
 ``pyctcdecode`` (word LM) pins ``numpy<2`` which conflicts with the rest of the environment.
 
 After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.evaluate`` (which calls
-``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``.
+``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``. Entry scripts take
+the settings as options through ``add_decoding_arguments`` / ``settings_from_args``
+(``nemo_recipes/evaluate_ctc.py --decoding``, ``tools/pipeline.py --asr-decoding``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class DecodingSettings:
         if self.strategy == "greedy":
             return "greedy"
         if self.strategy == "beam":
-            return f"beam{self.beam_size}"
+            return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "")
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
 
 
@@ -96,6 +98,41 @@ def decoding_config(model, settings: DecodingSettings):
             "ngram_lm_alpha": settings.alpha if settings.strategy == "beam_lm" else 0.0,
         })
     return cfg
+
+
+def add_decoding_arguments(parser, strategy_flag: str = "--decoding") -> None:
+    """The CTC decoding options of an entry script: ``strategy_flag`` (greedy/beam/beam_lm), ``--beam-size``,
+    ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults."""
+    d = DecodingSettings
+    group = parser.add_argument_group("CTC decoding")
+    group.add_argument(strategy_flag, dest="ctc_decoding", choices=STRATEGIES, default=d.strategy,
+                       help=f"greedy, beam search, or beam search + token n-gram LM (default: {d.strategy})")
+    group.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: {d.beam_size})")
+    group.add_argument("--lm", default=None,
+                       help="token ARPA for beam_lm (tools/train_ngram_lm.py --unit token, the model's tokenizer)")
+    group.add_argument("--alpha", type=float, default=None, help=f"LM weight, beam_lm only (default: {d.alpha:g})")
+    group.add_argument("--beta", type=float, default=None,
+                       help=f"bonus per emitted token, beam and beam_lm (default: {d.beta:g})")
+
+
+def settings_from_args(args, strategy_flag: str = "--decoding", streaming: bool = False) -> DecodingSettings:
+    """``DecodingSettings`` from the options of :func:`add_decoding_arguments`; an option the chosen strategy
+    would ignore is a ``DecodingInputError`` naming it, never silently dropped."""
+    strategy = args.ctc_decoding
+    given = {name: getattr(args, attr) for name, attr in
+             (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))}
+    used = {"greedy": (), "beam": ("--beam-size", "--beta"), "beam_lm": ("--beam-size", "--lm", "--alpha", "--beta")}
+    ignored = [name for name, value in given.items() if value is not None and name not in used[strategy]]
+    if streaming and strategy != "greedy":
+        raise DecodingInputError(f"--stream decodes greedily (NeMo's cache-aware step): "
+                                 f"drop {strategy_flag} {strategy}")
+    if ignored:
+        raise DecodingInputError(f"{', '.join(ignored)} not used by {strategy_flag} {strategy}")
+    if strategy == "beam_lm" and not args.lm:
+        raise DecodingInputError(f"{strategy_flag} beam_lm needs --lm <token ARPA> "
+                                 "(tools/train_ngram_lm.py --unit token)")
+    values = {"beam_size": args.beam_size, "ngram_lm": args.lm, "alpha": args.alpha, "beta": args.beta}
+    return DecodingSettings(strategy, **{k: v for k, v in values.items() if v is not None})
 
 
 def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> DecodingSettings:

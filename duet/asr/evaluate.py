@@ -2,6 +2,7 @@
 
 The transcription path is ours, not ``model.transcribe()``: utterances are sorted by duration so each
 batch carries little padding, the forward pass runs under ``torch.inference_mode``, and on CPU the
+convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``) and the
 Linear layers can be quantised to int8 (``quantize_linear_int8``). Everything else — features,
 encoder, greedy CTC decoding — is the model's own NeMo code.
 """
@@ -14,7 +15,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jiwer
 import numpy as np
@@ -71,6 +72,28 @@ def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     return audio
 
 
+#: Utterances per chunk of the convolution front end on CPU (:func:`set_front_end_chunking`).
+CPU_FRONT_END_CHUNK = 2
+
+
+def set_front_end_chunking(model, batch_size: int | None) -> None:
+    """Run the subsampling convolutions ``CPU_FRONT_END_CHUNK`` utterances at a time (None: the model's setting).
+
+    Uses NeMo's own ``subsampling_conv_chunking_factor`` (meant against running out of GPU memory): on
+    CPU the front end's 256-channel maps are memory-bound and run much faster in chunks that stay in
+    cache, while the encoder layers still see the whole batch (bench/asr_speed.py).
+    """
+    encoder = getattr(model, "encoder", None)
+    if not hasattr(encoder, "change_subsampling_conv_chunking_factor"):
+        return
+    if batch_size is None:
+        factor = model.cfg.encoder.get("subsampling_conv_chunking_factor", 1)
+    else:
+        # NeMo takes 1 (no chunks) or an even factor, and cuts the batch into chunks of batch // factor.
+        factor = max(1, batch_size // CPU_FRONT_END_CHUNK // 2 * 2)
+    encoder.change_subsampling_conv_chunking_factor(factor)
+
+
 def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False) -> list[str]:
     """Greedy CTC transcripts of ``paths``, in input order.
 
@@ -87,6 +110,11 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
     """
     device = next(model.parameters()).device
+    on_cpu = device.type == "cpu"
+    if on_cpu:
+        # oneDNN runs the 2-D convolutions of FastConformer's subsampling front end far faster on NHWC
+        # tensors (bench/asr_speed.py); only 4-D weights change layout, the transcripts are identical.
+        model.to(memory_format=torch.channels_last)
     order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
     texts: list[str] = [""] * len(audios)
     was_training = model.training
@@ -95,6 +123,8 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     try:
         with torch.inference_mode():
             for batch in tqdm(batches, desc="transcribe", unit="batch", disable=not progress):
+                if on_cpu:
+                    set_front_end_chunking(model, len(batch))
                 lengths = torch.tensor([len(audios[i]) for i in batch], dtype=torch.long)
                 signal = torch.zeros(len(batch), int(lengths.max()))
                 for row, i in enumerate(batch):
@@ -106,6 +136,11 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
                 for i, hyp in zip(batch, hyps):
                     texts[i] = hyp.text if hasattr(hyp, "text") else str(hyp)
     finally:
+        if on_cpu:
+            set_front_end_chunking(model, None)
+            # back to the default layout: a model that goes on to train must match its other DDP ranks
+            # (gloo broadcasts the weights of rank 0, which alone transcribes the test set before fitting)
+            model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
 
@@ -172,14 +207,22 @@ def read_manifest(path: str | Path) -> list[dict]:
     return entries
 
 
-def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True) -> Scored:
-    """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s)."""
+def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True,
+                      transcribe: Callable[[list[str]], list[str]] | None = None) -> Scored:
+    """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s).
+
+    ``transcribe`` (audio paths -> transcripts) replaces the batched :func:`transcribe_files`, e.g. with
+    ``duet.asr.streaming``'s chunk-by-chunk path.
+    """
     entries = read_manifest(manifest)
     if not entries:
         raise AsrInputError(f"manifest is empty: {manifest}")
     paths = [e["audio_filepath"] for e in entries]
     start = time.perf_counter()
-    hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress)
+    if transcribe is not None:
+        hyps = transcribe(paths)
+    else:
+        hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress)
     wall = time.perf_counter() - start
     ids = [e.get("id") or Path(p).stem for e, p in zip(entries, paths)]
     durations = [float(e["duration"]) for e in entries]

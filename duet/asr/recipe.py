@@ -131,20 +131,69 @@ def _tokenizer_proto(tokenizer_dir: str | Path) -> bytes:
     return spm.SentencePieceProcessor(model_file=str(model_file)).serialized_model_proto()
 
 
-def match_tokenizer(model, tokenizer_cfg: DictConfig) -> bool:
+def match_tokenizer(model, tokenizer_cfg: DictConfig, transfer_decoder: bool = True) -> dict | None:
     """Switch the model to the configured tokenizer when it differs from the checkpoint's one.
 
     ``change_vocabulary`` rebuilds the CTC decoder (random init) and the loss for the new vocabulary,
-    so it must run before training. Returns True when the vocabulary was changed.
+    so it must run before training. With ``transfer_decoder`` the new decoder then starts from what the
+    checkpoint's decoder knew (:func:`transfer_decoder_rows`). Returns None when nothing changed, else
+    ``{"pieces": N, "copied": C, "composed": K}`` (rows copied / built from old pieces; 0/0 without transfer).
     """
     new_proto = _tokenizer_proto(tokenizer_cfg.dir)
     current = getattr(getattr(model, "tokenizer", None), "tokenizer", None)
     if current is not None and hasattr(current, "serialized_model_proto") and current.serialized_model_proto() == new_proto:
         log.info("Checkpoint already uses the tokenizer in %s", tokenizer_cfg.dir)
-        return False
-    log.info("Tokenizer differs from the checkpoint's: switching to %s (the decoder is re-initialised)", tokenizer_cfg.dir)
+        return None
+    old_pieces = list(model.tokenizer.vocab) if transfer_decoder else None
+    old_layer = model.decoder.decoder_layers[0]
+    old_weight, old_bias = old_layer.weight.detach().clone(), old_layer.bias.detach().clone()
+    log.info("Tokenizer differs from the checkpoint's: switching to %s", tokenizer_cfg.dir)
     model.change_vocabulary(new_tokenizer_dir=str(tokenizer_cfg.dir), new_tokenizer_type=tokenizer_cfg.type)
-    return True
+    new_pieces = list(model.tokenizer.vocab)
+    if not transfer_decoder:
+        return {"pieces": len(new_pieces), "copied": 0, "composed": 0}
+    sources = decoder_row_sources(old_pieces, new_pieces)
+    new_layer = model.decoder.decoder_layers[0]
+    with torch.no_grad():
+        for new_id, old_ids in enumerate(sources):
+            if old_ids:
+                new_layer.weight[new_id] = old_weight[old_ids].mean(dim=0)
+                new_layer.bias[new_id] = old_bias[old_ids].mean()
+        new_layer.weight[-1], new_layer.bias[-1] = old_weight[-1], old_bias[-1]  # CTC blank is the last class
+    copied = len(set(new_pieces) & set(old_pieces))
+    composed = sum(bool(ids) for ids in sources) - copied
+    log.info("Decoder rows from the checkpoint: %d of %d pieces copied, %d averaged from the old pieces that spell "
+             "them, %d random", copied, len(new_pieces), composed, len(new_pieces) - copied - composed)
+    return {"pieces": len(new_pieces), "copied": copied, "composed": composed}
+
+
+def decoder_row_sources(old_pieces: list[str], new_pieces: list[str]) -> list[list[int]]:
+    """For each new piece, the old piece ids whose CTC output rows start it off (empty: keep the random row).
+
+    A piece both vocabularies share keeps its old row. Any other piece is spelled with old pieces by
+    greedy longest match (``"▁degrees"`` -> ``"▁de" "gre" "es"``) and starts as the mean of their rows,
+    so it fires roughly where the checkpoint emitted its parts. ``change_vocabulary`` alone starts
+    every row at random, which a short fine-tune on little audio does not win back.
+    """
+    old_index = {piece: i for i, piece in enumerate(old_pieces)}
+    longest = max(map(len, old_pieces), default=0)
+    sources = []
+    for piece in new_pieces:
+        if piece in old_index:
+            sources.append([old_index[piece]])
+            continue
+        ids, start = [], 0
+        while start < len(piece):
+            for end in range(min(len(piece), start + longest), start, -1):
+                if piece[start:end] in old_index:
+                    ids.append(old_index[piece[start:end]])
+                    start = end
+                    break
+            else:  # a character the old vocabulary never had: no sensible start for this row
+                ids = []
+                break
+        sources.append(ids)
+    return sources
 
 
 def _check_manifest(key: str, path) -> None:

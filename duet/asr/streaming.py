@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from duet.asr.evaluate import AsrInputError, load_audio
+from duet.asr.evaluate import AsrInputError, Scored, evaluate_manifest, load_audio
 
 
 @dataclass
@@ -62,7 +62,8 @@ def check_streaming_model(model) -> None:
 
     encoder = getattr(model, "encoder", None)
     if not isinstance(encoder, StreamingEncoder):
-        raise StreamingModelError(f"{type(model).__name__}: its encoder does not support cache-aware streaming")
+        raise StreamingModelError(f"{type(model).__name__}: its encoder does not support cache-aware streaming; "
+                                  "train a model with configs/fastconformer_small_streaming.yaml")
     cfg = model.cfg.encoder
     problems = []
     if cfg.get("att_context_style") != "chunked_limited":
@@ -248,3 +249,49 @@ def transcribe_streaming(model, audio, **kwargs) -> tuple[str, list[Partial]]:
     """Stream ``audio`` to the end; returns the final transcript and every partial (for timing reports)."""
     partials = list(stream_transcribe(model, audio, **kwargs))
     return (partials[-1].text if partials else ""), partials
+
+
+def streaming_report(model, partials: list[Partial]) -> dict:
+    """Algorithmic latency of ``model`` (look-ahead, chunk length) and the compute time per chunk (encoder +
+    decoding step, the part that bounds real-time use) over ``partials``, one per chunk."""
+    latency = streaming_latency(model)
+    ms = np.array([1000 * p.compute_seconds for p in partials]) if partials else np.zeros(1)
+    return {"lookahead_ms": latency.lookahead_ms, "chunk_ms": latency.chunk_ms,
+            "left_context_s": round(latency.left_context_frames * latency.frame_ms / 1000, 2),
+            "chunks": len(partials), "chunk_compute_ms_median": round(float(np.median(ms)), 2),
+            "chunk_compute_ms_max": round(float(ms.max()), 2)}
+
+
+def describe_report(report: dict) -> str:
+    """One line of a :func:`streaming_report`."""
+    return (f"look-ahead {report['lookahead_ms']:.0f} ms, chunk {report['chunk_ms']:.0f} ms, compute per chunk "
+            f"median {report['chunk_compute_ms_median']:.1f} ms / max {report['chunk_compute_ms_max']:.1f} ms")
+
+
+def transcribe_files_streaming(model, paths, progress: bool = False) -> tuple[list[str], list[Partial]]:
+    """Stream each file in turn (batch 1, as a live stream would run); returns the final transcripts in
+    input order and the partials of all files."""
+    from tqdm import tqdm
+
+    texts, partials = [], []
+    for path in tqdm(paths, desc="stream", unit="file", disable=not progress):
+        text, parts = transcribe_streaming(model, path)
+        texts.append(text)
+        partials += parts
+    return texts, partials
+
+
+def evaluate_manifest_streaming(model, manifest, progress: bool = True) -> Scored:
+    """``duet.asr.evaluate.evaluate_manifest`` through the streaming path; the summary gains a ``streaming``
+    entry (:func:`streaming_report` over every chunk of every file)."""
+    check_streaming_model(model)
+    partials: list[Partial] = []
+
+    def transcribe(paths):
+        texts, parts = transcribe_files_streaming(model, paths, progress=progress)
+        partials.extend(parts)
+        return texts
+
+    scored = evaluate_manifest(model, manifest, batch_size=1, progress=progress, transcribe=transcribe)
+    scored.summary["streaming"] = streaming_report(model, partials)
+    return scored

@@ -1,0 +1,341 @@
+#!/usr/bin/env python
+"""CPU speed of fastconformer_small (random weights): transcription RTFx and training throughput.
+
+Usage:
+  python bench/asr_speed.py --threads 1                  # everything, ~7 minutes at 1 thread
+  python bench/asr_speed.py --threads 1 --json bench/out/asr_speed.json
+  python bench/asr_speed.py --base experiments/my_base/my_base.nemo   # int8 WER change of another checkpoint
+  python bench/asr_speed.py --rounds 1 --train-steps 4   # quick look
+
+fastconformer_small (configs/fastconformer_small.yaml, 16 x 176) is built with random weights (speed does
+not depend on them) and a 256-piece tokenizer trained on the bundled sample's text. Side by side in one
+run, on the bundled sample (samples/LibriSpeech):
+
+1. Transcription RTFx (audio s / wall s, reading the files included) on --splits (default test-clean and
+   dev-clean: 140 utterances, 5.1 min): NeMo's ``model.transcribe(paths)`` with its defaults (batch 4,
+   file order) vs ours, ``duet.asr.evaluate.transcribe_files`` (duration-sorted batches of
+   --batch-size, torch.inference_mode, the convolution front end channels-last and two utterances at a
+   time), in fp32 and with int8 Linear layers (``quantize_linear_int8``). Each setting gets its own
+   model instance (same seed), so NeMo's never sees our changes; ours-fp32 and int8 transcripts are
+   compared with NeMo's.
+   Target: >= 2x. The figure is the median of --rounds interleaved rounds after one warm-up.
+2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path.
+3. Training throughput, audio s per wall s of forward + backward (SpecAugment on) + clipping + AdamW,
+   on train-clean, with four loaders NeMo builds from configs/ctc_base.yaml's train_ds:
+     NeMo default   fixed batches of batch_size utterances, shuffled (use_semi_sorted_batching=false)
+     ours           the config as it is (semi-sorted batches, randomization_factor)
+     sorted         ours with randomization_factor=0: the least padding NeMo's sampler gives
+     lhotse         lhotse dynamic bucketing: batch_duration = batch_size x mean utterance duration
+                    (lhotse counts the padding in it), --num-buckets buckets
+   Padding fraction = padded samples / all samples of the timed batches. Targets: >= 1.3x, <= 10 %.
+   "padding bound" is the speed-up if time were proportional to all samples, padding included.
+   --train-steps timed steps per loader after --warmup-steps, in interleaved chunks of 4 steps.
+
+The machine may be shared, so settings are interleaved and every figure is also given per CPU second
+of this process (less sensitive to other load). Data loading runs in the main process (num_workers=0):
+the run uses --threads threads and no more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+from duet import SAMPLES_DIR  # noqa: E402
+
+DEFAULT_BASE = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--splits", nargs="+", default=["test-clean", "dev-clean"], help="sample splits to transcribe")
+    p.add_argument("--batch-size", type=int, default=32, help="our transcription batch (evaluate_ctc.py's default)")
+    p.add_argument("--rounds", type=int, default=3, help="timed transcription rounds per setting")
+    p.add_argument("--base", type=Path, default=DEFAULT_BASE, help="trained checkpoint for the int8 WER change")
+    p.add_argument("--train-steps", type=int, default=24, help="timed training steps per loader")
+    p.add_argument("--warmup-steps", type=int, default=2, help="untimed training steps per loader first")
+    p.add_argument("--num-buckets", type=int, default=30, help="lhotse buckets (NeMo's default)")
+    p.add_argument("--skip-training", action="store_true", help="transcription and int8 WER only")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="also write the results here (e.g. bench/out/)")
+    return p
+
+
+@dataclass
+class Throughput:
+    """Audio, padding and time of the timed training batches of one loader."""
+
+    sample_rate: int
+    audio_samples: int = 0
+    batch_samples: int = 0  # audio + padding
+    utterances: int = 0
+    batches: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def add(self, lengths: list[int], padded_length: int, wall_s: float, cpu_s: float) -> None:
+        self.audio_samples += sum(lengths)
+        self.batch_samples += padded_length * len(lengths)
+        self.utterances += len(lengths)
+        self.batches += 1
+        self.wall_s += wall_s
+        self.cpu_s += cpu_s
+
+    @property
+    def audio_s(self) -> float:
+        return self.audio_samples / self.sample_rate
+
+    @property
+    def padding_fraction(self) -> float:
+        return 1.0 - self.audio_samples / self.batch_samples
+
+    @property
+    def audio_s_per_wall_s(self) -> float:
+        return self.audio_s / self.wall_s
+
+    def summary(self) -> dict:
+        return {**asdict(self), "audio_s_per_wall_s": self.audio_s_per_wall_s,
+                "audio_s_per_cpu_s": self.audio_s / self.cpu_s, "padding_fraction": self.padding_fraction,
+                "utterances_per_batch": self.utterances / self.batches}
+
+
+def timed(fn):
+    """``fn()``'s result, wall seconds and CPU seconds of this process."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def sample_data(out: Path, splits: list[str]) -> tuple[dict[str, Path], Path]:
+    """Manifests of train-clean, test-clean and ``splits`` and a 256-piece BPE tokenizer on train-clean."""
+    from duet.io import write_jsonl_atomic
+    from duet.manifest import build_split_manifest
+    from duet.tokenizer import manifest_texts, train_tokenizer
+
+    manifests = {}
+    for split in sorted({"train-clean", "test-clean", *splits}):
+        manifests[split] = out / f"{split}.json"
+        write_jsonl_atomic(manifests[split], build_split_manifest(SAMPLES_DIR / "LibriSpeech" / split).entries)
+    tokenizer = train_tokenizer(manifest_texts([manifests["train-clean"]]), out / "spe_bpe_v256", vocab_size=256)
+    return manifests, tokenizer
+
+
+def compose_small_config(tokenizer: Path, train_manifest: Path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
+        cfg = compose("fastconformer_small", [f"model.tokenizer.dir={tokenizer}",
+                                              f"model.train_ds.manifest_filepath={train_manifest}",
+                                              "model.validation_ds.manifest_filepath=null"])
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def build_model(cfg, seed: int):
+    """fastconformer_small with random weights, no data attached; the same ``seed`` gives the same weights."""
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+
+    torch.manual_seed(seed)
+    return EncDecCTCModelBPE(cfg.model)
+
+
+def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
+    from duet.asr import evaluate
+
+    def nemo_texts(model):
+        return [h.text if hasattr(h, "text") else h for h in model.transcribe(paths)]
+
+    int8 = evaluate.quantize_linear_int8(build_model(cfg, args.seed).eval())
+    settings = {
+        "nemo": (build_model(cfg, args.seed).eval(), nemo_texts),
+        "ours_fp32": (build_model(cfg, args.seed), lambda m: evaluate.transcribe_files(m, paths, args.batch_size)),
+        "ours_int8": (int8, lambda m: evaluate.transcribe_files(m, paths, args.batch_size)),
+    }
+    texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
+    for name, (model, run) in settings.items():  # warm-up: allocator, oneDNN kernels, layouts
+        texts[name] = run(model)
+    for r in range(args.rounds):
+        for name, (model, run) in settings.items():
+            _, wall, cpu = timed(lambda: run(model))
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+            print(f"  round {r + 1}/{args.rounds} {name}: RTFx {audio_s / wall:.1f} (wall)", flush=True)
+    result = {}
+    for name in settings:
+        wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+        result[name] = {"rtfx_wall": audio_s / wall, "rtfx_cpu": audio_s / cpu, "walls": walls[name],
+                        "differ_from_nemo": sum(a != b for a, b in zip(texts[name], texts["nemo"]))}
+    return result
+
+
+def int8_wer(base: Path, manifest: Path, batch_size: int) -> dict:
+    from duet.asr import evaluate
+
+    wers = {}
+    for name in ("fp32", "int8"):
+        model = evaluate.load_asr_model(base, device="cpu")
+        if name == "int8":
+            evaluate.quantize_linear_int8(model)
+        wers[name] = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary["wer"]
+    return wers
+
+
+def training_loaders(model, cfg, num_buckets: int) -> dict:
+    """NeMo's training loader for each setting: a change to the config's train_ds, loading in the main process."""
+    from omegaconf import OmegaConf
+
+    from duet.asr.evaluate import read_manifest
+
+    train_ds = cfg.model.train_ds
+    mean_duration = statistics.mean(float(e["duration"]) for e in read_manifest(train_ds.manifest_filepath))
+    changes = {
+        "nemo_default": {"use_semi_sorted_batching": False},
+        "ours": {},
+        "sorted": {"randomization_factor": 0.0},
+        "lhotse": {"use_lhotse": True, "use_bucketing": True, "num_buckets": num_buckets,
+                   "batch_duration": round(train_ds.batch_size * mean_duration, 1)},
+    }
+    loaders = {}
+    for name, change in changes.items():
+        # a detached copy each: NeMo's semi-sorted sampler writes into the config it is given
+        ds = OmegaConf.create({**OmegaConf.to_container(train_ds), "num_workers": 0, "pin_memory": False, **change})
+        model.setup_training_data(ds)
+        loaders[name] = (endless(model._train_dl), change)
+    return loaders
+
+
+def endless(loader):
+    while True:
+        yield from loader
+
+
+def training_throughputs(cfg, args) -> dict:
+    model = build_model(cfg, args.seed).train()
+    loaders = training_loaders(model, cfg, args.num_buckets)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(batches):
+        signal, signal_len, tokens, tokens_len = next(batches)
+        log_probs, encoded_len, _ = model.forward(input_signal=signal, input_signal_length=signal_len)
+        loss = model.loss(log_probs=log_probs, targets=tokens, input_lengths=encoded_len, target_lengths=tokens_len)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return signal_len.tolist(), signal.shape[1]
+
+    stats = {name: Throughput(int(cfg.model.sample_rate)) for name in loaders}
+    for batches, _ in loaders.values():
+        for _ in range(args.warmup_steps):
+            step(batches)
+    chunk = 4
+    for start in range(0, args.train_steps, chunk):
+        for name, (batches, _) in loaders.items():
+            for _ in range(min(chunk, args.train_steps - start)):
+                (lengths, padded), wall, cpu = timed(lambda: step(batches))
+                stats[name].add(lengths, padded, wall, cpu)
+        done = ", ".join(f"{name} {s.audio_s_per_wall_s:.2f}" for name, s in stats.items())
+        steps = min(start + chunk, args.train_steps)
+        print(f"  {steps}/{args.train_steps} steps, audio s / wall s: {done}", flush=True)
+    return {name: {**stats[name].summary(), "change": change} for name, (_, change) in loaders.items()}
+
+
+def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int, audio_s: float) -> None:
+    nemo = trans["nemo"]
+    print(f"\nTranscription, {n_files} files ({audio_s / 60:.1f} min), median of {args.rounds} rounds:\n")
+    print("| setting | batching | RTFx (wall) | RTFx (CPU) | speed-up wall / CPU | transcripts != NeMo |")
+    print("|---|---|---:|---:|---:|---:|")
+    rows = [("NeMo `model.transcribe(paths)`", "4, file order", "nemo"),
+            ("ours fp32", f"{args.batch_size}, duration-sorted", "ours_fp32"),
+            ("ours int8 Linear", f"{args.batch_size}, duration-sorted", "ours_int8")]
+    for label, batching, key in rows:
+        r = trans[key]
+        differ = "-" if key == "nemo" else f"{r['differ_from_nemo']}/{n_files}"
+        print(f"| {label} | {batching} | {r['rtfx_wall']:.1f} | {r['rtfx_cpu']:.1f} | "
+              f"{r['rtfx_wall'] / nemo['rtfx_wall']:.2f}x / {r['rtfx_cpu'] / nemo['rtfx_cpu']:.2f}x | {differ} |")
+    print(f"\nint8 on `{args.base.name}`, test-clean: WER {100 * wers['fp32']:.2f} % fp32 -> "
+          f"{100 * wers['int8']:.2f} % int8 ({100 * (wers['int8'] - wers['fp32']):+.2f} points)")
+    if train is None:
+        return
+    base = train["nemo_default"]
+    print(f"\nTraining (forward + backward + AdamW), train-clean, {args.train_steps} timed steps per loader:\n")
+    print("| loader | change to ctc_base.yaml | utts/batch | padding | audio s / wall s | audio s / CPU s "
+          "| speed-up wall / CPU | padding bound |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    labels = {"nemo_default": "NeMo default (fixed 16, shuffled)", "ours": "ours (ctc_base.yaml: semi-sorted)",
+              "sorted": "semi-sorted, no randomisation", "lhotse": "lhotse dynamic bucketing"}
+    for key, label in labels.items():
+        r = train[key]
+        change = ", ".join(f"`{k}={v}`" for k, v in r["change"].items()) or "none"
+        bound = (1 - r["padding_fraction"]) / (1 - base["padding_fraction"])
+        print(f"| {label} | {change} | {r['utterances_per_batch']:.1f} | {100 * r['padding_fraction']:.1f} % | "
+              f"{r['audio_s_per_wall_s']:.2f} | {r['audio_s_per_cpu_s']:.2f} | "
+              f"{r['audio_s_per_wall_s'] / base['audio_s_per_wall_s']:.2f}x / "
+              f"{r['audio_s_per_cpu_s'] / base['audio_s_per_cpu_s']:.2f}x | {bound:.2f}x |")
+
+
+def main(argv=None) -> int:
+    args = get_parser().parse_args(argv)
+    if not args.base.is_file():
+        sys.exit(f"asr_speed: --base: file not found: {args.base}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import logging
+
+    from lightning.pytorch import seed_everything
+    from nemo.utils import logging as nemo_logging
+
+    from duet.asr.evaluate import read_manifest
+
+    nemo_logging.setLevel(logging.ERROR)
+    seed_everything(args.seed, verbose=False)
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests, tokenizer = sample_data(Path(tmp), args.splits)
+        cfg = compose_small_config(tokenizer, manifests["train-clean"])
+        entries = [e for split in args.splits for e in read_manifest(manifests[split])]
+        paths = [e["audio_filepath"] for e in entries]
+        audio_s = sum(float(e["duration"]) for e in entries)
+        n_params = sum(p.numel() for p in build_model(cfg, args.seed).parameters())
+        print(f"fastconformer_small, {n_params / 1e6:.1f} M parameters, random weights, CPU, "
+              f"{torch.get_num_threads()} thread(s)", flush=True)
+        print(f"transcription: {len(paths)} files of {', '.join(args.splits)}, {audio_s:.0f} s ...", flush=True)
+        trans = transcription_speeds(cfg, paths, audio_s, args)
+        print(f"int8 WER change: {args.base} on test-clean ...", flush=True)
+        wers = int8_wer(args.base, manifests["test-clean"], args.batch_size)
+        train = None
+        if not args.skip_training:
+            print(f"training: {args.warmup_steps} warm-up + {args.train_steps} timed steps per loader ...", flush=True)
+            train = training_throughputs(cfg, args)
+    print_tables(trans, wers, train, args, len(paths), audio_s)
+    result = {"parameters": n_params, "threads": torch.get_num_threads(),
+              "args": {k: str(v) for k, v in vars(args).items()}, "files": len(paths), "audio_s": audio_s,
+              "transcription": trans, "int8_wer": wers, "training": train, "seconds": time.time() - started}
+    if args.json:
+        from duet.io import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
+    speedup = trans["ours_int8"]["rtfx_wall"] / trans["nemo"]["rtfx_wall"]
+    line = f"done in {result['seconds'] / 60:.1f} min: transcription {speedup:.2f}x NeMo's (int8, wall; target 2x)"
+    if train:
+        ours = train["ours"]
+        line += (f", training {ours['audio_s_per_wall_s'] / train['nemo_default']['audio_s_per_wall_s']:.2f}x "
+                 f"(target 1.3x) with {100 * ours['padding_fraction']:.1f} % padding (target <= 10 %)")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Pure helpers of bench/asr_speed.py (timings are never asserted)."""
+
+import importlib.util
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(repo_root):
+    spec = importlib.util.spec_from_file_location("asr_speed", repo_root / "bench" / "asr_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_throughput_counts_padding_over_all_batch_samples(bench):
+    stats = bench.Throughput(sample_rate=4)
+    stats.add([8, 4], padded_length=8, wall_s=1.0, cpu_s=0.5)  # 4 of 16 samples are padding
+    stats.add([6, 6, 6], padded_length=6, wall_s=2.0, cpu_s=1.0)  # none of 18
+    assert stats.audio_s == pytest.approx(30 / 4)
+    assert stats.padding_fraction == pytest.approx(4 / 34)
+    summary = stats.summary()
+    assert summary["audio_s_per_wall_s"] == pytest.approx(7.5 / 3.0)
+    assert summary["audio_s_per_cpu_s"] == pytest.approx(7.5 / 1.5)
+    assert summary["utterances_per_batch"] == pytest.approx(2.5)
