@@ -136,7 +136,7 @@ def match_tokenizer(model, tokenizer_cfg: DictConfig, transfer_decoder: bool = T
 
     ``change_vocabulary`` rebuilds the CTC decoder (random init) and the loss for the new vocabulary,
     so it must run before training. With ``transfer_decoder`` the new decoder then starts from what the
-    checkpoint's decoder knew (:func:`transfer_decoder_rows`). Returns None when nothing changed, else
+    checkpoint's decoder knew (:func:`decoder_row_sources`). Returns None when nothing changed, else
     ``{"pieces": N, "copied": C, "composed": K}`` (rows copied / built from old pieces; 0/0 without transfer).
     """
     new_proto = _tokenizer_proto(tokenizer_cfg.dir)
