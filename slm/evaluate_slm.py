@@ -6,7 +6,8 @@ Usage:
     python slm/evaluate_slm.py exp/slm_tiny --num-generate 50 --bertscore none --out /tmp/eval
 
 Without --data the rows are the test split (answered greedily) and validation split (losses) rebuilt
-from the finetune_config.yaml saved in the folder. Writes generations_eval.jsonl (prompt / reference /
+from the finetune_config.yaml saved in the folder; the on-topic shares cover the spoken assistant
+requests among the answered rows. Writes generations_eval.jsonl (prompt / reference /
 generation), eval_summary.json (every number with the scorer that produced it) and the charts
 bleu_n.png and bleu_vs_rouge.png into --out (default MODEL_DIR/eval).
 """
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from slm.ablate import load_splits_for
     from slm.data import load_alpaca
-    from slm.evaluation import bertscore_text, evaluate_model, write_report
+    from slm.evaluation import assistant_text, bertscore_text, evaluate_model, write_report
     from slm.generate import load_model
 
     try:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     write_report(out_dir, {"eval": summary}, {"eval": records})
     print(f"evaluated {len(rows)} rows: masked loss {summary['masked_loss']:.3f} (ppl {summary['perplexity']:.2f}), "
           f"unmasked loss {summary['unmasked_loss']:.3f}, BLEU-4 {summary['bleu4']:.1f}, ROUGE-L {summary['rougeL']:.1f}, "
-          f"{bertscore_text(summary)}; wrote {out_dir}/eval_summary.json")
+          f"{bertscore_text(summary)}; {assistant_text(summary)}; wrote {out_dir}/eval_summary.json")
     return 0
 
 

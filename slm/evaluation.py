@@ -17,7 +17,7 @@ from typing import Sequence
 from duet.io import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, tokenize_example
 from slm.generate import generate_responses
-from slm.metrics import assistant_scores, dataset_losses, text_metrics
+from slm.metrics import ASSISTANT_SCORER, assistant_scores, dataset_losses, text_metrics
 
 BLEU_KEYS = ("bleu1", "bleu2", "bleu3", "bleu4")
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
@@ -36,6 +36,7 @@ def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows:
     references = [row["output"] for row in generation_rows]
     scores = {**text_metrics(answers, references, bertscore_model=bertscore_model),
               **assistant_scores(generation_rows, answers)}
+    scores["scorers"]["assistant"] = ASSISTANT_SCORER
     log(f"  greedy answers to {len(answers)} rows: BLEU-4 {scores['bleu4']:.2f}, ROUGE-L {scores['rougeL']:.2f}, "
         f"{bertscore_text(scores)} ({time.time() - started:.0f} s)")
     log(f"  {assistant_text(scores)}")
@@ -56,6 +57,8 @@ def bertscore_text(summary: dict) -> str:
 
 def assistant_text(summary: dict) -> str:
     """One line with the on-topic shares of ``slm.metrics.assistant_scores``."""
+    if not summary["assistant_rows"]:
+        return "no spoken assistant requests among the answered rows"
     return (f"spoken assistant requests ({summary['assistant_rows']}): right kind {summary['assistant_kind']:.0f} %, "
             f"all slot words {summary['assistant_slots']:.0f} %, both (on topic) {summary['assistant_on_topic']:.0f} %, "
             f"exact {summary['assistant_exact']:.0f} %")

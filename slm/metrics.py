@@ -200,6 +200,10 @@ def slot_words(instruction: str, reference: str) -> list[str]:
     return slots
 
 
+ASSISTANT_SCORER = ("slm.metrics.assistant_scores on the spoken assistant requests among the answered (test) rows: "
+                    "share with the reference's first two words, with all its slot words, with both, exact")
+
+
 def assistant_scores(rows: Sequence[dict], answers: Sequence[str]) -> dict:
     """On-topic shares (0-100) of the answers to the spoken assistant requests among ``rows``.
 

@@ -59,6 +59,7 @@ def test_short_training_run_lowers_validation_loss(tmp_path):
     assert metrics["train_steps"] == 60
     assert metrics["after"]["masked_loss"] < metrics["before"]["masked_loss"] - 1.0
     assert metrics["after"]["unmasked_loss"] < metrics["before"]["unmasked_loss"] - 1.0
+    assert {"assistant_rows", "assistant_kind", "assistant_slots", "assistant_on_topic"} <= set(metrics["after"])
     history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history if "eval_loss" in h] == [30, 60]
     for name in ("model.safetensors", "config.json", "tokenizer.json", "finetune_config.yaml", "finetune.log",
