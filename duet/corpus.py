@@ -38,7 +38,7 @@ from duet.tts import Speaker, speaker_catalogue, synthesize
 
 SAMPLE_SPLITS = ("train-clean", "dev-clean", "test-clean")
 #: Seed-stream offsets so each split's sentences are independent of the other splits' sizes.
-_STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "hours-train": 4}
+_STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "hours-train": 4, "lm-text": 6}
 SAMPLE_MAX_WORDS = 8
 # The bundled samples/LibriSpeech was made with these (tools/make_sample_corpus.py defaults).
 SAMPLE_SEED = 0
@@ -100,6 +100,22 @@ def sample_sentences(seed: int, counts: dict[str, int], max_words: int = SAMPLE_
                                            max_words=max_words)
         taken += [s.text for s in chosen[split]]
     return chosen
+
+
+def held_out_texts(seed: int = SAMPLE_SEED, counts: dict[str, int] | None = None) -> list[str]:
+    """The sample's dev-clean and test-clean sentences: never in any training text made here."""
+    sample = sample_sentences(seed, counts or SAMPLE_COUNTS)
+    return [s.text for split in ("dev-clean", "test-clean") for s in sample[split]]
+
+
+def lm_text(n: int, seed: int = SAMPLE_SEED) -> list[str]:
+    """``n`` sentences from the corpus's own text generator for an in-domain n-gram LM.
+
+    The analogue of LibriSpeech's LM corpus (book text of the same kind as the transcripts, none of the
+    test books): the same templates and word lists as the speech, its own seed stream, and none of the
+    sample's dev/test sentences.
+    """
+    return [s.text for s in generate_sentences(n, seed=_stream_seed(seed, "lm-text"), exclude=held_out_texts(seed))]
 
 
 def bundled_sample_kinds(split: str) -> dict[str, str]:
@@ -223,8 +239,7 @@ def build_hours(out: Path, hours: float, seed: int, sample_counts: dict[str, int
     """About ``hours`` of training audio from training-pool speakers, plus a small held-out dev split."""
     start = time.time()
     roles = speakers_by_role(skip_engines)
-    sample = sample_sentences(seed, sample_counts)
-    excluded = [s.text for split in ("dev-clean", "test-clean") for s in sample[split]]
+    excluded = held_out_texts(seed, sample_counts)
     dev_sentences = generate_sentences(dev_utts, seed=_stream_seed(seed, "hours-dev"), exclude=excluded,
                                        max_words=max_words)
     dev_plan = assign("dev-clean", dev_sentences, roles["pool-dev"], per_chapter=HOURS_UTTS_PER_CHAPTER)

@@ -87,14 +87,39 @@ def slm_summary(metrics_json: Path) -> str:
             f"BLEU-4 {before['bleu4']:.1f} -> {after['bleu4']:.1f}, ROUGE-L {before['rougeL']:.1f} -> {after['rougeL']:.1f}")
 
 
+def reference_answers(split: str = "test-clean") -> dict[str, str]:
+    """{request text: the answer the Alpaca sample's generator gives it} for the bundled sample's requests
+    whose template has a computed answer (``slm.make_alpaca_sample.CORPUS_ANSWERS``)."""
+    from duet.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
+    from slm.make_alpaca_sample import CORPUS_ANSWERS
+
+    return {s.text: CORPUS_ANSWERS[s.template](s.slots) for s in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS)[split]
+            if s.template in CORPUS_ANSWERS}
+
+
+def answer_scores(answers: list[dict], texts: dict[str, str]) -> dict:
+    """``slm.metrics.assistant_scores`` of the pipeline's responses against the reference answers of what
+    was actually said (``texts``: file -> spoken text), over the requests that have a reference answer."""
+    from slm.metrics import assistant_scores
+
+    references = reference_answers()
+    scored = [(texts[a["file"]], a["response"] or "") for a in answers if texts[a["file"]] in references]
+    rows = [{"instruction": text, "input": "", "output": references[text]} for text, _ in scored]
+    return assistant_scores(rows, [response for _, response in scored])
+
+
 def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, examples: int = 3) -> str:
-    """Transcript WER of the pipeline's answers against the requests manifest's texts, plus examples."""
+    """Transcript WER of the pipeline's answers against the requests manifest's texts, how well the answers
+    fit the requests (:func:`answer_scores`), plus examples."""
     references = {e["audio_filepath"]: e["text"] for e in read_jsonl(requests_manifest)}
     rows = read_jsonl(answers_jsonl)
     ok = [r for r in rows if not r.get("error")]
     refs = [references[r["file"]] for r in ok]
     wer = jiwer.wer(refs, [r["transcript"] or "" for r in ok]) if ok else float("nan")
-    lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%"]
+    scores = answer_scores(ok, references)
+    lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%",
+             f"    answers to the {scores['assistant_rows']} with a reference answer: right kind "
+             f"{scores['assistant_kind']:.0f}%, on topic (all slot words) {scores['assistant_on_topic']:.0f}%"]
     for r in ok[:examples]:
         lines.append(f"    heard {r['transcript']!r} -> {r['response']!r}")
     return "\n".join(lines)

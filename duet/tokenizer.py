@@ -2,12 +2,14 @@
 
 Training is NeMo's own ``create_spt_model`` (the routine behind NeMo's
 ``process_asr_text_tokenizer.py``), so the folder has exactly NeMo's layout: ``tokenizer.model``,
-``tokenizer.vocab`` and ``vocab.txt`` (plus SentencePiece's ``train.log``), loadable with ``model.tokenizer.dir=<folder>`` and
-``model.tokenizer.type=bpe``.
+``tokenizer.vocab`` and ``vocab.txt`` (plus SentencePiece's ``train.log`` and our ``source.json``),
+loadable with ``model.tokenizer.dir=<folder>`` and ``model.tokenizer.type=bpe``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -47,11 +49,32 @@ def manifest_texts(manifest_paths: list[str | os.PathLike]) -> list[str]:
     return texts
 
 
+#: Written beside the tokenizer: what it was trained on, so a rerun can tell whether it is still current.
+SOURCE_FILE = "source.json"
+
+
+def training_source(texts: list[str], vocab_size: int, tokenizer_type: str) -> dict:
+    digest = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
+    return {"type": tokenizer_type, "vocab_size": vocab_size, "lines": len(texts), "text_sha256": digest}
+
+
+def is_current(out_dir: str | os.PathLike, texts: list[str], vocab_size: int, tokenizer_type: str = "bpe") -> bool:
+    """True when ``out_dir`` holds a tokenizer trained with these settings on exactly these texts."""
+    source = Path(out_dir) / SOURCE_FILE
+    if not (Path(out_dir) / "tokenizer.model").is_file() or not source.is_file():
+        return False
+    try:
+        return json.loads(source.read_text()) == training_source(texts, vocab_size, tokenizer_type)
+    except ValueError:  # a damaged source.json: retrain
+        return False
+
+
 def train_tokenizer(texts: list[str], out_dir: str | os.PathLike, vocab_size: int,
                     tokenizer_type: str = "bpe") -> Path:
     """Train a SentencePiece model on ``texts`` into ``out_dir`` (created atomically); returns it.
 
     Raises :class:`VocabularyTooLarge` when the text supports fewer than ``vocab_size`` pieces.
+    The folder also gets ``source.json`` (settings and a hash of the text) for :func:`is_current`.
     """
     # Imported here: pulling in NeMo costs ~15 s, which --help and argument errors should not pay.
     from nemo.collections.common.tokenizers.sentencepiece_tokenizer import create_spt_model
@@ -80,6 +103,7 @@ def train_tokenizer(texts: list[str], out_dir: str | os.PathLike, vocab_size: in
         if actual < vocab_size:
             raise VocabularyTooLarge(vocab_size, actual)
         text_file.unlink()
+        (model_dir / SOURCE_FILE).write_text(json.dumps(training_source(texts, vocab_size, tokenizer_type)) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
         model_dir.rename(out_dir)

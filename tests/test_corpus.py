@@ -255,3 +255,17 @@ def test_committed_sample_is_what_the_generator_plans():
                      for trans in (root / split).rglob("*.trans.txt")
                      for line in trans.read_text(encoding="utf-8").splitlines()}
         assert committed == set(bundled_sample_kinds(split)), split
+
+
+def test_lm_text_never_holds_a_held_out_sentence(tmp_path, python):
+    held_out = set(corpus.held_out_texts())
+    assert len(held_out) == corpus.SAMPLE_COUNTS["dev-clean"] + corpus.SAMPLE_COUNTS["test-clean"]
+    # enough sentences that, without the exclusion, some of the 140 held-out ones would be drawn again
+    texts = corpus.lm_text(20_000)
+    assert len(set(texts)) == 20_000 and not held_out & set(texts)
+    assert corpus.lm_text(50) == texts[:50]  # deterministic, and a prefix of a longer run
+    out = tmp_path / "lm.txt"
+    result = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--sentences", "300", "--out", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().splitlines() == corpus.lm_text(300)

@@ -22,7 +22,8 @@ def bpe_dir(tmp_path_factory) -> Path:
 
 
 def test_nemo_layout_and_exact_size(bpe_dir):
-    assert sorted(p.name for p in bpe_dir.iterdir()) == ["tokenizer.model", "tokenizer.vocab", "train.log", "vocab.txt"]
+    assert sorted(p.name for p in bpe_dir.iterdir()) == ["source.json", "tokenizer.model", "tokenizer.vocab", "train.log",
+                                                       "vocab.txt"]
     sp = spm.SentencePieceProcessor(model_file=str(bpe_dir / "tokenizer.model"))
     assert sp.get_piece_size() == 64
 
@@ -79,6 +80,13 @@ def test_cli_default_folder_name_and_rerun(tmp_path, python, repo_root):
     assert (tmp_path / "tokenizers" / "spe_bpe_v40" / "vocab.txt").is_file()
     second = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=300)
     assert "skipped" in second.stdout
+    # changed training text, same settings: retrained, not skipped
+    manifest.write_text("".join(json.dumps({"audio_filepath": "/x.flac", "duration": 1.0, "text": t.upper()}) + "\n"
+                                for t in TEXTS))
+    third = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0 and "skipped" not in third.stdout, third.stdout + third.stderr
+    vocab = (tmp_path / "tokenizers" / "spe_bpe_v40" / "vocab.txt").read_text()
+    assert vocab.upper() == vocab  # trained on the new (upper-case) text
     missing = subprocess.run(cmd[:2] + ["--manifests", str(tmp_path / "nope.json")], cwd=repo_root,
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and "nope.json not found" in missing.stderr

@@ -12,7 +12,8 @@ Stages, each one of the toolkit's own entry scripts run as a user would (the com
   tokenizer  a new 256-piece BPE tokenizer trained on the sample's training text
   asr        fine-tune the bundled base checkpoint (samples/checkpoints/) with that tokenizer;
              WER on the held-out test-clean voices before -> after
-  lm         a token 6-gram LM (KenLM) on the training transcripts, for beam search in the pipeline
+  lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence)
+  lm         a token 6-gram LM (KenLM) on that text, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
   pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances
 Outputs go to manifests/, tokenizers/ and experiments/ (all git-ignored). Ends with a summary table.
@@ -37,6 +38,8 @@ BASE_CHECKPOINT = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 ASR_EPOCHS = 12  # ~33 steps each on the 520 training utterances: ~6-8 minutes on 2 cores
 ASR_LR = 5e-4  # the report's fine-tuning lr; the new tokenizer's decoder starts from the checkpoint's rows
 LM_ORDER = 6
+# In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the 6-gram in ~20 s
+LM_SENTENCES = 100_000
 # LM weight and per-token bonus for the pipeline's beam search, chosen on dev-clean by bench/decoding_ab.py
 LM_ALPHA, LM_BETA = 0.8, 3.0
 EXP = REPO_ROOT / "experiments"
@@ -53,7 +56,8 @@ def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
     asr_dir, slm_dir = EXP / "demo_asr", EXP / "demo_slm"
-    lm = EXP / "demo_lm" / f"train-clean_token{LM_ORDER}.arpa"
+    lm_text = EXP / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"
+    lm = EXP / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_ORDER}.arpa"
     answers, requests = EXP / "demo_pipeline" / "answers.jsonl", EXP / "demo_pipeline" / "requests.json"
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
@@ -71,10 +75,13 @@ def stages() -> list[Stage]:
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, tokenizer_dir, *MANIFESTS.values()],
               outputs=[asr_dir / "demo_asr.nemo", asr_dir / "finetune_summary.json"]),
+        Stage("lmtext", [py, "tools/make_lm_text.py", "--sentences", str(LM_SENTENCES), "--out", str(lm_text)],
+              lambda: f"{lm_text.relative_to(REPO_ROOT)} ({LM_SENTENCES} sentences)",
+              inputs=[REPO_ROOT / "duet" / "corpus_text.py"], outputs=[lm_text]),
         Stage("lm", [py, "tools/train_ngram_lm.py", "--unit", "token", "--tokenizer", str(tokenizer_dir),
-                     "--order", str(LM_ORDER), "--text", str(MANIFESTS["train-clean"]), "--out", str(lm)],
+                     "--order", str(LM_ORDER), "--text", str(lm_text), "--out", str(lm)],
               lambda: f"{lm.relative_to(REPO_ROOT)} ({lm.stat().st_size // 1024} KB)",
-              inputs=[tokenizer_dir, MANIFESTS["train-clean"]], outputs=[lm]),
+              inputs=[tokenizer_dir, lm_text], outputs=[lm]),
         Stage("slm", [py, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={slm_dir}"],
               lambda: slm_summary(slm_dir / "metrics.json"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],

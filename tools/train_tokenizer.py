@@ -11,8 +11,8 @@ Usage:
 
 Use it in a recipe with model.tokenizer.dir=tokenizers/spe_bpe_v1024 model.tokenizer.type=bpe.
 Only train on training text, never on the test split. A vocabulary too large for the text is an
-error that names the largest size that fits. An existing folder with the same name is kept unless
---force is given (the name carries the settings, so same name = same settings).
+error that names the largest size that fits. A folder already trained with the same settings on the
+same text (its source.json records both) is kept unless --force is given; different text retrains it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT
-from duet.tokenizer import TOKENIZER_TYPES, manifest_texts, tokenizer_dir_name, train_tokenizer
+from duet.tokenizer import TOKENIZER_TYPES, is_current, manifest_texts, tokenizer_dir_name, train_tokenizer
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -35,16 +35,13 @@ def get_parser() -> argparse.ArgumentParser:
                         help="SentencePiece model type (default: bpe)")
     parser.add_argument("--out-root", type=Path, default=REPO_ROOT / "tokenizers",
                         help="the tokenizer goes to <out-root>/spe_<type>_v<size>/")
-    parser.add_argument("--force", action="store_true", help="retrain even if the folder exists")
+    parser.add_argument("--force", action="store_true", help="retrain even if the folder is up to date")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     out_dir = args.out_root / tokenizer_dir_name(args.tokenizer_type, args.vocab_size)
-    if (out_dir / "tokenizer.model").exists() and not args.force:
-        print(f"{out_dir} exists (same type and size), skipped; --force retrains")
-        return 0
     for path in args.manifests:
         if not path.is_file():
             print(f"error: manifest {path} not found (build it with python tools/make_manifest.py)", file=sys.stderr)
@@ -52,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     try:
         texts = manifest_texts(args.manifests)
+        if not args.force and is_current(out_dir, texts, args.vocab_size, args.tokenizer_type):
+            print(f"{out_dir} is up to date (same settings, same text), skipped; --force retrains")
+            return 0
         train_tokenizer(texts, out_dir, args.vocab_size, args.tokenizer_type)
     except ValueError as e:  # includes VocabularyTooLarge
         print(f"error: {e}", file=sys.stderr)
