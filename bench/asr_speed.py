@@ -290,6 +290,12 @@ def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     if not args.base.is_file():
         sys.exit(f"asr_speed: --base: file not found: {args.base}")
+    for flag, value in (("--rounds", args.rounds), ("--train-steps", args.train_steps)):
+        if value < 1:
+            sys.exit(f"asr_speed: {flag} must be at least 1, got {value}")
+    for split in args.splits:
+        if not (SAMPLES_DIR / "LibriSpeech" / split).is_dir():
+            sys.exit(f"asr_speed: --splits: no sample split {split!r} in {SAMPLES_DIR / 'LibriSpeech'}")
     if args.threads:
         torch.set_num_threads(args.threads)
     import logging

@@ -119,7 +119,7 @@ def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, examples: int
     scores = answer_scores(ok, references)
     lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%",
              f"    answers to the {scores['assistant_rows']} with a reference answer: right kind "
-             f"{scores['assistant_kind']:.0f}%, on topic (all slot words) {scores['assistant_on_topic']:.0f}%"]
+             f"{scores['assistant_kind']:.0f}%, on topic (right kind + all slot words) {scores['assistant_on_topic']:.0f}%"]
     for r in ok[:examples]:
         lines.append(f"    heard {r['transcript']!r} -> {r['response']!r}")
     return "\n".join(lines)

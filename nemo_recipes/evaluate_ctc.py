@@ -47,7 +47,7 @@ def get_parser() -> argparse.ArgumentParser:
     source.add_argument("--audio", nargs="+", type=Path, help="audio files to transcribe (no scoring)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where results go (default: beside the manifest's name under results/)")
     parser.add_argument("--prefix", default="eval", help="output file prefix (default: eval)")
-    parser.add_argument("--batch-size", type=int, default=32, help="utterances per batch (default: 32)")
+    parser.add_argument("--batch-size", type=int, default=None, help="utterances per batch (default: 32; not with --stream)")
     parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     try:
         settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
+        streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32)})
         model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
         if args.stream:
             streaming.check_streaming_model(model)

@@ -25,3 +25,12 @@ def test_throughput_counts_padding_over_all_batch_samples(bench):
     assert summary["audio_s_per_wall_s"] == pytest.approx(7.5 / 3.0)
     assert summary["audio_s_per_cpu_s"] == pytest.approx(7.5 / 1.5)
     assert summary["utterances_per_batch"] == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("option", [["--rounds", "0"], ["--train-steps", "0"], ["--splits", "test_clean"]])
+def test_bad_options_are_one_line_errors(option, python, repo_root):
+    import subprocess
+
+    result = subprocess.run([python, "bench/asr_speed.py", *option], cwd=repo_root, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode != 0 and option[0] in result.stderr and "Traceback" not in result.stderr

@@ -232,6 +232,13 @@ def test_cli_stream_json_has_partial_count_first_partial_and_chunk_compute(cli, 
     assert result["asr_decoding"] == "greedy" and result["transcript"]
 
 
+def test_cli_stream_refuses_batch_options_it_would_ignore(cli, fake_slm, tiny_streaming_nemo, speech_file, capsys):
+    code = cli.main([speech_file, "--asr-model", str(tiny_streaming_nemo), *fake_slm, "--stream",
+                     "--asr-batch-size", "4", "--max-chunk-seconds", "10"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--asr-batch-size, --max-chunk-seconds not used with --stream" in err
+
+
 def test_cli_stream_with_an_offline_model_is_a_one_line_error(cli, fake_slm, micro_model_and_manifest, speech_file,
                                                               capsys):
     _, offline_nemo, _, _ = micro_model_and_manifest

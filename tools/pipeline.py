@@ -54,8 +54,10 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
     parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
-    parser.add_argument("--asr-batch-size", type=int, default=8)
-    parser.add_argument("--max-chunk-seconds", type=float, default=20.0, help="longest piece the ASR sees at once")
+    parser.add_argument("--asr-batch-size", type=int, default=None,
+                        help="pieces of audio per ASR batch (default: 8; not with --stream)")
+    parser.add_argument("--max-chunk-seconds", type=float, default=None,
+                        help="longest piece the ASR sees at once (default: 20; not with --stream)")
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming ASR with partial transcripts (streaming models only)")
     add_decoding_arguments(parser, "--asr-decoding")
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, json_out) -> int:
     from duet.asr.decoding import DecodingInputError, settings_from_args
     from duet.asr.evaluate import AsrInputError
-    from duet.asr.streaming import describe_report, streaming_latency
+    from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
 
     decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
@@ -127,6 +129,8 @@ def run(args: argparse.Namespace, json_out) -> int:
                     repetition_penalty=args.repetition_penalty)
     try:
         asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
+        resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
+                                     "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
         pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
                                               max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
                                               asr_decoding=asr_decoding, stream=args.stream)

@@ -4,7 +4,8 @@ The transcription path is ours, not ``model.transcribe()``: utterances are sorte
 batch carries little padding, the forward pass runs under ``torch.inference_mode``, and on CPU the
 convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``) and the
 Linear layers can be quantised to int8 (``quantize_linear_int8``). Everything else — features,
-encoder, greedy CTC decoding — is the model's own NeMo code.
+encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding`` chose beam search) — is the
+model's own NeMo code.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def set_front_end_chunking(model, batch_size: int | None) -> None:
 
 
 def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False) -> list[str]:
-    """Greedy CTC transcripts of ``paths``, in input order.
+    """CTC transcripts of ``paths``, in input order, with the model's current decoding
+    (``duet.asr.decoding.set_decoding``; greedy by default).
 
     Files are decoded longest first in batches of ``batch_size``, so padding stays small and the
     largest batch (the one that would run out of memory) comes first.
@@ -105,7 +107,8 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, p
 
 
 def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False) -> list[str]:
-    """Greedy CTC transcripts of mono float32 arrays at the model's sample rate, in input order.
+    """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
+    in input order.
 
     Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
     """
