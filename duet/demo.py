@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ class Stage:
     outputs: list[Path] = field(default_factory=list)
     stdout_to: Path | None = None  # capture the command's standard output into this file (atomically)
     prepare: Callable[[], None] | None = None  # writes files the command reads, right before it runs
+    # A run folder the command resumes from (NeMo's exp_manager): kept when the stage was interrupted with
+    # the same command and inputs, deleted when they changed, so a new base checkpoint or tokenizer never
+    # "resumes" the previous run's finished training.
+    run_dir: Path | None = None
 
     def shown(self) -> str:
         """The command as a user would type it (python instead of the venv's interpreter path)."""
@@ -60,6 +65,12 @@ class Stage:
             return 2
         if self.prepare:
             self.prepare()
+        if self.run_dir is not None:
+            started = STAMP_DIR / f"{self.name}.started"
+            if self.run_dir.exists() and (not started.exists() or started.read_text().strip() != self.fingerprint()):
+                print(f"demo: {self.name}: inputs changed since {self.run_dir} was made; starting it afresh")
+                shutil.rmtree(self.run_dir)
+            write_text_atomic(started, self.fingerprint() + "\n")
         if self.stdout_to is None:
             code = subprocess.run(self.command, cwd=REPO_ROOT).returncode
         else:

@@ -37,11 +37,12 @@ def test_asr_finetune_from_the_base_checkpoint_with_a_new_tokenizer_learns(demo)
     rows = list(csv.DictReader(open(demo / "demo_asr" / "csv_logs" / "metrics.csv")))
     train_loss = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
     assert sum(train_loss[-3:]) < 0.5 * sum(train_loss[:3])
-    # With the transferred decoder the model starts near the base (59.5 % test WER right after the switch
-    # vs 157 % with random rows) and the fine-tune holds that level: measured 51.2 % -> 59.1 % (RESULTS.md).
-    # Not asserted: test WER below the base's, which the sample cannot give (its training voices are the
-    # base's own). A regression guard instead:
-    assert summary["test_after"]["wer"] < 0.66
+    # With the transferred decoder the model starts near the base (52.5 % test WER right after the switch
+    # vs 160 % with random rows) and the fine-tune wins back part of the switch: measured 42.5 % -> 50.6 %
+    # (RESULTS.md). Not asserted: test WER below the base's, which this sample does not give (its training
+    # voices and sentences are the base's own; with the base's tokenizer the same run does lower it).
+    # A regression guard instead:
+    assert summary["test_after"]["wer"] < 0.58
 
 
 def test_slm_offline_preset_learns(demo):
@@ -57,7 +58,12 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
     assert len(answers) == len(requests) > 20 and all(a["error"] is None for a in answers)
     refs = [requests[a["file"]] for a in answers]
     hyps = [a["transcript"] for a in answers]
-    assert jiwer.wer(refs, hyps) < 0.55  # measured 40.7 % with beam + LM (RESULTS.md); a regression guard, not the goal
+    assert jiwer.wer(refs, hyps) < 0.42  # measured 33.3 % with beam + LM (RESULTS.md); a regression guard, not the goal
     answered = [a for a in answers if a["transcript"]]
     assert all(a["response"] for a in answered)
+    # related: the right kind of answer to what was said, for requests with a reference answer (measured 46 %)
+    from duet.demo import answer_scores
+
+    scores = answer_scores(answered, requests)
+    assert scores["assistant_rows"] >= 20 and scores["assistant_kind"] >= 30
     assert all({"audio_load", "asr", "slm", "total", "model_load"} <= a["latency_s"].keys() for a in answered)

@@ -74,7 +74,7 @@ def stages() -> list[Stage]:
                       f"model.tokenizer.dir={tokenizer_dir}", f"trainer.max_epochs={ASR_EPOCHS}"],
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, tokenizer_dir, *MANIFESTS.values()],
-              outputs=[asr_dir / "demo_asr.nemo", asr_dir / "finetune_summary.json"]),
+              outputs=[asr_dir / "demo_asr.nemo", asr_dir / "finetune_summary.json"], run_dir=asr_dir),
         Stage("lmtext", [py, "tools/make_lm_text.py", "--sentences", str(LM_SENTENCES), "--out", str(lm_text)],
               lambda: f"{lm_text.relative_to(REPO_ROOT)} ({LM_SENTENCES} sentences)",
               inputs=[REPO_ROOT / "duet" / "corpus_text.py", REPO_ROOT / "duet" / "corpus.py",

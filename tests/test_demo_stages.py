@@ -1,0 +1,46 @@
+"""Fast tests of the demo's machinery (duet/demo.py): stage skipping/restarting and the pipeline's answer scores."""
+
+from __future__ import annotations
+
+import sys
+
+import duet.demo as demo
+from duet.demo import Stage
+
+
+def _stage(tmp_path, run_dir, marker: str) -> Stage:
+    out = tmp_path / "out.txt"
+    code = f"open({str(out)!r}, 'w').write({marker!r})"
+    return Stage("t", [sys.executable, "-c", code], lambda: "", inputs=[tmp_path / "in.txt"], outputs=[out],
+                 run_dir=run_dir)
+
+
+def test_run_dir_is_kept_for_a_resume_and_cleared_when_inputs_change(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo, "STAMP_DIR", tmp_path / "stamps")
+    (tmp_path / "in.txt").write_text("v1")
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    stage = _stage(tmp_path, run_dir, "a")
+    assert stage.run() == 0 and not run_dir.exists()  # a folder of unknown origin: not resumed
+    (run_dir / "checkpoints").mkdir(parents=True)  # as if the command had started a run and been killed
+    assert stage.run() == 0 and run_dir.exists()  # same command and inputs: kept, so the run resumes
+    assert stage.up_to_date()
+    (tmp_path / "in.txt").write_text("v2 with other content")  # e.g. a new base checkpoint
+    assert not stage.up_to_date()
+    assert stage.run() == 0 and not run_dir.exists()
+
+
+def test_demo_scores_answers_against_what_was_said():
+    from duet.demo import answer_scores, reference_answers
+
+    references = reference_answers()
+    assert len(references) > 10  # the sample's test-clean requests whose template has a computed answer
+    said = dict(list(references.items())[:4])
+    texts = {f"f{i}.flac": text for i, text in enumerate(said)}
+    perfect = [{"file": f, "response": references[t]} for f, t in texts.items()]
+    assert answer_scores(perfect, texts)["assistant_on_topic"] == 100.0
+    wrong = [{"file": f, "response": "Playing music."} for f in texts]
+    scores = answer_scores(wrong, texts)
+    assert scores["assistant_rows"] == 4 and scores["assistant_on_topic"] == 0.0
+    assert answer_scores([{"file": "x.flac", "response": "hi"}], {"x.flac": "not a sample request"})["assistant_rows"] == 0
+
