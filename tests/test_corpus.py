@@ -269,3 +269,6 @@ def test_lm_text_never_holds_a_held_out_sentence(tmp_path, python):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert out.read_text().splitlines() == corpus.lm_text(300)
+    to_folder = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--sentences", "3", "--out", str(tmp_path)],
+                               capture_output=True, text=True)
+    assert to_folder.returncode == 1 and f"--out {tmp_path} is a folder" in to_folder.stderr

@@ -40,8 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     n = args.sentences
     out = args.out or REPO_ROOT / "data" / (f"lm_text_{n // 1000}k.txt" if n % 1000 == 0 else f"lm_text_{n}.txt")
     start = time.time()
+    if out.is_dir():
+        print(f"error: --out {out} is a folder; give a file name", file=sys.stderr)
+        return 1
     texts = lm_text(n, args.seed)
-    write_text_atomic(out, "\n".join(texts) + "\n")
+    try:
+        write_text_atomic(out, "\n".join(texts) + "\n")
+    except OSError as e:
+        print(f"error: cannot write {out}: {e.strerror}", file=sys.stderr)
+        return 1
     words = sum(len(t.split()) for t in texts)
     print(f"make_lm_text: {n} sentences, {words} words, {len({w for t in texts for w in t.split()})} distinct "
           f"words -> {out} ({time.time() - start:.1f} s)")
