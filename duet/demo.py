@@ -65,12 +65,14 @@ class Stage:
             return 2
         if self.prepare:
             self.prepare()
+        # the inputs as this run sees them: what the resume check compares and what the stamp records
+        fingerprint = self.fingerprint()
         if self.run_dir is not None:
             started = STAMP_DIR / f"{self.name}.started"
-            if self.run_dir.exists() and (not started.exists() or started.read_text().strip() != self.fingerprint()):
+            if self.run_dir.exists() and (not started.exists() or started.read_text().strip() != fingerprint):
                 print(f"demo: {self.name}: inputs changed since {self.run_dir} was made; starting it afresh")
                 shutil.rmtree(self.run_dir)
-            write_text_atomic(started, self.fingerprint() + "\n")
+            write_text_atomic(started, fingerprint + "\n")
         if self.stdout_to is None:
             code = subprocess.run(self.command, cwd=REPO_ROOT).returncode
         else:
@@ -78,7 +80,7 @@ class Stage:
             write_text_atomic(self.stdout_to, result.stdout)
             code = result.returncode
         if code == 0 and self.outputs:
-            write_text_atomic(STAMP_DIR / self.name, self.fingerprint() + "\n")
+            write_text_atomic(STAMP_DIR / self.name, fingerprint + "\n")
         return code
 
 
