@@ -24,30 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from duet import SAMPLES_DIR  # noqa: E402
+from duet.corpus_text import number_to_words  # noqa: E402  (the speech corpus's own spelling of numbers)
 from duet.io import write_text_atomic  # noqa: E402
-
-_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def number_to_words(n: int) -> str:
-    """Spell a non-negative integer below one million the way an ASR transcript writes it."""
-    if n < 0:
-        return "minus " + number_to_words(-n)
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
-    if n < 1000:
-        rest = n % 100
-        return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " and " + number_to_words(rest))
-    if n < 1_000_000:
-        rest = n % 1000
-        head = number_to_words(n // 1000) + " thousand"
-        if rest == 0:
-            return head
-        return head + (" and " if rest < 100 else " ") + number_to_words(rest)
-    raise ValueError(f"number_to_words handles values below one million, got {n}")
 
 
 def asr_form(text: str) -> str:
