@@ -103,9 +103,15 @@ def sample_sentences(seed: int, counts: dict[str, int], max_words: int = SAMPLE_
 
 
 def held_out_texts(seed: int = SAMPLE_SEED, counts: dict[str, int] | None = None) -> list[str]:
-    """The sample's dev-clean and test-clean sentences: never in any training text made here."""
-    sample = sample_sentences(seed, counts or SAMPLE_COUNTS)
-    return [s.text for split in ("dev-clean", "test-clean") for s in sample[split]]
+    """Dev-clean and test-clean sentences never to be used in training text made here: those of the sample
+    that ``seed`` and ``counts`` give, and always those of the bundled sample, so that a corpus or LM text
+    made with another seed (for fresh sentences) still never holds a sentence the bundled sample tests on.
+    """
+    texts: list[str] = []
+    for sample_seed, sample_counts in ((SAMPLE_SEED, SAMPLE_COUNTS), (seed, counts or SAMPLE_COUNTS)):
+        sample = sample_sentences(sample_seed, sample_counts)
+        texts += [s.text for split in ("dev-clean", "test-clean") for s in sample[split] if s.text not in texts]
+    return texts
 
 
 def lm_text(n: int, seed: int = SAMPLE_SEED) -> list[str]:

@@ -116,7 +116,8 @@ def make_training_args(cfg, output_dir: Path, bf16: bool, n_eval: int):
         save_strategy="steps" if t.save_steps else "no", save_steps=t.save_steps or 500,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         include_num_input_tokens_seen="non_padding", bf16=bf16, use_cpu=not bf16 and not _cuda(),
-        remove_unused_columns=False, dataloader_num_workers=0)
+        remove_unused_columns=False, dataloader_num_workers=0,
+        ddp_find_unused_parameters=False)  # GPT-2 uses every weight each step: skip DDP's extra graph walk
 
 
 def _cuda() -> bool:
@@ -222,8 +223,11 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
         return evaluate_model(model, tokenizer, splits["validation"], generation_rows, cfg.data.max_length,
                               cfg.eval.max_new_tokens, cfg.eval.batch_size, cfg.eval.bertscore_model, log=log.info)
 
+    # Under torchrun every process trains, but only rank 0 evaluates (generation and metrics are local
+    # to one process, so the others need not wait for it) and writes the output folder.
+    is_rank_zero = int(os.environ.get("RANK", "0")) == 0
     results, records = {}, {}
-    if cfg.eval.before_training:
+    if cfg.eval.before_training and is_rank_zero:
         results["before"], records["before"] = evaluate("starting")
 
     trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", bf16, n_eval),
@@ -236,10 +240,10 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     train_output = trainer.train()
     train_seconds = time.time() - train_started
 
-    results["after"], records["after"] = evaluate("fine-tuned")
-    if not trainer.is_world_process_zero():  # under torchrun only rank 0 writes the output folder
+    if not trainer.is_world_process_zero():
         shutil.rmtree(work_dir, ignore_errors=True)
         return {}
+    results["after"], records["after"] = evaluate("fine-tuned")
     trainer.save_model(str(work_dir))
     write_report(work_dir, results, records)
     write_jsonl_atomic(work_dir / "log_history.jsonl", trainer.state.log_history)

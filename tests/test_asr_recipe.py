@@ -271,3 +271,13 @@ def test_two_process_cpu_ddp_run_trains_on_both_ranks(python, micro_setup, tmp_p
     summary = json.loads((tmp_path / "micro" / "finetune_summary.json").read_text())
     # 8 utterances shared by 2 ranks at batch 4: one step per epoch, where one process would take two
     assert summary["global_step"] == 3 and summary["test_after"]["utterances"] == 4
+
+
+def test_comma_separated_train_manifests_are_each_checked(tmp_path):
+    # NeMo concatenates "a.json,b.json"; the recipe checks every part and names the missing one
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text("{}\n")
+    with pytest.raises(recipe.RecipeError, match=f"manifest not found: {second}$"):
+        recipe._check_manifest("model.train_ds.manifest_filepath", f"{first},{second}")
+    second.write_text("{}\n")
+    recipe._check_manifest("model.train_ds.manifest_filepath", f"{first},{second}")

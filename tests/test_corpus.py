@@ -272,3 +272,12 @@ def test_lm_text_never_holds_a_held_out_sentence(tmp_path, python):
     to_folder = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--sentences", "3", "--out", str(tmp_path)],
                                capture_output=True, text=True)
     assert to_folder.returncode == 1 and f"--out {tmp_path} is a folder" in to_folder.stderr
+
+
+def test_another_seed_still_excludes_the_bundled_samples_held_out_sentences():
+    # a base corpus or LM text made with --seed 1 (for fresh sentences) must not train on what the bundled
+    # sample (seed 0) tests on; before, only seed 1's own sample's dev/test sentences were excluded
+    bundled = set(corpus.held_out_texts())
+    other = corpus.held_out_texts(seed=1)
+    assert bundled <= set(other) and len(other) > len(bundled) and len(set(other)) == len(other)
+    assert not bundled & set(corpus.lm_text(20_000, seed=1))

@@ -1,7 +1,9 @@
 """finetune.py: shipped configs, user errors as one line, hub-unreachable hint, a short run that learns."""
 
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +87,22 @@ def test_offline_preset_entry_point_and_generate(python, repo_root, tmp_path):
     assert gen.returncode == 0 and gen.stdout.strip(), gen.stderr[-2000:]
     help_text = subprocess.run([python, "slm/finetune.py", "--help"], cwd=repo_root, capture_output=True, text=True)
     assert help_text.stdout.lstrip().startswith("usage:") and "Usage:" in help_text.stdout
+
+
+@pytest.mark.slow
+def test_two_process_torchrun_on_cpu(python, repo_root, tmp_path):
+    """The HF Trainer's DDP through torchrun (gloo on CPU): both ranks train, rank 0 alone evaluates and writes."""
+    out = tmp_path / "ddp"
+    torchrun = Path(python).parent / "torchrun"
+    run = subprocess.run([str(torchrun), "--nproc_per_node", "2", "slm/finetune.py", "--config-name", "slm_tiny_offline",
+                          f"output_dir={out}", "train.max_steps=40", "train.eval_steps=40", "eval.num_generate=8",
+                          "eval.max_new_tokens=16", "eval.bertscore_model=none"],
+                         cwd=repo_root, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    log = run.stdout + run.stderr
+    assert log.count("evaluating the starting model") == 1 and log.count("evaluating the fine-tuned model") == 1
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train_steps"] == 40
+    assert metrics["after"]["masked_loss"] < metrics["before"]["masked_loss"] - 1.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]  # rank 1 left no partial folder

@@ -13,7 +13,8 @@ Usage:
 Speakers are engine voices at set rates and pitches (duet/tts.py); the catalogue is a fixed partition
 into training-pool, dev and test speakers, so no corpus built here trains on a dev/test speaker.
 With --hours, only training-pool speakers are used (dev-clean comes from pool speakers held out of its
-train-clean) and the sample's dev/test sentences are excluded. Text: duet/corpus_text.py.
+train-clean) and the bundled sample's dev/test sentences are excluded (also with another --seed, which
+gives fresh sentences: `--hours 4 --seed 1`). Text: duet/corpus_text.py.
 The same --seed gives the same transcripts and speaker assignment. The corpus is written to a
 temporary folder and renamed into place when complete; an existing corpus at --out is replaced.
 """

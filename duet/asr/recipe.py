@@ -199,7 +199,8 @@ def decoder_row_sources(old_pieces: list[str], new_pieces: list[str]) -> list[li
 def _check_manifest(key: str, path) -> None:
     if path is None:
         return
-    for item in [path] if isinstance(path, str) else list(path):
+    # NeMo reads a comma-separated string of manifests as one concatenated dataset
+    for item in path.split(",") if isinstance(path, str) else list(path):
         if not Path(item).is_file():
             raise RecipeError(f"{key}: manifest not found: {item}")
 
