@@ -39,8 +39,9 @@ def test_asr_finetune_from_the_base_checkpoint_with_a_new_tokenizer_learns(demo)
     assert sum(train_loss[-3:]) < 0.5 * sum(train_loss[:3])
     # With the transferred decoder the model starts near the base (base v3: 52.5 % test WER right after the
     # switch vs 160 % with random rows) and the fine-tune wins back part of the switch: measured with base
-    # v4 34.9 % -> 48.3 % (RESULTS.md). Not asserted: test WER below the base's, which this sample does not give (its training
-    # voices and sentences are the base's own; with the base's tokenizer the same run does lower it).
+    # v4 34.9 % -> 48.3 % (RESULTS.md). Not asserted: test WER below the base's, which this sample does not
+    # give (its training voices and sentences are the base's own; with the base's tokenizer the same run
+    # does lower it).
     # A regression guard instead:
     assert summary["test_after"]["wer"] < 0.58
 

@@ -43,4 +43,3 @@ def test_demo_scores_answers_against_what_was_said():
     scores = answer_scores(wrong, texts)
     assert scores["assistant_rows"] == 4 and scores["assistant_on_topic"] == 0.0
     assert answer_scores([{"file": "x.flac", "response": "hi"}], {"x.flac": "not a sample request"})["assistant_rows"] == 0
-
