@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from duet import SAMPLES_DIR  # noqa: E402
-from duet.corpus_text import number_to_words  # noqa: E402  (the speech corpus's own spelling of numbers)
+from duet.corpus_text import normalize_text, number_to_words  # noqa: E402  (the speech corpus's own spelling)
 from duet.io import write_text_atomic  # noqa: E402
 
 
@@ -501,12 +501,12 @@ CORPUS_ANSWERS = {
 }
 
 
-def corpus_examples(n_examples: int, seed: int) -> list[dict]:
+def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset()) -> list[dict]:
     """Requests from the speech corpus templates with computed answers (those without one are skipped)."""
     from duet.corpus_text import assistant_requests
 
     examples = []
-    for sentence in assistant_requests(12 * n_examples, seed=seed):
+    for sentence in assistant_requests(12 * n_examples, seed=seed, exclude=exclude):
         answer = CORPUS_ANSWERS.get(sentence.template)
         if answer is not None:
             examples.append({"instruction": sentence.text, "input": "", "output": answer(sentence.slots)})
@@ -517,10 +517,17 @@ def corpus_examples(n_examples: int, seed: int) -> list[dict]:
 
 def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> list[dict]:
     """Deterministic mix, no duplicates: ``corpus_fraction`` from the speech-corpus templates, the rest
-    60 % own assistant requests (half of them in ASR form) and 40 % general tasks."""
+    60 % own assistant requests (half of them in ASR form) and 40 % general tasks.
+
+    No instruction is a sentence the bundled speech sample holds out (dev-clean, test-clean): the voice
+    pipeline is scored on those utterances, so the language model must not have been taught them.
+    """
+    from duet.corpus import held_out_texts
+
+    held_out = set(held_out_texts())
     rng = random.Random(seed)
     examples, seen = [], set()
-    for example in corpus_examples(int(n_examples * corpus_fraction), seed):
+    for example in corpus_examples(int(n_examples * corpus_fraction), seed, exclude=held_out):
         if (example["instruction"], "") not in seen:
             seen.add((example["instruction"], ""))
             examples.append(example)
@@ -532,7 +539,7 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
         roll = rng.random()
         example = assistant_example(rng, spoken=roll < 0.3) if roll < 0.6 else general_task(rng)
         key = (example["instruction"], example["input"])
-        if key not in seen:
+        if key not in seen and normalize_text(example["instruction"]) not in held_out:
             seen.add(key)
             examples.append(example)
     for example in examples:
@@ -544,7 +551,7 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SAMPLES_DIR / "alpaca_sample.json")
-    parser.add_argument("--num-examples", type=int, default=1500)
+    parser.add_argument("--num-examples", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     examples = make_examples(args.num_examples, args.seed)

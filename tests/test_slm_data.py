@@ -120,6 +120,17 @@ def test_bundled_sample_schema_and_size(repo_root):
     assert len(spoken) > 200  # ASR-style requests: lower case, no punctuation, numbers as words
 
 
+def test_bundled_sample_never_teaches_the_speech_sample_held_out_sentences(repo_root):
+    # the voice pipeline is scored on the speech sample's test-clean requests: the SLM must not have seen them
+    from duet.corpus import held_out_texts
+    from duet.corpus_text import normalize_text
+
+    held_out = set(held_out_texts())
+    rows = load_alpaca(str(repo_root / "samples" / "alpaca_sample.json"))
+    assert len(held_out) > 100
+    assert [r["instruction"] for r in rows if normalize_text(r["instruction"]) in held_out] == []
+
+
 def test_sample_generator_is_deterministic_and_arithmetic_is_right():
     from slm.make_alpaca_sample import make_examples, number_to_words
 
