@@ -3,7 +3,7 @@
 Usage:
     python slm/finetune.py                                      # GPT-2 124M on tatsu-lab/alpaca (hub + GPU)
     python slm/finetune.py data.source=/data/alpaca_data.json   # local copy of the Alpaca JSON
-    python slm/finetune.py --config-name slm_tiny_offline       # tiny model on samples/, CPU, ~3 min
+    python slm/finetune.py --config-name slm_tiny_offline       # tiny model on samples/, CPU, ~4 min
     python slm/finetune.py --config-name slm_tiny_offline train.epochs=2 output_dir=/tmp/slm_try
     torchrun --nproc_per_node 4 slm/finetune.py                 # DDP over 4 GPUs (same for accelerate launch)
 

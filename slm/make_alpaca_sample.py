@@ -539,7 +539,8 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
         roll = rng.random()
         example = assistant_example(rng, spoken=roll < 0.3) if roll < 0.6 else general_task(rng)
         key = (example["instruction"], example["input"])
-        if key not in seen and normalize_text(example["instruction"]) not in held_out:
+        said = {normalize_text(example["instruction"]), asr_form(example["instruction"])}  # "10" or "ten"
+        if key not in seen and not said & held_out:
             seen.add(key)
             examples.append(example)
     for example in examples:
