@@ -41,7 +41,7 @@ LM_ORDER = 6
 # In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the 6-gram in ~20 s
 LM_SENTENCES = 100_000
 # LM weight and per-token bonus for the pipeline's beam search: chosen on dev-clean by bench/decoding_ab.py
-# (16-point grid) for this LM and the fine-tune from base v4: dev WER 19.2 % (beta 3: 20.7 %); RESULTS.md
+# (16-point grid) for this LM and the fine-tune from base v5 (as for v4): dev WER 19.2 %; RESULTS.md
 LM_ALPHA, LM_BETA = 0.8, 4.0
 EXP = REPO_ROOT / "experiments"
 MANIFESTS = {split: REPO_ROOT / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
