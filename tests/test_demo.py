@@ -52,7 +52,7 @@ def test_slm_offline_preset_learns(demo):
     assert after["masked_loss"] < 0.5 * before["masked_loss"]
     assert after["rougeL"] > before["rougeL"] + 10
     # the SLM acceptance: greedy answers to held-out spoken assistant requests are on topic (right kind of
-    # answer and every slot word of the request); measured 91 % / 65-68.5 % over three seeds (RESULTS.md)
+    # answer and every slot word of the request); measured 89.5-91.5 % / 65-68.5 % over three seeds (RESULTS.md)
     assert after["assistant_rows"] >= 200
     assert after["assistant_kind"] >= 80 and after["assistant_on_topic"] >= 55
 
