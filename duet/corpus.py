@@ -14,6 +14,12 @@ Two kinds of corpus:
   a small ``dev-clean`` from the pool's held-out ``pool-dev`` speakers; never a dev/test speaker and
   never a sentence of the sample's dev/test splits.
 
+The bundled sample is telephone speech (:data:`SAMPLE_CHANNEL`) while the larger corpora that train the
+base checkpoint are wideband: the sample is "the user's own data", which differs from what the base
+was trained on, as call-centre audio differs from LibriSpeech. From the same generator, voices pool and
+channel, the sample would hold nothing the base has not already learnt from hours more of it (the
+fine-tune measurements in RESULTS.md).
+
 Sentences come from :mod:`duet.corpus_text`, each split from its own seed stream, so the test split
 stays the same when the training split grows. The corpus is written into a temporary sibling folder
 and renamed into place only when complete.
@@ -42,6 +48,8 @@ _STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "h
 SAMPLE_MAX_WORDS = 8
 # The bundled samples/LibriSpeech was made with these (tools/make_sample_corpus.py defaults).
 SAMPLE_SEED = 0
+SAMPLE_CHANNEL = "telephone"
+HOURS_CHANNEL = "wideband"
 SAMPLE_COUNTS = {"train-clean": 520, "dev-clean": 60, "test-clean": 80}
 HOURS_UTTS_PER_CHAPTER = 25
 HOURS_DEV_UTTS = 100
@@ -143,18 +151,18 @@ def plan_sample(seed: int, counts: dict[str, int], skip_engines: Iterable[str] =
     return plan
 
 
-def _synthesize_one(utterance_and_root: tuple[Utterance, Path]) -> float:
-    utterance, root = utterance_and_root
+def _synthesize_one(job: tuple[Utterance, Path, str]) -> float:
+    utterance, root, channel = job
     path = root / utterance.relpath()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return synthesize(utterance.speaker, utterance.text.lower(), path)
+    return synthesize(utterance.speaker, utterance.text.lower(), path, channel)
 
 
-def _run(utterances: Iterable[Utterance], root: Path, jobs: int) -> Iterator[tuple[Utterance, float]]:
+def _run(utterances: Iterable[Utterance], root: Path, jobs: int, channel: str) -> Iterator[tuple[Utterance, float]]:
     """Synthesise in ``jobs`` worker processes, yielding (utterance, seconds) in plan order."""
     utterances = list(utterances)
     with multiprocessing.Pool(jobs) as pool:
-        yield from zip(utterances, pool.imap(_synthesize_one, [(u, root) for u in utterances], chunksize=4))
+        yield from zip(utterances, pool.imap(_synthesize_one, [(u, root, channel) for u in utterances], chunksize=4))
 
 
 def write_transcripts(root: Path, utterances: list[Utterance]) -> None:
@@ -167,7 +175,7 @@ def write_transcripts(root: Path, utterances: list[Utterance]) -> None:
         write_text_atomic(folder / name, "".join(f"{u.utt_id} {u.text}\n" for u in items))
 
 
-def write_speakers(root: Path, utterances: list[Utterance], seconds: dict[str, float]) -> None:
+def write_speakers(root: Path, utterances: list[Utterance], seconds: dict[str, float], channel: str) -> None:
     minutes: dict[tuple[int, str], float] = {}
     speakers: dict[int, Speaker] = {}
     for u in utterances:
@@ -179,6 +187,7 @@ def write_speakers(root: Path, utterances: list[Utterance], seconds: dict[str, f
         "; RATE: espeak-ng words per minute (-s) | flite duration_stretch | festival Duration_Stretch (>1 slower)",
         "; PITCH: espeak-ng pitch 0-99 (-p) | flite int_f0_target_mean in Hz | festival sox pitch shift in cents",
         "; GAIN: peak level of each clip in dBFS. ROLE: catalogue role (train, pool-dev, dev, test).",
+        f"; CHANNEL of every clip: {channel} (duet/tts.py CHANNELS)",
         ";ID   |SUBSET          |MINUTES|ENGINE    |VOICE                 |RATE  |PITCH |GAIN |ROLE",
     ]
     for (spk_id, split), mins in sorted(minutes.items()):
@@ -210,39 +219,40 @@ def _temp_root(out: Path) -> Path:
     return tmp
 
 
-def summarize(out: Path, utterances: list[Utterance], seconds: dict[str, float], wall: float) -> str:
+def summarize(out: Path, utterances: list[Utterance], seconds: dict[str, float], wall: float, channel: str) -> str:
     parts = []
     for split in sorted({u.split for u in utterances}):
         items = [u for u in utterances if u.split == split]
         hours = sum(seconds[u.utt_id] for u in items) / 3600
         parts.append(f"{split} {len(items)} utts {hours:.3f} h {len({u.speaker.id for u in items})} spk")
     size_mb = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6
-    return f"wrote {out}: " + " | ".join(parts) + f" | {size_mb:.1f} MB in {wall:.0f} s"
+    return f"wrote {out} ({channel}): " + " | ".join(parts) + f" | {size_mb:.1f} MB in {wall:.0f} s"
 
 
-def _publish(tmp: Path, out: Path, plan: list[Utterance], seconds: dict[str, float]) -> None:
+def _publish(tmp: Path, out: Path, plan: list[Utterance], seconds: dict[str, float], channel: str) -> None:
     """Write the transcripts and SPEAKERS.txt into the finished temporary tree, then move it into place."""
     write_transcripts(tmp, plan)
-    write_speakers(tmp, plan, seconds)
+    write_speakers(tmp, plan, seconds, channel)
     _replace_dir(tmp, out)
 
 
 def build_sample(out: Path, seed: int, counts: dict[str, int], jobs: int, skip_engines: Iterable[str] = (),
-                 max_words: int = SAMPLE_MAX_WORDS) -> str:
+                 max_words: int = SAMPLE_MAX_WORDS, channel: str = SAMPLE_CHANNEL) -> str:
     start = time.time()
     plan = plan_sample(seed, counts, skip_engines, max_words)
     tmp = _temp_root(out)
     try:
-        seconds = {u.utt_id: s for u, s in tqdm(_run(plan, tmp, jobs), total=len(plan), desc="synthesising", unit="utt")}
-        _publish(tmp, out, plan, seconds)
+        seconds = {u.utt_id: s for u, s in tqdm(_run(plan, tmp, jobs, channel), total=len(plan),
+                                                 desc="synthesising", unit="utt")}
+        _publish(tmp, out, plan, seconds, channel)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return summarize(out, plan, seconds, time.time() - start)
+    return summarize(out, plan, seconds, time.time() - start, channel)
 
 
 def build_hours(out: Path, hours: float, seed: int, sample_counts: dict[str, int], jobs: int,
                 skip_engines: Iterable[str] = (), max_words: int | None = None, batch: int = 200,
-                dev_utts: int = HOURS_DEV_UTTS) -> str:
+                dev_utts: int = HOURS_DEV_UTTS, channel: str = HOURS_CHANNEL) -> str:
     """About ``hours`` of training audio from training-pool speakers, plus a small held-out dev split."""
     start = time.time()
     roles = speakers_by_role(skip_engines)
@@ -260,13 +270,13 @@ def build_hours(out: Path, hours: float, seed: int, sample_counts: dict[str, int
         seconds: dict[str, float] = {}
         train_plan: list[Utterance] = []
         total = 0.0
-        seconds.update({u.utt_id: s for u, s in tqdm(_run(dev_plan, tmp, jobs), total=len(dev_plan),
+        seconds.update({u.utt_id: s for u, s in tqdm(_run(dev_plan, tmp, jobs, channel), total=len(dev_plan),
                                                       desc="dev-clean", unit="utt")})
         with tqdm(total=round(target), desc="train-clean", unit="s audio") as bar:
             while total < target:
                 chunk = assign("train-clean", list(itertools.islice(stream, batch)), train_speakers,
                                HOURS_UTTS_PER_CHAPTER, first_index=len(train_plan))
-                for utterance, secs in _run(chunk, tmp, jobs):
+                for utterance, secs in _run(chunk, tmp, jobs, channel):
                     if total >= target:  # overshoot of the last batch: drop its files
                         (tmp / utterance.relpath()).unlink()
                         continue
@@ -279,7 +289,7 @@ def build_hours(out: Path, hours: float, seed: int, sample_counts: dict[str, int
                 if not any(folder.iterdir()):
                     folder.rmdir()
         plan = dev_plan + train_plan
-        _publish(tmp, out, plan, seconds)
+        _publish(tmp, out, plan, seconds, channel)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return summarize(out, plan, seconds, time.time() - start)
+    return summarize(out, plan, seconds, time.time() - start, channel)

@@ -10,8 +10,8 @@ A speaker is one engine voice at one speaking rate, pitch and recording level (:
   settings that lie between the pool's settings.
 
 Rate and pitch units depend on the engine (see :class:`Speaker`). Every clip is resampled to 16 kHz
-mono 16-bit FLAC by sox, with leading/trailing silence trimmed to ``PAD_SECONDS`` and the peak
-normalised to the speaker's level.
+mono 16-bit FLAC by sox, with leading/trailing silence trimmed to ``PAD_SECONDS``, passed through a
+recording channel (:data:`CHANNELS`) and the peak normalised to the speaker's level.
 """
 
 from __future__ import annotations
@@ -58,6 +58,13 @@ FESTIVAL_POOL = (
 )
 FESTIVAL_DEV = (("kal_diphone", 0.92, 250),)
 FESTIVAL_TEST = (("ked_diphone", 1.02, 300),)
+
+#: Recording channels: sox effects applied to every clip of a corpus. ``telephone`` is a narrowband line:
+#: 300-3400 Hz band-pass and a trip through 8 kHz sampling, as in call-centre audio stored at 16 kHz.
+CHANNELS = {
+    "wideband": [],
+    "telephone": ["sinc", "300-3400", "rate", "8000", "rate", str(SAMPLE_RATE)],
+}
 
 POOL_DEV_SIZE = 6
 _CATALOGUE_SEED = 20261122  # fixed: the partition must not depend on a corpus's --seed
@@ -136,7 +143,7 @@ def _engine_command(speaker: Speaker, text: str, wav: Path) -> list[str]:
     raise ValueError(f"speaker {speaker.id}: unknown engine {speaker.engine!r}")
 
 
-def _sox_effects(speaker: Speaker) -> list[str]:
+def _sox_effects(speaker: Speaker, channel: str) -> list[str]:
     effects = []
     if speaker.engine == "festival":
         if speaker.pitch:
@@ -148,22 +155,26 @@ def _sox_effects(speaker: Speaker) -> list[str]:
         "rate", str(SAMPLE_RATE),
         # trim silence at both ends (reverse trick), then pad a little back
         "silence", "1", "0.02", "-50d", "reverse", "silence", "1", "0.02", "-50d", "reverse",
+        *CHANNELS[channel],
         "norm", str(speaker.gain_db),
         "pad", str(PAD_SECONDS), str(PAD_SECONDS),
     ]
 
 
-def synthesize(speaker: Speaker, text: str, out_flac: str | Path) -> float:
-    """Speak ``text`` with ``speaker`` into a 16 kHz mono 16-bit FLAC; returns its duration in seconds.
+def synthesize(speaker: Speaker, text: str, out_flac: str | Path, channel: str = "wideband") -> float:
+    """Speak ``text`` with ``speaker`` through ``channel`` into a 16 kHz mono 16-bit FLAC; returns its
+    duration in seconds.
 
     Raises RuntimeError naming the speaker and file if an engine fails or the clip is empty or silent.
     """
+    if channel not in CHANNELS:
+        raise ValueError(f"unknown channel {channel!r}; choose from {', '.join(CHANNELS)}")
     out_flac = Path(out_flac)
     with tempfile.TemporaryDirectory(prefix="duet_tts_") as tmp:
         wav = Path(tmp) / "raw.wav"
         for cmd in (_engine_command(speaker, text, wav),
                     # -D: no dither, so the padded silence stays digital zero and costs FLAC nothing
-                    ["sox", "-D", str(wav), "-c", "1", "-b", "16", "-C", "8", str(out_flac), *_sox_effects(speaker)]):
+                    ["sox", "-D", str(wav), "-c", "1", "-b", "16", "-C", "8", str(out_flac), *_sox_effects(speaker, channel)]):
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"{out_flac.name}: {cmd[0]} failed for speaker {speaker.id} "

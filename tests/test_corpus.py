@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile
 
@@ -135,6 +136,21 @@ def test_missing_engine_is_one_line_error(monkeypatch, capsys):
     assert "espeak-ng not installed" in err and "\n" not in err
 
 
+def out_of_band_fraction(flac: Path) -> float:
+    """Share of a clip's energy outside the telephone band (below 250 Hz or above 3.8 kHz)."""
+    audio, rate = soundfile.read(flac)
+    power = np.abs(np.fft.rfft(audio)) ** 2
+    hz = np.fft.rfftfreq(len(audio), 1 / rate)
+    return float(power[(hz < 250) | (hz > 3800)].sum() / power.sum())
+
+
+def test_unknown_channel_is_an_error(tmp_path):
+    speaker = tts.speaker_catalogue()[0]
+    with pytest.raises(ValueError, match="unknown channel 'radio'"):
+        tts.synthesize(speaker, "hello", tmp_path / "x.flac", channel="radio")
+    assert not list(tmp_path.iterdir())
+
+
 # ---------------------------------------------------------------------------------------------- corpus tree
 
 def check_corpus_tree(root: Path, split_roles: dict[str, set] = SPLIT_ROLE) -> dict[str, dict]:
@@ -191,6 +207,11 @@ def test_committed_sample_tree():
     assert not facts["dev-clean"]["texts"] & facts["train-clean"]["texts"]
     size = sum(p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file())
     assert size <= 30e6, f"samples/LibriSpeech is {size / 1e6:.1f} MB"
+    # the sample is telephone speech, unlike the wideband corpora the base checkpoint learnt from
+    assert f"; CHANNEL of every clip: {corpus.SAMPLE_CHANNEL}" in (SAMPLE / "SPEAKERS.txt").read_text()
+    for split in facts:
+        flac = sorted((SAMPLE / split).glob("*/*/*.flac"))[0]
+        assert out_of_band_fraction(flac) < 0.01, flac
 
 
 def test_committed_sample_bpe_1024_trains(tmp_path):
@@ -227,6 +248,18 @@ def test_tiny_corpus_from_entry_point(tmp_path, python):
     assert sorted(p.read_text() for p in out.rglob("*.trans.txt")) == transcripts
 
 
+@needs_engines
+def test_telephone_channel_keeps_only_the_telephone_band(tmp_path):
+    speaker = next(s for s in tts.speaker_catalogue() if s.engine == "flite")  # low voice: much energy < 250 Hz
+    fractions = {}
+    for channel in ("wideband", "telephone"):
+        seconds = tts.synthesize(speaker, "what is the weather in paris", tmp_path / f"{channel}.flac", channel)
+        info = soundfile.info(tmp_path / f"{channel}.flac")
+        assert (info.samplerate, info.channels) == (16000, 1) and seconds > 1
+        fractions[channel] = out_of_band_fraction(tmp_path / f"{channel}.flac")
+    assert fractions["telephone"] < 0.01 < 0.1 < fractions["wideband"], fractions
+
+
 @pytest.mark.integration
 @needs_engines
 def test_tiny_hours_corpus_uses_only_training_pool(tmp_path):
@@ -235,6 +268,7 @@ def test_tiny_hours_corpus_uses_only_training_pool(tmp_path):
     corpus.build_hours(out, hours=20 / 3600, seed=0, sample_counts={"train-clean": 520, "dev-clean": 60,
                        "test-clean": 80}, jobs=2, skip_engines=skip, batch=8, dev_utts=2)
     facts = check_corpus_tree(out, HOURS_SPLIT_ROLE)
+    assert "; CHANNEL of every clip: wideband" in (out / "SPEAKERS.txt").read_text()  # the base's conditions
     assert 20 <= facts["train-clean"]["seconds"] < 30  # stops at the utterance that crosses the target
     roles = {s.id: s.role for s in tts.speaker_catalogue()}
     assert {roles[s] for s in facts["train-clean"]["speakers"]} == {"train"}

@@ -1,8 +1,11 @@
 """Synthesise a LibriSpeech-layout speech corpus with espeak-ng, flite and festival.
 
 Usage:
-    # the bundled sample: samples/LibriSpeech/{train,dev,test}-clean (520/60/80 utterances)
+    # the bundled sample: samples/LibriSpeech/{train,dev,test}-clean (520/60/80 utterances), telephone band
     .venv/bin/python tools/make_sample_corpus.py
+
+    # the same sample without the telephone channel (the base checkpoint's own wideband conditions)
+    .venv/bin/python tools/make_sample_corpus.py --channel wideband --out data/sample_wideband/LibriSpeech
 
     # about 3 hours of training audio for a base checkpoint -> data/synth_3h/LibriSpeech (git-ignored)
     .venv/bin/python tools/make_sample_corpus.py --hours 3
@@ -15,7 +18,10 @@ into training-pool, dev and test speakers, so no corpus built here trains on a d
 With --hours, only training-pool speakers are used (dev-clean comes from pool speakers held out of its
 train-clean) and the bundled sample's dev/test sentences are excluded (also with another --seed, which
 gives fresh sentences: `--hours 4 --seed 1`). Text: duet/corpus_text.py.
-The same --seed gives the same transcripts and speaker assignment. The corpus is written to a
+The sample is telephone speech (300-3400 Hz, via 8 kHz) and the --hours corpora are wideband, so the
+bundled base checkpoint, trained on the latter, meets new conditions in the sample as a pretrained model
+meets a user's data (--channel changes either). The same --seed gives the same transcripts and speaker
+assignment. The corpus is written to a
 temporary folder and renamed into place when complete; an existing corpus at --out is replaced.
 """
 
@@ -25,8 +31,9 @@ import sys
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
-from duet.corpus import SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED, build_hours, build_sample
-from duet.tts import missing_engines
+from duet.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED, build_hours,
+                         build_sample)
+from duet.tts import CHANNELS, missing_engines
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -42,6 +49,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hours", type=float, default=None, help="build about N hours of train-clean instead")
     parser.add_argument("--max-words", type=int, default=None,
                         help=f"longest sentence in words (default {SAMPLE_MAX_WORDS} for the sample, none with --hours)")
+    parser.add_argument("--channel", choices=sorted(CHANNELS), default=None,
+                        help=f"recording channel (default {SAMPLE_CHANNEL} for the sample, {HOURS_CHANNEL} with --hours)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel synthesis processes")
     return parser
 
@@ -61,10 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.hours is not None:
             out = args.out or REPO_ROOT / "data" / f"synth_{args.hours:g}h" / "LibriSpeech"
-            summary = build_hours(out, args.hours, args.seed, counts, args.jobs, optional, args.max_words)
+            summary = build_hours(out, args.hours, args.seed, counts, args.jobs, optional, args.max_words,
+                                  channel=args.channel or HOURS_CHANNEL)
         else:
             out = args.out or SAMPLES_DIR / "LibriSpeech"
-            summary = build_sample(out, args.seed, counts, args.jobs, optional, args.max_words or SAMPLE_MAX_WORDS)
+            summary = build_sample(out, args.seed, counts, args.jobs, optional, args.max_words or SAMPLE_MAX_WORDS,
+                                   channel=args.channel or SAMPLE_CHANNEL)
     except (RuntimeError, FileExistsError) as e:  # an engine failed, or --out holds something else
         print(f"error: {e}", file=sys.stderr)
         return 1
