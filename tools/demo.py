@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU (about 15 minutes).
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU (about 12 minutes).
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
@@ -44,7 +44,7 @@ LM_ORDER = 6
 # In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the 6-gram in ~20 s
 LM_SENTENCES = 100_000
 # LM weight and per-token bonus for the pipeline's beam search: chosen on dev-clean by bench/decoding_ab.py
-# (alpha 0.3-1.2 x beta 2-5) for this LM and the demo's fine-tune on the telephone sample: dev WER 44.1 %
+# (alpha 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2 x beta 2-5) for this LM and the demo's fine-tune on the telephone sample: dev WER 44.1 %
 # greedy -> 21.7 %; RESULTS.md
 LM_ALPHA, LM_BETA = 0.6, 4.0
 EXP = REPO_ROOT / "experiments"

@@ -21,8 +21,8 @@ gives fresh sentences: `--hours 4 --seed 1`). Text: duet/corpus_text.py.
 The sample is telephone speech (300-3400 Hz, via 8 kHz) and the --hours corpora are wideband, so the
 bundled base checkpoint, trained on the latter, meets new conditions in the sample as a pretrained model
 meets a user's data (--channel changes either). The same --seed gives the same transcripts and speaker
-assignment. The corpus is written to a
-temporary folder and renamed into place when complete; an existing corpus at --out is replaced.
+assignment. The corpus is written to a temporary folder and renamed into place when complete; an
+existing corpus at --out is replaced.
 """
 
 import argparse
