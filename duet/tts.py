@@ -174,7 +174,8 @@ def synthesize(speaker: Speaker, text: str, out_flac: str | Path, channel: str =
         wav = Path(tmp) / "raw.wav"
         for cmd in (_engine_command(speaker, text, wav),
                     # -D: no dither, so the padded silence stays digital zero and costs FLAC nothing
-                    ["sox", "-D", str(wav), "-c", "1", "-b", "16", "-C", "8", str(out_flac), *_sox_effects(speaker, channel)]):
+                    ["sox", "-D", str(wav), "-c", "1", "-b", "16", "-C", "8", str(out_flac),
+                     *_sox_effects(speaker, channel)]):
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"{out_flac.name}: {cmd[0]} failed for speaker {speaker.id} "

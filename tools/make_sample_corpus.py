@@ -50,7 +50,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-words", type=int, default=None,
                         help=f"longest sentence in words (default {SAMPLE_MAX_WORDS} for the sample, none with --hours)")
     parser.add_argument("--channel", choices=sorted(CHANNELS), default=None,
-                        help=f"recording channel (default {SAMPLE_CHANNEL} for the sample, {HOURS_CHANNEL} with --hours)")
+                        help=f"recording channel (default {SAMPLE_CHANNEL} for the sample, "
+                             f"{HOURS_CHANNEL} with --hours)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel synthesis processes")
     return parser
 
