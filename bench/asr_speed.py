@@ -15,31 +15,37 @@ run, on the bundled sample (samples/LibriSpeech):
    dev-clean: 140 utterances, 5.1 min): NeMo's ``model.transcribe(paths)`` with its defaults (batch 4,
    file order) vs ours, ``duet.asr.evaluate.transcribe_files`` (duration-sorted batches of
    --batch-size, torch.inference_mode, the convolution front end channels-last and two utterances at a
-   time), in fp32 and with int8 Linear layers (``quantize_linear_int8``). Each setting gets its own
+   time, and the thread budget spent as that many forked processes decoding whole batches at one thread
+   each), in fp32 and with int8 Linear layers (``quantize_linear_int8``). Each setting gets its own
    model instance (same seed), so NeMo's never sees our changes; ours-fp32 and int8 transcripts are
    compared with NeMo's.
-   Target: >= 2x. The figure is the median of --rounds interleaved rounds after one warm-up.
+   Target: >= 2x. The figure is the median of --rounds interleaved rounds after one warm-up; the
+   spread of the per-round speed-ups is printed too.
 2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path.
 3. Training throughput, audio s per wall s of forward + backward (SpecAugment on) + clipping + AdamW,
-   on train-clean, with four loaders NeMo builds from configs/ctc_base.yaml's train_ds:
+   on train-clean, with loaders NeMo builds from configs/ctc_base.yaml's train_ds:
      NeMo default   fixed batches of batch_size utterances, shuffled (use_semi_sorted_batching=false)
      ours           the config as it is (semi-sorted batches, randomization_factor)
      sorted         ours with randomization_factor=0: the least padding NeMo's sampler gives
      lhotse         lhotse dynamic bucketing: batch_duration = batch_size x mean utterance duration
                     (lhotse counts the padding in it), --num-buckets buckets
+     ours_nhwc      ours, with 4-D weights channels-last as the recipe trains on CPU
+                    (duet.asr.recipe.training_layout); the others keep NeMo's default layout
    Padding fraction = padded samples / all samples of the timed batches. Targets: >= 1.3x, <= 10 %.
    "padding bound" is the speed-up if time were proportional to all samples, padding included.
    --train-steps timed steps per loader after --warmup-steps, in interleaved chunks of 4 steps.
 
 The machine may be shared, so settings are interleaved and every figure is also given per CPU second
-of this process (less sensitive to other load). Data loading runs in the main process (num_workers=0):
-the run uses --threads threads and no more.
+(this process and its worker processes; less sensitive to other load). Every setting uses --threads
+(default: torch's choice, the physical cores) and no more: NeMo as intra-op threads with data loading in
+the main process (num_workers=0, its default), ours as that many one-thread worker processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -110,11 +116,17 @@ class Throughput:
                 "utterances_per_batch": self.utterances / self.batches}
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished child processes (our transcription's workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def timed(fn):
-    """``fn()``'s result, wall seconds and CPU seconds of this process."""
-    wall, cpu = time.perf_counter(), time.process_time()
+    """``fn()``'s result, wall seconds and CPU seconds (this process and its workers)."""
+    wall, cpu = time.perf_counter(), cpu_seconds()
     result = fn()
-    return result, time.perf_counter() - wall, time.process_time() - cpu
+    return result, time.perf_counter() - wall, cpu_seconds() - cpu
 
 
 def sample_data(out: Path, splits: list[str]) -> tuple[dict[str, Path], Path]:
@@ -164,6 +176,7 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
         "ours_int8": (int8, lambda m: evaluate.transcribe_files(m, paths, args.batch_size)),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
+    workers = min(evaluate.cpu_workers(), -(-len(paths) // args.batch_size))
     for name, (model, run) in settings.items():  # warm-up: allocator, oneDNN kernels, layouts
         texts[name] = run(model)
     for r in range(args.rounds):
@@ -176,7 +189,10 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
     for name in settings:
         wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
         result[name] = {"rtfx_wall": audio_s / wall, "rtfx_cpu": audio_s / cpu, "walls": walls[name],
-                        "differ_from_nemo": sum(a != b for a, b in zip(texts[name], texts["nemo"]))}
+                        "differ_from_nemo": sum(a != b for a, b in zip(texts[name], texts["nemo"])),
+                        # rounds are interleaved, so each round's ratio compares settings under the same load
+                        "round_speedups": [n / w for n, w in zip(walls["nemo"], walls[name])],
+                        "workers": 1 if name == "nemo" else workers}
     return result
 
 
@@ -206,6 +222,7 @@ def training_loaders(model, cfg, num_buckets: int) -> dict:
         "sorted": {"randomization_factor": 0.0},
         "lhotse": {"use_lhotse": True, "use_bucketing": True, "num_buckets": num_buckets,
                    "batch_duration": round(train_ds.batch_size * mean_duration, 1)},
+        "ours_nhwc": {},  # ours, with the recipe's CPU weight layout (duet.asr.recipe.training_layout)
     }
     loaders = {}
     for name, change in changes.items():
@@ -237,12 +254,19 @@ def training_throughputs(cfg, args) -> dict:
         return signal_len.tolist(), signal.shape[1]
 
     stats = {name: Throughput(int(cfg.model.sample_rate)) for name in loaders}
-    for batches, _ in loaders.values():
+
+    def layout(name):  # parameters keep their identity, so the one optimizer goes on working
+        nhwc = name == "ours_nhwc"
+        model.to(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
+
+    for name, (batches, _) in loaders.items():
+        layout(name)
         for _ in range(args.warmup_steps):
             step(batches)
     chunk = 4
     for start in range(0, args.train_steps, chunk):
         for name, (batches, _) in loaders.items():
+            layout(name)
             for _ in range(min(chunk, args.train_steps - start)):
                 (lengths, padded), wall, cpu = timed(lambda: step(batches))
                 stats[name].add(lengths, padded, wall, cpu)
@@ -255,16 +279,21 @@ def training_throughputs(cfg, args) -> dict:
 def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int, audio_s: float) -> None:
     nemo = trans["nemo"]
     print(f"\nTranscription, {n_files} files ({audio_s / 60:.1f} min), median of {args.rounds} rounds:\n")
-    print("| setting | batching | RTFx (wall) | RTFx (CPU) | speed-up wall / CPU | transcripts != NeMo |")
+    print("| setting | batching; parallelism | RTFx (wall) | RTFx (CPU) | speed-up wall / CPU | transcripts != NeMo |")
     print("|---|---|---:|---:|---:|---:|")
-    rows = [("NeMo `model.transcribe(paths)`", "4, file order", "nemo"),
-            ("ours fp32", f"{args.batch_size}, duration-sorted", "ours_fp32"),
-            ("ours int8 Linear", f"{args.batch_size}, duration-sorted", "ours_int8")]
+    threads = torch.get_num_threads()
+    rows = [("NeMo `model.transcribe(paths)`", f"4, file order; {threads} thread(s)", "nemo"),
+            ("ours fp32", f"{args.batch_size}, duration-sorted; {trans['ours_fp32']['workers']} process(es)", "ours_fp32"),
+            ("ours int8 Linear", f"{args.batch_size}, duration-sorted; {trans['ours_int8']['workers']} process(es)",
+             "ours_int8")]
     for label, batching, key in rows:
         r = trans[key]
         differ = "-" if key == "nemo" else f"{r['differ_from_nemo']}/{n_files}"
         print(f"| {label} | {batching} | {r['rtfx_wall']:.1f} | {r['rtfx_cpu']:.1f} | "
               f"{r['rtfx_wall'] / nemo['rtfx_wall']:.2f}x / {r['rtfx_cpu'] / nemo['rtfx_cpu']:.2f}x | {differ} |")
+    spread = ", ".join(f"{key[5:]} {min(trans[key]['round_speedups']):.2f}-{max(trans[key]['round_speedups']):.2f}x"
+                       for key in ("ours_fp32", "ours_int8"))
+    print(f"\nspeed-up (wall) per round: {spread}")
     print(f"\nint8 on `{args.base.name}`, test-clean: WER {100 * wers['fp32']:.2f} % fp32 -> "
           f"{100 * wers['int8']:.2f} % int8 ({100 * (wers['int8'] - wers['fp32']):+.2f} points)")
     if train is None:
@@ -275,7 +304,8 @@ def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int
           "| speed-up wall / CPU | padding bound |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     labels = {"nemo_default": "NeMo default (fixed 16, shuffled)", "ours": "ours (ctc_base.yaml: semi-sorted)",
-              "sorted": "semi-sorted, no randomisation", "lhotse": "lhotse dynamic bucketing"}
+              "sorted": "semi-sorted, no randomisation", "lhotse": "lhotse dynamic bucketing",
+              "ours_nhwc": "ours + channels-last weights (the recipe on CPU)"}
     for key, label in labels.items():
         r = train[key]
         change = ", ".join(f"`{k}={v}`" for k, v in r["change"].items()) or "none"
@@ -336,9 +366,10 @@ def main(argv=None) -> int:
     speedup = trans["ours_int8"]["rtfx_wall"] / trans["nemo"]["rtfx_wall"]
     line = f"done in {result['seconds'] / 60:.1f} min: transcription {speedup:.2f}x NeMo's (int8, wall; target 2x)"
     if train:
-        ours = train["ours"]
-        line += (f", training {ours['audio_s_per_wall_s'] / train['nemo_default']['audio_s_per_wall_s']:.2f}x "
-                 f"(target 1.3x) with {100 * ours['padding_fraction']:.1f} % padding (target <= 10 %)")
+        ours, nhwc, base = train["ours"], train["ours_nhwc"], train["nemo_default"]["audio_s_per_wall_s"]
+        line += (f", training {ours['audio_s_per_wall_s'] / base:.2f}x with our data settings and "
+                 f"{nhwc['audio_s_per_wall_s'] / base:.2f}x as the recipe trains on CPU (target 1.3x), "
+                 f"{100 * ours['padding_fraction']:.1f} % padding (target <= 10 %)")
     print(line)
     return 0
 

@@ -21,8 +21,9 @@ Usage:
   # the summary adds look-ahead, chunk length and the median/max compute time per chunk
   python nemo_recipes/evaluate_ctc.py --model streaming.nemo --manifest manifests/test-clean.json --stream
 
-Files are decoded in duration-sorted batches under torch.inference_mode; text is lower-cased and
-stripped of punctuation (except apostrophes) on both sides before jiwer counts errors.
+Files are decoded in duration-sorted batches under torch.inference_mode (on CPU by --workers processes);
+text is lower-cased and stripped of punctuation (except apostrophes) on both sides before jiwer counts
+errors.
 Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer) and
 <out-dir>/<prefix>_summary.json (wer, cer, substitutions, deletions, insertions, rtfx, decoding, and with
 --stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
@@ -49,6 +50,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefix", default="eval", help="output file prefix (default: eval)")
     parser.add_argument("--batch-size", type=int, default=None, help="utterances per batch (default: 32; not with --stream)")
     parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="CPU: processes decoding whole batches at one thread each (default: torch's thread "
+                             "count, i.e. OMP_NUM_THREADS or the physical cores; 1 = all in this process)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
     parser.add_argument("--stream", action="store_true",
@@ -60,6 +64,8 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     try:
+        if args.workers is not None and args.workers < 1:
+            raise evaluate.AsrInputError(f"--workers must be 1 or more, got {args.workers}")
         settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
         streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32)})
         model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
@@ -73,7 +79,8 @@ def main(argv=None) -> int:
         if args.stream:
             scored = streaming.evaluate_manifest_streaming(model, args.manifest)
         else:
-            scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size)
+            scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size,
+                                                 workers=args.workers)
     except (evaluate.AsrInputError, decoding.DecodingInputError) as e:
         print(f"evaluate_ctc: error: {e}", file=sys.stderr)
         return 2
@@ -100,7 +107,8 @@ def transcribe_only(model, args) -> int:
     if args.stream:
         texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=True)
     else:
-        texts = evaluate.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True)
+        texts = evaluate.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True,
+                                          workers=args.workers)
     for path, text in zip(args.audio, texts):
         print(f"{path}\t{text}")
     print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=sys.stderr)

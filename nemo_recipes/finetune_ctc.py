@@ -61,7 +61,8 @@ def run(cfg: DictConfig) -> dict:
         transfer = recipe.match_tokenizer(model, cfg.model.tokenizer, cfg.transfer_decoder)
         summary["vocabulary_changed"], summary["decoder_transfer"] = transfer is not None, transfer
     recipe.setup_data_and_training(model, cfg.model)
-    trainer.fit(model)
+    with recipe.training_layout(model, trainer):
+        trainer.fit(model)
     recipe.leave_distributed(trainer)
     if not trainer.is_global_zero:
         return summary

@@ -102,6 +102,61 @@ def test_evaluate_cli_names_a_missing_manifest(python, micro_model_and_manifest,
     assert proc.stderr.strip().splitlines()[-1] == f"evaluate_ctc: error: manifest not found: {missing}"
 
 
+def test_worker_processes_give_the_same_transcripts_in_input_order(micro_model_and_manifest):
+    model, _, _, entries = micro_model_and_manifest
+    paths = [e["audio_filepath"] for e in entries]
+    one = evaluate.transcribe_files(model, paths, batch_size=2, workers=1)
+    two = evaluate.transcribe_files(model, paths, batch_size=2, workers=2)  # 4 batches over 2 processes
+    assert any(one) and two == one
+
+
+def test_batches_run_in_forked_workers_and_the_model_comes_back_as_it_was(micro_model_and_manifest, monkeypatch):
+    import os
+
+    import numpy as np
+
+    model, _, _, _ = micro_model_and_manifest
+    # the fake decoder runs wherever the batch is decoded and reports that process and the batch's lengths
+    monkeypatch.setattr(evaluate, "_decode_batch", lambda m, audios: [f"{os.getpid()} {len(a)}" for a in audios])
+    audios = [np.zeros(n, dtype=np.float32) for n in (1600, 4800, 3200, 8000, 6400)]
+    texts = evaluate.transcribe_audio(model, audios, batch_size=2, workers=2)
+    pids = {t.split()[0] for t in texts}
+    assert [int(t.split()[1]) for t in texts] == [len(a) for a in audios]  # input order
+    assert str(os.getpid()) not in pids
+    assert model.encoder.pre_encode.conv[0].weight.is_contiguous() and not model.training
+    single = evaluate.transcribe_audio(model, audios[:1], workers=2)
+    assert single[0].split()[0] == str(os.getpid())  # a single batch is not worth a process
+
+
+def test_a_failing_worker_batch_raises_in_the_caller(micro_model_and_manifest, monkeypatch):
+    import numpy as np
+
+    model, _, _, _ = micro_model_and_manifest
+
+    def broken(m, audios):
+        raise RuntimeError(f"batch of {len(audios)} failed")
+
+    monkeypatch.setattr(evaluate, "_decode_batch", broken)
+    with pytest.raises(RuntimeError, match="batch of 2 failed"):
+        evaluate.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
+    assert model.encoder.pre_encode.conv[0].weight.is_contiguous()
+
+
+def test_cpu_workers_follow_the_torch_thread_budget(monkeypatch):
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert evaluate.cpu_workers() == 1
+        torch.set_num_threads(3)
+        assert evaluate.cpu_workers() == 3
+        monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+        assert evaluate.cpu_workers() == 1  # other ranks already use the cores
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_int8_quantisation_replaces_linear_layers_and_still_transcribes(micro_model_and_manifest, tmp_path):
     import torch
 

@@ -281,3 +281,22 @@ def test_comma_separated_train_manifests_are_each_checked(tmp_path):
         recipe._check_manifest("model.train_ds.manifest_filepath", f"{first},{second}")
     second.write_text("{}\n")
     recipe._check_manifest("model.train_ds.manifest_filepath", f"{first},{second}")
+
+
+def test_training_layout_is_channels_last_on_cpu_only_and_undone():
+    from types import SimpleNamespace
+
+    import torch
+    from lightning.pytorch.accelerators import CPUAccelerator
+
+    from duet.asr.recipe import training_layout
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3), torch.nn.Conv2d(8, 8, 3))  # no 1-sized dim: layouts differ
+    params = list(model.parameters())
+    with training_layout(model, SimpleNamespace(accelerator=CPUAccelerator())):
+        assert all(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
+                   for m in model)
+    assert all(m.weight.is_contiguous() for m in model)
+    assert list(model.parameters()) == params  # same Parameter objects: an optimizer made inside still holds them
+    with training_layout(model, SimpleNamespace(accelerator=object())):  # a GPU accelerator: left alone
+        assert all(m.weight.is_contiguous() for m in model)

@@ -34,3 +34,13 @@ def test_bad_options_are_one_line_errors(option, python, repo_root):
     result = subprocess.run([python, "bench/asr_speed.py", *option], cwd=repo_root, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode != 0 and option[0] in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cpu_seconds_count_finished_child_processes(bench):
+    import subprocess
+    import time
+
+    before, own = bench.cpu_seconds(), time.process_time()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(4_000_000))"], check=True)
+    # the child's work (our transcription's worker processes, here a busy interpreter) counts once it is reaped
+    assert bench.cpu_seconds() - before > 0.2 and time.process_time() - own < 0.1

@@ -38,8 +38,8 @@ def test_asr_finetune_from_the_base_checkpoint_with_a_new_tokenizer_learns(demo)
     train_loss = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
     assert sum(train_loss[-3:]) < 0.5 * sum(train_loss[:3])
     # The ASR acceptance: WER on the held-out voices drops. The sample is telephone speech and the base
-    # learnt from wideband speech, so there is something to learn (RESULTS.md: 86.1 % -> 51.5 %, dev WER
-    # 59.4 % -> 44.1 %). On the wideband sample, the base's own conditions, the same run ended above
+    # learnt from wideband speech, so there is something to learn (RESULTS.md: 86.1 % -> 51.2 %, dev WER
+    # 59.4 % -> 43.4 %). On the wideband sample, the base's own conditions, the same run ended above
     # the base (30.1 % -> 42.3 %).
     assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.15
     assert summary["test_after"]["wer"] < 0.65  # a regression guard
@@ -62,7 +62,7 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
     assert len(answers) == len(requests) > 20 and all(a["error"] is None for a in answers)
     refs = [requests[a["file"]] for a in answers]
     hyps = [a["transcript"] for a in answers]
-    assert jiwer.wer(refs, hyps) < 0.40  # measured 32.1 % with beam + LM (RESULTS.md); a regression guard, not the goal
+    assert jiwer.wer(refs, hyps) < 0.40  # measured 32.1-34.9 % with beam + LM (RESULTS.md); a regression guard, not the goal
     answered = [a for a in answers if a["transcript"]]
     assert all(a["response"] for a in answered)
     # related: the right kind of answer to what was said, for requests with a reference answer (measured 54 %)

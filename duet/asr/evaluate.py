@@ -2,8 +2,9 @@
 
 The transcription path is ours, not ``model.transcribe()``: utterances are sorted by duration so each
 batch carries little padding, the forward pass runs under ``torch.inference_mode``, and on CPU the
-convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``) and the
-Linear layers can be quantised to int8 (``quantize_linear_int8``). Everything else — features,
+convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``), whole
+batches go to one-thread worker processes (``cpu_workers``) instead of splitting every small operation
+between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``). Everything else — features,
 encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding`` chose beam search) — is the
 model's own NeMo code.
 """
@@ -11,9 +12,11 @@ model's own NeMo code.
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 import re
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -95,49 +98,74 @@ def set_front_end_chunking(model, batch_size: int | None) -> None:
     encoder.change_subsampling_conv_chunking_factor(factor)
 
 
-def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False) -> list[str]:
+def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
+                     workers: int | None = None) -> list[str]:
     """CTC transcripts of ``paths``, in input order, with the model's current decoding
     (``duet.asr.decoding.set_decoding``; greedy by default).
 
     Files are decoded longest first in batches of ``batch_size``, so padding stays small and the
-    largest batch (the one that would run out of memory) comes first.
+    largest batch (the one that would run out of memory) comes first. ``workers`` (default
+    :func:`cpu_workers`) threads read the files and processes decode them (:func:`transcribe_audio`).
     """
-    audios = [load_audio(p, int(model.cfg.sample_rate)) for p in paths]
-    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress)
+    sample_rate = int(model.cfg.sample_rate)
+    readers = cpu_workers() if workers is None else workers
+    # libsndfile decodes outside the GIL, so threads read files in parallel
+    with ThreadPoolExecutor(max(1, readers)) as pool:
+        audios = list(pool.map(lambda path: load_audio(path, sample_rate), paths))
+    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers)
 
 
-def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False) -> list[str]:
+def cpu_workers() -> int:
+    """Processes :func:`transcribe_audio` uses on CPU by default: torch's thread budget, one thread each.
+
+    ``torch.get_num_threads()`` is what the user allowed (all physical cores unless ``OMP_NUM_THREADS`` or
+    ``torch.set_num_threads`` said otherwise), so the budget stays the same; it is just spent on whole
+    batches instead of splitting every small matrix product between threads. Inside a distributed run
+    (the recipe's rank 0 scoring the test set) there is one: the other ranks already use the cores.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return 1
+    if "fork" not in mp.get_all_start_methods():  # workers inherit the loaded model; without fork, reload it
+        return 1
+    return max(1, torch.get_num_threads())
+
+
+def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
+                     workers: int | None = None) -> list[str]:
     """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
     in input order.
 
     Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
+    On CPU, with more than one batch, ``workers`` forked processes (default :func:`cpu_workers`) decode
+    whole batches at one torch thread each; the transcripts are the same as with one process.
     """
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
+    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    workers = min(cpu_workers() if workers is None else workers, len(batches)) if on_cpu else 1
+    texts: list[str] = [""] * len(audios)
+    was_training = model.training
+    model.eval()
     if on_cpu:
         # oneDNN runs the 2-D convolutions of FastConformer's subsampling front end far faster on NHWC
         # tensors (bench/asr_speed.py); only 4-D weights change layout, the transcripts are identical.
         model.to(memory_format=torch.channels_last)
-    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
-    texts: list[str] = [""] * len(audios)
-    was_training = model.training
-    model.eval()
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     try:
-        with torch.inference_mode():
+        if workers > 1:
+            # forked before any worker thread starts: each child inherits the model and the audio as they are
+            with mp.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(model, audios)) as pool:
+                done = pool.imap_unordered(_decode_in_worker, batches)
+                for batch, hyps in tqdm(done, total=len(batches), desc="transcribe", unit="batch",
+                                        disable=not progress):
+                    for i, text in zip(batch, hyps):
+                        texts[i] = text
+                pool.close()
+                pool.join()  # reaped children: their CPU time shows in os.times()
+        else:
             for batch in tqdm(batches, desc="transcribe", unit="batch", disable=not progress):
-                if on_cpu:
-                    set_front_end_chunking(model, len(batch))
-                lengths = torch.tensor([len(audios[i]) for i in batch], dtype=torch.long)
-                signal = torch.zeros(len(batch), int(lengths.max()))
-                for row, i in enumerate(batch):
-                    signal[row, : len(audios[i])] = torch.from_numpy(audios[i])
-                log_probs, encoded_len, _ = model.forward(
-                    input_signal=signal.to(device), input_signal_length=lengths.to(device)
-                )
-                hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
-                for i, hyp in zip(batch, hyps):
-                    texts[i] = hyp.text if hasattr(hyp, "text") else str(hyp)
+                for i, text in zip(batch, _decode_batch(model, [audios[i] for i in batch])):
+                    texts[i] = text
     finally:
         if on_cpu:
             set_front_end_chunking(model, None)
@@ -146,6 +174,35 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
             model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
+
+
+def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
+    """One padded batch through the model and its CTC decoding."""
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        if device.type == "cpu":
+            set_front_end_chunking(model, len(audios))
+        lengths = torch.tensor([len(a) for a in audios], dtype=torch.long)
+        signal = torch.zeros(len(audios), int(lengths.max()))
+        for row, audio in enumerate(audios):
+            signal[row, : len(audio)] = torch.from_numpy(audio)
+        log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device), input_signal_length=lengths.to(device))
+        hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
+    return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
+
+
+# A forked worker's model and audio, inherited from the parent (never pickled).
+_worker_state: dict = {}
+
+
+def _init_worker(model, audios) -> None:
+    torch.set_num_threads(1)
+    _worker_state.update(model=model, audios=audios)
+
+
+def _decode_in_worker(batch: list[int]) -> tuple[list[int], list[str]]:
+    audios = _worker_state["audios"]
+    return batch, _decode_batch(_worker_state["model"], [audios[i] for i in batch])
 
 
 _PUNCT = re.compile(r"[^\w\s']")
@@ -211,11 +268,12 @@ def read_manifest(path: str | Path) -> list[dict]:
 
 
 def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True,
-                      transcribe: Callable[[list[str]], list[str]] | None = None) -> Scored:
+                      transcribe: Callable[[list[str]], list[str]] | None = None,
+                      workers: int | None = None) -> Scored:
     """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s).
 
     ``transcribe`` (audio paths -> transcripts) replaces the batched :func:`transcribe_files`, e.g. with
-    ``duet.asr.streaming``'s chunk-by-chunk path.
+    ``duet.asr.streaming``'s chunk-by-chunk path; ``workers``: see :func:`transcribe_audio`.
     """
     entries = read_manifest(manifest)
     if not entries:
@@ -225,7 +283,7 @@ def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progres
     if transcribe is not None:
         hyps = transcribe(paths)
     else:
-        hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress)
+        hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress, workers=workers)
     wall = time.perf_counter() - start
     ids = [e.get("id") or Path(p).stem for e, p in zip(entries, paths)]
     durations = [float(e["duration"]) for e in entries]
