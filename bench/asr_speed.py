@@ -282,10 +282,9 @@ def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int
     print("| setting | batching; parallelism | RTFx (wall) | RTFx (CPU) | speed-up wall / CPU | transcripts != NeMo |")
     print("|---|---|---:|---:|---:|---:|")
     threads = torch.get_num_threads()
+    ours = f"{args.batch_size}, duration-sorted; {trans['ours_fp32']['workers']} process(es)"
     rows = [("NeMo `model.transcribe(paths)`", f"4, file order; {threads} thread(s)", "nemo"),
-            ("ours fp32", f"{args.batch_size}, duration-sorted; {trans['ours_fp32']['workers']} process(es)", "ours_fp32"),
-            ("ours int8 Linear", f"{args.batch_size}, duration-sorted; {trans['ours_int8']['workers']} process(es)",
-             "ours_int8")]
+            ("ours fp32", ours, "ours_fp32"), ("ours int8 Linear", ours, "ours_int8")]
     for label, batching, key in rows:
         r = trans[key]
         differ = "-" if key == "nemo" else f"{r['differ_from_nemo']}/{n_files}"

@@ -64,10 +64,10 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     try:
+        settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
+        streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32), "--workers": ("workers", None)})
         if args.workers is not None and args.workers < 1:
             raise evaluate.AsrInputError(f"--workers must be 1 or more, got {args.workers}")
-        settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
-        streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32)})
         model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
         if args.stream:
             streaming.check_streaming_model(model)

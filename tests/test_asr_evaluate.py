@@ -59,22 +59,28 @@ def test_front_end_chunk_factor_leaves_chunks_of_two_and_is_even():
     assert factors == [1, 1, 1, 2, 2, 2, 16, 1]
 
 
-def test_cpu_front_end_chunks_keep_the_transcripts_and_are_undone(micro_model_and_manifest):
+def default_strides(tensor) -> bool:
+    """True if ``tensor`` is laid out as a new tensor of its shape would be. (``is_contiguous`` cannot tell:
+    the front end's weights have a 1-sized dimension, so both layouts count as contiguous.)"""
     import torch
 
+    return tensor.stride() == torch.empty(tensor.shape).stride()
+
+
+def test_cpu_front_end_chunks_keep_the_transcripts_and_are_undone(micro_model_and_manifest):
     model, _, _, entries = micro_model_and_manifest
     paths = [e["audio_filepath"] for e in entries]
     pre_encode = model.encoder.pre_encode
     seen = []
     hook = pre_encode.register_forward_pre_hook(
         lambda module, args: seen.append((module.subsampling_conv_chunking_factor,
-                                          module.conv[0].weight.is_contiguous(memory_format=torch.channels_last))))
+                                          default_strides(module.conv[0].weight))))
     try:
         ours = evaluate.transcribe_files(model, paths, batch_size=len(paths))  # 7 files: chunks of 3, 3 and 1
     finally:
         hook.remove()
-    assert seen == [(2, True)] and pre_encode.subsampling_conv_chunking_factor == 1  # chunked and channels-last ...
-    assert pre_encode.conv[0].weight.is_contiguous()  # ... during transcription only: training gets the model back as it was
+    assert seen == [(2, False)] and pre_encode.subsampling_conv_chunking_factor == 1  # chunked and channels-last ...
+    assert default_strides(pre_encode.conv[0].weight)  # ... while transcribing only: training gets the model back
     assert ours == [h.text if hasattr(h, "text") else h for h in model.transcribe(paths, batch_size=1, verbose=False)]
 
 
@@ -116,14 +122,22 @@ def test_batches_run_in_forked_workers_and_the_model_comes_back_as_it_was(micro_
     import numpy as np
 
     model, _, _, _ = micro_model_and_manifest
-    # the fake decoder runs wherever the batch is decoded and reports that process and the batch's lengths
-    monkeypatch.setattr(evaluate, "_decode_batch", lambda m, audios: [f"{os.getpid()} {len(a)}" for a in audios])
+    # the fake decoder runs wherever the batch is decoded and reports that process, the batch's lengths and
+    # whether the model it got was in eval mode and channels-last
+    monkeypatch.setattr(evaluate, "_decode_batch", lambda m, audios: [
+        f"{os.getpid()} {len(a)} {m.training} {default_strides(m.encoder.pre_encode.conv[0].weight)}" for a in audios])
     audios = [np.zeros(n, dtype=np.float32) for n in (1600, 4800, 3200, 8000, 6400)]
-    texts = evaluate.transcribe_audio(model, audios, batch_size=2, workers=2)
+    model.train()
+    try:
+        texts = evaluate.transcribe_audio(model, audios, batch_size=2, workers=2)
+        assert model.training  # back as it was ...
+    finally:
+        model.eval()
+    assert default_strides(model.encoder.pre_encode.conv[0].weight)  # ... in the default layout
     pids = {t.split()[0] for t in texts}
     assert [int(t.split()[1]) for t in texts] == [len(a) for a in audios]  # input order
+    assert {tuple(t.split()[2:]) for t in texts} == {("False", "False")}  # eval mode, channels-last in the workers
     assert str(os.getpid()) not in pids
-    assert model.encoder.pre_encode.conv[0].weight.is_contiguous() and not model.training
     single = evaluate.transcribe_audio(model, audios[:1], workers=2)
     assert single[0].split()[0] == str(os.getpid())  # a single batch is not worth a process
 
@@ -139,7 +153,30 @@ def test_a_failing_worker_batch_raises_in_the_caller(micro_model_and_manifest, m
     monkeypatch.setattr(evaluate, "_decode_batch", broken)
     with pytest.raises(RuntimeError, match="batch of 2 failed"):
         evaluate.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
-    assert model.encoder.pre_encode.conv[0].weight.is_contiguous()
+    assert default_strides(model.encoder.pre_encode.conv[0].weight)
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang(micro_model_and_manifest, monkeypatch):
+    import os
+    from concurrent.futures.process import BrokenProcessPool
+
+    import numpy as np
+
+    model, _, _, _ = micro_model_and_manifest
+    monkeypatch.setattr(evaluate, "_decode_batch", lambda m, audios: os._exit(9))  # as if killed for memory
+    with pytest.raises(BrokenProcessPool):
+        evaluate.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
+
+
+def test_workers_below_one_are_refused(micro_model_and_manifest, capsys):
+    model, model_path, manifest, _ = micro_model_and_manifest
+    with pytest.raises(evaluate.AsrInputError, match="workers must be 1 or more, got 0"):
+        evaluate.transcribe_audio(model, [], workers=0)
+    code, _, err = run_evaluate(["--model", str(model_path), "--manifest", str(manifest), "--workers", "0"], capsys)
+    assert code == 2 and err.strip().splitlines()[-1] == "evaluate_ctc: error: --workers must be 1 or more, got 0"
+    code, _, err = run_evaluate(["--model", str(model_path), "--manifest", str(manifest), "--stream",
+                                 "--workers", "2"], capsys)
+    assert code == 2 and "--workers not used with --stream" in err
 
 
 def test_cpu_workers_follow_the_torch_thread_budget(monkeypatch):

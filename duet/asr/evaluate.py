@@ -4,9 +4,9 @@ The transcription path is ours, not ``model.transcribe()``: utterances are sorte
 batch carries little padding, the forward pass runs under ``torch.inference_mode``, and on CPU the
 convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``), whole
 batches go to one-thread worker processes (``cpu_workers``) instead of splitting every small operation
-between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``). Everything else — features,
-encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding`` chose beam search) — is the
-model's own NeMo code.
+between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
+Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
+chose beam search) — is the model's own NeMo code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import multiprocessing as mp
 import re
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -107,21 +107,23 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, p
     largest batch (the one that would run out of memory) comes first. ``workers`` (default
     :func:`cpu_workers`) threads read the files and processes decode them (:func:`transcribe_audio`).
     """
+    _check_workers(workers)
     sample_rate = int(model.cfg.sample_rate)
-    readers = cpu_workers() if workers is None else workers
-    # libsndfile decodes outside the GIL, so threads read files in parallel
-    with ThreadPoolExecutor(max(1, readers)) as pool:
+    # libsndfile decodes outside the GIL, so threads read files in parallel (on GPU too)
+    with ThreadPoolExecutor(cpu_workers() if workers is None else workers) as pool:
         audios = list(pool.map(lambda path: load_audio(path, sample_rate), paths))
     return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers)
 
 
 def cpu_workers() -> int:
-    """Processes :func:`transcribe_audio` uses on CPU by default: torch's thread budget, one thread each.
+    """Default ``workers``: the decoding processes of :func:`transcribe_audio` on CPU (one torch thread
+    each) and the file-reading threads of :func:`transcribe_files`.
 
     ``torch.get_num_threads()`` is what the user allowed (all physical cores unless ``OMP_NUM_THREADS`` or
     ``torch.set_num_threads`` said otherwise), so the budget stays the same; it is just spent on whole
-    batches instead of splitting every small matrix product between threads. Inside a distributed run
-    (the recipe's rank 0 scoring the test set) there is one: the other ranks already use the cores.
+    batches instead of splitting every small matrix product between threads. While a process group is
+    up (a caller scoring inside a DDP run) there is one: the other ranks already use the cores. (The
+    recipe itself scores outside the process group, before ``fit`` and after ``leave_distributed``.)
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return 1
@@ -137,8 +139,11 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
 
     Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
     On CPU, with more than one batch, ``workers`` forked processes (default :func:`cpu_workers`) decode
-    whole batches at one torch thread each; the transcripts are the same as with one process.
+    whole batches at one torch thread each; the transcripts are the same as with one process. A worker
+    that dies (e.g. killed for memory) is an error here, not a hang. The model leaves in the default
+    (contiguous) layout and its previous train/eval mode.
     """
+    _check_workers(workers)
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
     order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
@@ -153,15 +158,15 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
         model.to(memory_format=torch.channels_last)
     try:
         if workers > 1:
-            # forked before any worker thread starts: each child inherits the model and the audio as they are
-            with mp.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(model, audios)) as pool:
-                done = pool.imap_unordered(_decode_in_worker, batches)
-                for batch, hyps in tqdm(done, total=len(batches), desc="transcribe", unit="batch",
-                                        disable=not progress):
+            # forked children inherit the model and the audio as they are (nothing is pickled but batch
+            # indices and texts); leaving the block joins them, so their CPU time shows in os.times()
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
+                                     initargs=(model, audios)) as pool:
+                done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
+                for future in tqdm(done, total=len(batches), desc="transcribe", unit="batch", disable=not progress):
+                    batch, hyps = future.result()  # a worker's exception (or death) is raised here
                     for i, text in zip(batch, hyps):
                         texts[i] = text
-                pool.close()
-                pool.join()  # reaped children: their CPU time shows in os.times()
         else:
             for batch in tqdm(batches, desc="transcribe", unit="batch", disable=not progress):
                 for i, text in zip(batch, _decode_batch(model, [audios[i] for i in batch])):
@@ -169,8 +174,9 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     finally:
         if on_cpu:
             set_front_end_chunking(model, None)
-            # back to the default layout: a model that goes on to train must match its other DDP ranks
-            # (gloo broadcasts the weights of rank 0, which alone transcribes the test set before fitting)
+            # back to the default layout, whatever it was: a model that goes on to train must match its
+            # other DDP ranks (gloo broadcasts the weights of rank 0, which alone transcribes the test set
+            # before fitting); recipe.training_layout sets the training layout inside fit
             model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
@@ -186,9 +192,15 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
         signal = torch.zeros(len(audios), int(lengths.max()))
         for row, audio in enumerate(audios):
             signal[row, : len(audio)] = torch.from_numpy(audio)
-        log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device), input_signal_length=lengths.to(device))
+        log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
+                                                  input_signal_length=lengths.to(device))
         hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
     return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
+
+
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and workers < 1:
+        raise AsrInputError(f"workers must be 1 or more, got {workers}")
 
 
 # A forked worker's model and audio, inherited from the parent (never pickled).
