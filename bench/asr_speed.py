@@ -176,7 +176,7 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
         "ours_int8": (int8, lambda m: evaluate.transcribe_files(m, paths, args.batch_size)),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
-    workers = min(evaluate.cpu_workers(), -(-len(paths) // args.batch_size))
+    workers = evaluate.decoding_processes(-(-len(paths) // args.batch_size))
     for name, (model, run) in settings.items():  # warm-up: allocator, oneDNN kernels, layouts
         texts[name] = run(model)
     for r in range(args.rounds):

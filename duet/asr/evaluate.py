@@ -132,6 +132,12 @@ def cpu_workers() -> int:
     return max(1, torch.get_num_threads())
 
 
+def decoding_processes(n_batches: int, workers: int | None = None) -> int:
+    """Processes :func:`transcribe_audio` decodes ``n_batches`` CPU batches with: ``workers`` (default
+    :func:`cpu_workers`), never more than there are batches; 1 means in the calling process."""
+    return max(1, min(cpu_workers() if workers is None else workers, n_batches))
+
+
 def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
                      workers: int | None = None) -> list[str]:
     """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
@@ -148,7 +154,7 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     on_cpu = device.type == "cpu"
     order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    workers = min(cpu_workers() if workers is None else workers, len(batches)) if on_cpu else 1
+    workers = decoding_processes(len(batches), workers) if on_cpu else 1
     texts: list[str] = [""] * len(audios)
     was_training = model.training
     model.eval()
