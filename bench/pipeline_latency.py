@@ -12,7 +12,12 @@ median of each stage for two model pairs side by side:
   full-size   fastconformer_small (16 x 176, ~12.8 M) + GPT-2 124M, both with random weights (speed
               does not depend on the weights). Random weights never emit EOS, so the language model
               is made to produce exactly as many tokens as the tiny model's answer had.
-Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
+The ASR decoding is greedy unless --asr-decoding says otherwise (the demo's pipeline stage uses beam search
++ the demo's token LM: pass the same options to time that; both models share the demo's tokenizer, so the
+one LM fits both). Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
+
+  python bench/pipeline_latency.py --asr-decoding beam_lm --beam-size 16 \
+      --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 0.8 --beta 4
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 from pipeline import DEFAULT_ASR_MODEL, DEFAULT_SLM_MODEL  # noqa: E402
 
+from duet.asr.decoding import DecodingInputError, add_decoding_arguments, set_decoding, settings_from_args  # noqa: E402
 from duet.io import read_jsonl  # noqa: E402
 from duet.pipeline import VoicePipeline  # noqa: E402
 
@@ -87,7 +93,13 @@ def main() -> int:
     parser.add_argument("--asr-tokenizer", type=Path, default=REPO_ROOT / "tokenizers" / "spe_bpe_v256",
                         help="tokenizer folder for the full-size ASR model (only its output size matters)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    add_decoding_arguments(parser, "--asr-decoding")
     args = parser.parse_args()
+    try:
+        asr_decoding = settings_from_args(args, "--asr-decoding")
+    except DecodingInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for path in (args.asr_model, args.slm_model, args.asr_tokenizer):
         if not path.exists():
             print(f"error: {path} not found: run python tools/demo.py first (or pass --asr-model/--slm-model)",
@@ -98,13 +110,19 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_clip(args.seconds, Path(tmp) / "clip.flac")
-        tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding)
+        try:
+            tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
+                                              slm_decoding=decoding)
+        except DecodingInputError as e:  # e.g. --lm missing or not a token ARPA
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         results = {"tiny": measure(tiny, clip, args.repeats)}
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 
         big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
         fixed = {"strategy": "greedy", "max_new_tokens": answer_tokens}
-        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, slm_decoding=fixed)
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, slm_decoding=fixed,
+                            asr_decoding=set_decoding(big_asr, asr_decoding))
         # Random weights would stop at a random EOS, or never: pin the answer length instead.
         big_slm.generation_config.min_new_tokens = answer_tokens
         results["full-size"] = measure(big, clip, args.repeats)
@@ -112,7 +130,7 @@ def main() -> int:
     params = {"tiny": (sum(p.numel() for p in tiny.asr_model.parameters()), tiny.slm_model.num_parameters()),
               "full-size": (sum(p.numel() for p in big_asr.parameters()), big_slm.num_parameters())}
     print(f"clip: {args.seconds:.1f} s of held-out sample speech; median of {args.repeats} runs after a warm-up; "
-          f"{args.threads} threads; tiny models loaded in {load_s:.1f} s")
+          f"{args.threads} threads; ASR decoding {asr_decoding.describe()}; tiny models loaded in {load_s:.1f} s")
     print(f"tiny transcript: {results['tiny']['transcript']!r}")
     print(f"tiny answer ({answer_tokens} tokens incl. EOS): {results['tiny']['answer']!r}")
     header = f"{'models':<10}{'ASR params':>12}{'SLM params':>12}{'audio':>8}{'ASR':>8}{'SLM':>8}{'to text':>9}{'total':>8}"

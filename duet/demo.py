@@ -21,7 +21,18 @@ import jiwer
 from duet import REPO_ROOT
 from duet.io import read_jsonl, write_text_atomic
 
-STAMP_DIR = REPO_ROOT / "experiments" / ".demo_stamps"
+EXPERIMENTS = REPO_ROOT / "experiments"
+STAMP_DIR = EXPERIMENTS / ".demo_stamps"
+DEMO_ASR_MODEL = EXPERIMENTS / "demo_asr" / "demo_asr.nemo"
+# In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the token 6-gram in ~20 s
+LM_SENTENCES, LM_ORDER = 100_000, 6
+DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"
+DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_ORDER}.arpa"
+# Beam width, LM weight and per-token bonus of the pipeline's beam search with DEMO_LM: chosen on dev-clean
+# by bench/decoding_ab.py for this LM and the demo's fine-tune on the telephone sample. Beam 16 with alpha
+# 0.4-1.5 x beta 2-6: dev WER 43.4 % greedy -> 20.5 %; beam 4's best (alpha 0.6, beta 4) gave 22.0 % and
+# beam 32's 21.0 %, so 16 it is (RESULTS.md). Beam 16 + LM still decodes ~40x faster than real time at 1 thread.
+PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 0.8, 4.0
 
 
 @dataclass

@@ -274,3 +274,47 @@ def test_cli_beam_lm_without_lm_is_a_one_line_error(cli, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == "pipeline: error: --asr-decoding beam_lm needs --lm <token ARPA> " \
                                 "(tools/train_ngram_lm.py --unit token)"
+
+
+@pytest.fixture
+def demo_files(cli, monkeypatch, tmp_path):
+    """The demo's ASR model and LM as the CLI's defaults, in a temp dir (empty files: only paths are compared)."""
+    model, lm = tmp_path / "demo_asr.nemo", tmp_path / "demo_lm.arpa"
+    model.write_bytes(b"x")
+    lm.write_text("\\data\\\n")
+    monkeypatch.setattr(cli, "DEFAULT_ASR_MODEL", model)
+    monkeypatch.setattr(cli, "DEMO_LM", lm)
+    return model, lm
+
+
+def resolved(cli, argv):
+    args = cli.get_parser().parse_args(["a.flac", *argv])
+    cli.resolve_asr_decoding(args)
+    return args.ctc_decoding, args.beam_size, args.lm, args.alpha, args.beta
+
+
+def test_default_decoding_is_the_demo_pipelines_for_the_demo_model(cli, demo_files):
+    model, lm = demo_files
+    demo = ("beam_lm", cli.PIPELINE_BEAM, str(lm), cli.PIPELINE_ALPHA, cli.PIPELINE_BETA)
+    assert resolved(cli, ["--asr-model", str(model)]) == demo
+    assert resolved(cli, ["--asr-model", str(model), "--beam-size", "8"]) == ("beam_lm", 8, *demo[2:])
+    # anything else decodes greedily unless asked: another model (the LM fits the demo's tokenizer only),
+    # streaming (greedy by design), or an explicit choice
+    other = model.with_name("mine.nemo")
+    assert resolved(cli, ["--asr-model", str(other)]) == ("greedy", None, None, None, None)
+    assert resolved(cli, ["--asr-model", str(model), "--stream"])[0] == "greedy"
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"])[0] == "greedy"
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"])[:3] == ("beam", None, None)
+
+
+def test_default_decoding_is_greedy_without_the_demos_lm(cli, demo_files):
+    model, lm = demo_files
+    lm.unlink()
+    assert resolved(cli, ["--asr-model", str(model)])[0] == "greedy"
+    # and options that only beam search reads are then refused by name, as before
+    args = cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), "--alpha", "0.5"])
+    cli.resolve_asr_decoding(args)
+    from duet.asr.decoding import DecodingInputError, settings_from_args
+
+    with pytest.raises(DecodingInputError, match="--alpha not used by --asr-decoding greedy"):
+        settings_from_args(args, "--asr-decoding")

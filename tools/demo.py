@@ -28,7 +28,8 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.corpus import bundled_sample_kinds
-from duet.demo import Stage, asr_summary, pipeline_summary, slm_summary
+from duet.demo import (DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM,
+                       PIPELINE_BETA, Stage, asr_summary, pipeline_summary, slm_summary)
 from duet.io import read_jsonl, write_jsonl_atomic
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
@@ -40,15 +41,6 @@ ASR_EPOCHS = 12  # ~33 steps each on the 520 training utterances: ~6-8 minutes o
 # chosen on dev-clean, 44.1 % vs 47.1 % after 12 epochs (RESULTS.md). The new tokenizer's decoder
 # starts from the checkpoint's rows.
 ASR_LR = 1e-3
-LM_ORDER = 6
-# In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the 6-gram in ~20 s
-LM_SENTENCES = 100_000
-# LM weight and per-token bonus for the pipeline's beam search: chosen on dev-clean by bench/decoding_ab.py
-# (alpha 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2 x beta 2-5) for this LM and the demo's fine-tune on the
-# telephone sample: dev WER 43.4 % greedy -> 22.0 % (the same weights won before the recipe trained
-# channels-last on CPU: 44.1 % -> 21.7 %); RESULTS.md
-LM_ALPHA, LM_BETA = 0.6, 4.0
-EXP = REPO_ROOT / "experiments"
 MANIFESTS = {split: REPO_ROOT / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
 
 
@@ -61,10 +53,9 @@ def write_assistant_requests(out: Path) -> None:
 def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
-    asr_dir, slm_dir = EXP / "demo_asr", EXP / "demo_slm"
-    lm_text = EXP / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"
-    lm = EXP / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_ORDER}.arpa"
-    answers, requests = EXP / "demo_pipeline" / "answers.jsonl", EXP / "demo_pipeline" / "requests.json"
+    asr_dir, slm_dir = EXPERIMENTS / "demo_asr", EXPERIMENTS / "demo_slm"
+    lm_text, lm = DEMO_LM_TEXT, DEMO_LM
+    answers, requests = EXPERIMENTS / "demo_pipeline" / "answers.jsonl", EXPERIMENTS / "demo_pipeline" / "requests.json"
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -72,7 +63,7 @@ def stages() -> list[Stage]:
         Stage("tokenizer", [py, "tools/train_tokenizer.py", "--manifests", "manifests/train-clean.json",
                             "--vocab-size", str(DEMO_VOCAB_SIZE)], lambda: f"{tokenizer_dir.relative_to(REPO_ROOT)}/"),
         Stage("asr", [py, "nemo_recipes/finetune_ctc.py", "--config-name", "fastconformer_tiny", "name=demo_asr",
-                      f"exp_manager.exp_dir={EXP}", f"init_from_nemo_model={BASE_CHECKPOINT}",
+                      f"exp_manager.exp_dir={EXPERIMENTS}", f"init_from_nemo_model={BASE_CHECKPOINT}",
                       "asr_optim=finetune", f"model.optim.lr={ASR_LR}",
                       f"model.train_ds.manifest_filepath={MANIFESTS['train-clean']}",
                       f"model.validation_ds.manifest_filepath={MANIFESTS['dev-clean']}",
@@ -95,7 +86,8 @@ def stages() -> list[Stage]:
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
                            "--asr-model", str(asr_dir / "demo_asr.nemo"), "--slm-model", str(slm_dir),
-                           "--asr-decoding", "beam_lm", "--lm", str(lm), "--alpha", str(LM_ALPHA), "--beta", str(LM_BETA)],
+                           "--asr-decoding", "beam_lm", "--beam-size", str(PIPELINE_BEAM), "--lm", str(lm),
+                           "--alpha", str(PIPELINE_ALPHA), "--beta", str(PIPELINE_BETA)],
               lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
               inputs=[asr_dir / "demo_asr.nemo", slm_dir / "config.json", lm, MANIFESTS["test-clean"]],
               outputs=[answers], stdout_to=answers),

@@ -17,7 +17,9 @@ Usage:
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
-DEFAULT_SLM_MODEL below). Any rate or channel count is read and resampled to the model's 16 kHz mono;
+DEFAULT_SLM_MODEL below) and, for that ASR model, the demo's decoding: beam search with the token LM the
+demo built (duet.demo.DEMO_LM) at the width and weights tuned for it on dev-clean (--asr-decoding greedy
+turns it off). Any rate or channel count is read and resampled to the model's 16 kHz mono;
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
 transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
 and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
@@ -40,9 +42,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_ASR_MODEL = REPO_ROOT / "experiments" / "demo_asr" / "demo_asr.nemo"
-DEFAULT_SLM_MODEL = REPO_ROOT / "experiments" / "demo_slm"
+from duet.demo import DEMO_ASR_MODEL, DEMO_LM, EXPERIMENTS, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+
+DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
+DEFAULT_SLM_MODEL = EXPERIMENTS / "demo_slm"
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -60,7 +63,9 @@ def get_parser() -> argparse.ArgumentParser:
                         help="longest piece the ASR sees at once (default: 20; not with --stream)")
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming ASR with partial transcripts (streaming models only)")
-    add_decoding_arguments(parser, "--asr-decoding")
+    add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
+        f"beam_lm with the demo's LM, --beam-size {PIPELINE_BEAM} --alpha {PIPELINE_ALPHA:g} --beta "
+        f"{PIPELINE_BETA:g}, when the demo's ASR model and LM are used; otherwise greedy"))
     parser.add_argument("--strategy", choices=STRATEGIES, default="greedy", help="language model decoding")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=4)
@@ -118,6 +123,23 @@ def main(argv: list[str] | None = None) -> int:
         json_out.close()
 
 
+def resolve_asr_decoding(args: argparse.Namespace) -> None:
+    """Fill in ``--asr-decoding`` when it was left out: the demo pipeline's beam search + LM for the demo's
+    own model (the LM is built with its tokenizer and the weights were tuned for it), greedy otherwise.
+    Options given explicitly (``--beam-size``, ``--alpha``, ``--beta``) are kept."""
+    if args.ctc_decoding is not None:
+        return
+    demo = (not args.stream and args.lm is None and DEMO_LM.is_file()
+            and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve())
+    if not demo:
+        args.ctc_decoding = "greedy"
+        return
+    args.ctc_decoding, args.lm = "beam_lm", str(DEMO_LM)
+    for attr, value in (("beam_size", PIPELINE_BEAM), ("alpha", PIPELINE_ALPHA), ("beta", PIPELINE_BETA)):
+        if getattr(args, attr) is None:
+            setattr(args, attr, value)
+
+
 def run(args: argparse.Namespace, json_out) -> int:
     from duet.asr.decoding import DecodingInputError, settings_from_args
     from duet.asr.evaluate import AsrInputError
@@ -127,6 +149,7 @@ def run(args: argparse.Namespace, json_out) -> int:
     decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     repetition_penalty=args.repetition_penalty)
+    resolve_asr_decoding(args)
     try:
         asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
         resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),

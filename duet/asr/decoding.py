@@ -100,13 +100,17 @@ def decoding_config(model, settings: DecodingSettings):
     return cfg
 
 
-def add_decoding_arguments(parser, strategy_flag: str = "--decoding") -> None:
+def add_decoding_arguments(parser, strategy_flag: str = "--decoding", strategy_default: str | None = None) -> None:
     """The CTC decoding options of an entry script: ``strategy_flag`` (greedy/beam/beam_lm), ``--beam-size``,
-    ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults."""
+    ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults.
+    ``strategy_default`` describes a default the script resolves itself: the strategy is then ``None`` when
+    the flag is left out."""
     d = DecodingSettings
     group = parser.add_argument_group("CTC decoding")
-    group.add_argument(strategy_flag, dest="ctc_decoding", choices=STRATEGIES, default=d.strategy,
-                       help=f"greedy, beam search, or beam search + token n-gram LM (default: {d.strategy})")
+    group.add_argument(strategy_flag, dest="ctc_decoding", choices=STRATEGIES,
+                       default=None if strategy_default else d.strategy,
+                       help=f"greedy, beam search, or beam search + token n-gram LM "
+                            f"(default: {strategy_default or d.strategy})")
     group.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: {d.beam_size})")
     group.add_argument("--lm", default=None,
                        help="token ARPA for beam_lm (tools/train_ngram_lm.py --unit token, the model's tokenizer)")
