@@ -37,7 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 from pipeline import DEFAULT_ASR_MODEL, DEFAULT_SLM_MODEL  # noqa: E402
 
-from duet.asr.decoding import DecodingInputError, add_decoding_arguments, set_decoding, settings_from_args  # noqa: E402
+from duet.asr.decoding import (DecodingInputError, add_decoding_arguments, set_decoding,  # noqa: E402
+                               settings_from_args)
 from duet.io import read_jsonl  # noqa: E402
 from duet.pipeline import VoicePipeline  # noqa: E402
 
@@ -113,16 +114,16 @@ def main() -> int:
         try:
             tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
                                               slm_decoding=decoding)
-        except DecodingInputError as e:  # e.g. --lm missing or not a token ARPA
+            big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
+            set_decoding(big_asr, asr_decoding)  # before any timing: an LM that does not fit fails here
+        except DecodingInputError as e:  # e.g. --lm missing or not a token ARPA for these tokenizers
             print(f"error: {e}", file=sys.stderr)
             return 2
         results = {"tiny": measure(tiny, clip, args.repeats)}
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 
-        big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
         fixed = {"strategy": "greedy", "max_new_tokens": answer_tokens}
-        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, slm_decoding=fixed,
-                            asr_decoding=set_decoding(big_asr, asr_decoding))
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, slm_decoding=fixed, asr_decoding=asr_decoding)
         # Random weights would stop at a random EOS, or never: pin the answer length instead.
         big_slm.generation_config.min_new_tokens = answer_tokens
         results["full-size"] = measure(big, clip, args.repeats)

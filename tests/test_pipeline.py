@@ -293,13 +293,21 @@ def resolved(cli, argv):
     return args.ctc_decoding, args.beam_size, args.lm, args.alpha, args.beta
 
 
-def test_default_decoding_is_the_demo_pipelines_for_the_demo_model(cli, demo_files):
+def test_default_decoding_is_the_demo_pipelines_for_the_demo_model(cli, demo_files, monkeypatch, tmp_path):
     model, lm = demo_files
     demo = ("beam_lm", cli.PIPELINE_BEAM, str(lm), cli.PIPELINE_ALPHA, cli.PIPELINE_BETA)
     assert resolved(cli, ["--asr-model", str(model)]) == demo
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam_lm"]) == demo
+    # the same file by a relative path or a link is the demo's model too
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link.nemo").symlink_to(model)
+    assert resolved(cli, ["--asr-model", "demo_asr.nemo"]) == resolved(cli, ["--asr-model", "link.nemo"]) == demo
+    # options given are kept, the others come from the demo's
     assert resolved(cli, ["--asr-model", str(model), "--beam-size", "8"]) == ("beam_lm", 8, *demo[2:])
-    # anything else decodes greedily unless asked: another model (the LM fits the demo's tokenizer only),
-    # streaming (greedy by design), or an explicit choice
+    assert resolved(cli, ["--asr-model", str(model), "--alpha", "0.3", "--beta", "1"]) == (*demo[:3], 0.3, 1.0)
+    # another LM is the user's choice, at the library's defaults unless given
+    assert resolved(cli, ["--asr-model", str(model), "--lm", "my.arpa"]) == ("beam_lm", None, "my.arpa", None, None)
+    # greedy: another model (the LM fits the demo's tokenizer only), streaming, or asked for
     other = model.with_name("mine.nemo")
     assert resolved(cli, ["--asr-model", str(other)]) == ("greedy", None, None, None, None)
     assert resolved(cli, ["--asr-model", str(model), "--stream"])[0] == "greedy"
@@ -311,10 +319,30 @@ def test_default_decoding_is_greedy_without_the_demos_lm(cli, demo_files):
     model, lm = demo_files
     lm.unlink()
     assert resolved(cli, ["--asr-model", str(model)])[0] == "greedy"
-    # and options that only beam search reads are then refused by name, as before
-    args = cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), "--alpha", "0.5"])
-    cli.resolve_asr_decoding(args)
-    from duet.asr.decoding import DecodingInputError, settings_from_args
+    # options only beam search reads are refused, saying why greedy is the default here
+    from duet.asr.decoding import DecodingInputError
 
-    with pytest.raises(DecodingInputError, match="--alpha not used by --asr-decoding greedy"):
-        settings_from_args(args, "--asr-decoding")
+    with pytest.raises(DecodingInputError, match="--alpha needs --asr-decoding beam or beam_lm: .* greedily by default "
+                                                  r"\(there is no demo LM"):
+        resolved(cli, ["--asr-model", str(model), "--alpha", "0.5"])
+
+
+def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, demo_files, monkeypatch, capsys):
+    model, lm = demo_files
+    seen = {}
+
+    def fake_load(cls, asr_path, slm_path, asr_decoding=None, **kwargs):
+        seen["decoding"] = asr_decoding
+        raise AsrInputError("stop here")  # reported as a one-line error: nothing else to run
+
+    from duet.asr.evaluate import AsrInputError
+    from duet.pipeline import VoicePipeline
+
+    monkeypatch.setattr(VoicePipeline, "load", classmethod(fake_load))
+    (model.parent / "slm").mkdir()
+    slm = str(model.parent / "slm")
+    assert cli.main([str(model.parent / "a.flac"), "--asr-model", str(model), "--slm-model", slm]) == 2
+    expected = f"beam{cli.PIPELINE_BEAM}+LM(a={cli.PIPELINE_ALPHA:g},b={cli.PIPELINE_BETA:g})"
+    assert seen["decoding"].describe() == expected
+    assert seen["decoding"].ngram_lm == str(lm)
+    assert capsys.readouterr().err.strip() == "pipeline: error: stop here"

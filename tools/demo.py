@@ -28,8 +28,8 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM,
-                       PIPELINE_BETA, Stage, asr_summary, pipeline_summary, slm_summary)
+from duet.demo import (DEMO_ASR_MODEL, DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA,
+                       PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary, pipeline_summary, slm_summary)
 from duet.io import read_jsonl, write_jsonl_atomic
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
@@ -53,9 +53,8 @@ def write_assistant_requests(out: Path) -> None:
 def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
-    asr_dir, slm_dir = EXPERIMENTS / "demo_asr", EXPERIMENTS / "demo_slm"
-    lm_text, lm = DEMO_LM_TEXT, DEMO_LM
-    answers, requests = EXPERIMENTS / "demo_pipeline" / "answers.jsonl", EXPERIMENTS / "demo_pipeline" / "requests.json"
+    asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, EXPERIMENTS / "demo_slm", EXPERIMENTS / "demo_pipeline"
+    answers, requests = pipeline_dir / "answers.jsonl", pipeline_dir / "requests.json"
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -71,25 +70,26 @@ def stages() -> list[Stage]:
                       f"model.tokenizer.dir={tokenizer_dir}", f"trainer.max_epochs={ASR_EPOCHS}"],
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, tokenizer_dir, *MANIFESTS.values()],
-              outputs=[asr_dir / "demo_asr.nemo", asr_dir / "finetune_summary.json"], run_dir=asr_dir),
-        Stage("lmtext", [py, "tools/make_lm_text.py", "--sentences", str(LM_SENTENCES), "--out", str(lm_text)],
-              lambda: f"{lm_text.relative_to(REPO_ROOT)} ({LM_SENTENCES} sentences)",
+              outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir),
+        Stage("lmtext", [py, "tools/make_lm_text.py", "--sentences", str(LM_SENTENCES),
+                         "--out", str(DEMO_LM_TEXT)],
+              lambda: f"{DEMO_LM_TEXT.relative_to(REPO_ROOT)} ({LM_SENTENCES} sentences)",
               inputs=[REPO_ROOT / "duet" / "corpus_text.py", REPO_ROOT / "duet" / "corpus.py",
-                      REPO_ROOT / "tools" / "make_lm_text.py"], outputs=[lm_text]),
+                      REPO_ROOT / "tools" / "make_lm_text.py"], outputs=[DEMO_LM_TEXT]),
         Stage("lm", [py, "tools/train_ngram_lm.py", "--unit", "token", "--tokenizer", str(tokenizer_dir),
-                     "--order", str(LM_ORDER), "--text", str(lm_text), "--out", str(lm)],
-              lambda: f"{lm.relative_to(REPO_ROOT)} ({lm.stat().st_size // 1024} KB)",
-              inputs=[tokenizer_dir, lm_text], outputs=[lm]),
+                     "--order", str(LM_ORDER), "--text", str(DEMO_LM_TEXT), "--out", str(DEMO_LM)],
+              lambda: f"{DEMO_LM.relative_to(REPO_ROOT)} ({DEMO_LM.stat().st_size // 1024} KB)",
+              inputs=[tokenizer_dir, DEMO_LM_TEXT], outputs=[DEMO_LM]),
         Stage("slm", [py, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={slm_dir}"],
               lambda: slm_summary(slm_dir / "metrics.json"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
-                           "--asr-model", str(asr_dir / "demo_asr.nemo"), "--slm-model", str(slm_dir),
-                           "--asr-decoding", "beam_lm", "--beam-size", str(PIPELINE_BEAM), "--lm", str(lm),
+                           "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir),
+                           "--asr-decoding", "beam_lm", "--beam-size", str(PIPELINE_BEAM), "--lm", str(DEMO_LM),
                            "--alpha", str(PIPELINE_ALPHA), "--beta", str(PIPELINE_BETA)],
               lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
-              inputs=[asr_dir / "demo_asr.nemo", slm_dir / "config.json", lm, MANIFESTS["test-clean"]],
+              inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
               outputs=[answers], stdout_to=answers),
     ]
 

@@ -64,8 +64,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming ASR with partial transcripts (streaming models only)")
     add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
-        f"beam_lm with the demo's LM, --beam-size {PIPELINE_BEAM} --alpha {PIPELINE_ALPHA:g} --beta "
-        f"{PIPELINE_BETA:g}, when the demo's ASR model and LM are used; otherwise greedy"))
+        f"for the demo's ASR model, when the demo's LM exists and without --stream: beam_lm with that LM and "
+        f"--beam-size {PIPELINE_BEAM} --alpha {PIPELINE_ALPHA:g} --beta {PIPELINE_BETA:g} unless given; "
+        "with --lm: beam_lm; otherwise greedy"))
     parser.add_argument("--strategy", choices=STRATEGIES, default="greedy", help="language model decoding")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=4)
@@ -124,20 +125,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def resolve_asr_decoding(args: argparse.Namespace) -> None:
-    """Fill in ``--asr-decoding`` when it was left out: the demo pipeline's beam search + LM for the demo's
-    own model (the LM is built with its tokenizer and the weights were tuned for it), greedy otherwise.
-    Options given explicitly (``--beam-size``, ``--alpha``, ``--beta``) are kept."""
-    if args.ctc_decoding is not None:
-        return
-    demo = (not args.stream and args.lm is None and DEMO_LM.is_file()
-            and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve())
-    if not demo:
+    """Fill in the ASR decoding left unsaid. The demo's own model, with its LM built: beam search + that LM
+    at the width and weights tuned for it (``--asr-decoding`` left out, or beam_lm without ``--lm``); options
+    given explicitly are kept. ``--lm`` alone means beam_lm with it. Anything else, and ``--stream``: greedy.
+    Beam options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
+    from duet.asr.decoding import DecodingInputError
+
+    demo_model = (not args.stream and DEMO_LM.is_file()
+                  and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve())
+    if args.ctc_decoding is None and args.lm is not None and not args.stream:
+        args.ctc_decoding = "beam_lm"
+    elif args.ctc_decoding in (None, "beam_lm") and args.lm is None and demo_model:
+        args.ctc_decoding, args.lm = "beam_lm", str(DEMO_LM)
+        for attr, value in (("beam_size", PIPELINE_BEAM), ("alpha", PIPELINE_ALPHA), ("beta", PIPELINE_BETA)):
+            if getattr(args, attr) is None:
+                setattr(args, attr, value)
+    elif args.ctc_decoding is None:
         args.ctc_decoding = "greedy"
-        return
-    args.ctc_decoding, args.lm = "beam_lm", str(DEMO_LM)
-    for attr, value in (("beam_size", PIPELINE_BEAM), ("alpha", PIPELINE_ALPHA), ("beta", PIPELINE_BETA)):
-        if getattr(args, attr) is None:
-            setattr(args, attr, value)
+        given = [flag for flag, attr in (("--beam-size", "beam_size"), ("--alpha", "alpha"), ("--beta", "beta"))
+                 if getattr(args, attr) is not None]
+        if given and not args.stream:  # --stream has its own message (it always decodes greedily)
+            why = ("the demo's LM is for the demo's model" if DEMO_LM.is_file()
+                   else f"there is no demo LM at {DEMO_LM}")
+            raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "
+                                     f"decodes greedily by default ({why})")
 
 
 def run(args: argparse.Namespace, json_out) -> int:
@@ -149,8 +160,8 @@ def run(args: argparse.Namespace, json_out) -> int:
     decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     repetition_penalty=args.repetition_penalty)
-    resolve_asr_decoding(args)
     try:
+        resolve_asr_decoding(args)
         asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
         resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
                                      "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})

@@ -123,6 +123,8 @@ def settings_from_args(args, strategy_flag: str = "--decoding", streaming: bool 
     """``DecodingSettings`` from the options of :func:`add_decoding_arguments`; an option the chosen strategy
     would ignore is a ``DecodingInputError`` naming it, never silently dropped."""
     strategy = args.ctc_decoding
+    if strategy is None:  # add_decoding_arguments(strategy_default=...): the script resolves it first
+        raise ValueError(f"{strategy_flag} was left for the script to resolve, and it did not")
     given = {name: getattr(args, attr) for name, attr in
              (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))}
     used = {"greedy": (), "beam": ("--beam-size", "--beta"), "beam_lm": ("--beam-size", "--lm", "--alpha", "--beta")}
