@@ -66,8 +66,7 @@ def main(argv=None) -> int:
     try:
         settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
         streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32), "--workers": ("workers", None)})
-        if args.workers is not None and args.workers < 1:
-            raise evaluate.AsrInputError(f"--workers must be 1 or more, got {args.workers}")
+        evaluate.check_workers(args.workers, "--workers")
         model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
         if args.stream:
             streaming.check_streaming_model(model)

@@ -129,11 +129,13 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
     at the width and weights tuned for it (``--asr-decoding`` left out, or beam_lm without ``--lm``); options
     given explicitly are kept. ``--lm`` alone means beam_lm with it. Anything else, and ``--stream``: greedy.
     Beam options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
-    from duet.asr.decoding import DecodingInputError
+    from duet.asr.decoding import DECODING_OPTIONS, DecodingInputError
 
-    demo_model = (not args.stream and DEMO_LM.is_file()
-                  and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve())
-    if args.ctc_decoding is None and args.lm is not None and not args.stream:
+    if args.stream:  # streaming decodes greedily; settings_from_args names any option it would ignore
+        args.ctc_decoding = args.ctc_decoding or "greedy"
+        return
+    demo_model = DEMO_LM.is_file() and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve()
+    if args.ctc_decoding is None and args.lm is not None:
         args.ctc_decoding = "beam_lm"
     elif args.ctc_decoding in (None, "beam_lm") and args.lm is None and demo_model:
         args.ctc_decoding, args.lm = "beam_lm", str(DEMO_LM)
@@ -142,9 +144,8 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
                 setattr(args, attr, value)
     elif args.ctc_decoding is None:
         args.ctc_decoding = "greedy"
-        given = [flag for flag, attr in (("--beam-size", "beam_size"), ("--alpha", "alpha"), ("--beta", "beta"))
-                 if getattr(args, attr) is not None]
-        if given and not args.stream:  # --stream has its own message (it always decodes greedily)
+        given = [flag for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]  # --lm is unset here
+        if given:
             why = ("the demo's LM is for the demo's model" if DEMO_LM.is_file()
                    else f"there is no demo LM at {DEMO_LM}")
             raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "

@@ -100,6 +100,10 @@ def decoding_config(model, settings: DecodingSettings):
     return cfg
 
 
+# The number/path options of add_decoding_arguments and the argparse attributes they land in.
+DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))
+
+
 def add_decoding_arguments(parser, strategy_flag: str = "--decoding", strategy_default: str | None = None) -> None:
     """The CTC decoding options of an entry script: ``strategy_flag`` (greedy/beam/beam_lm), ``--beam-size``,
     ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults.
@@ -125,8 +129,7 @@ def settings_from_args(args, strategy_flag: str = "--decoding", streaming: bool 
     strategy = args.ctc_decoding
     if strategy is None:  # add_decoding_arguments(strategy_default=...): the script resolves it first
         raise ValueError(f"{strategy_flag} was left for the script to resolve, and it did not")
-    given = {name: getattr(args, attr) for name, attr in
-             (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))}
+    given = {name: getattr(args, attr) for name, attr in DECODING_OPTIONS}
     used = {"greedy": (), "beam": ("--beam-size", "--beta"), "beam_lm": ("--beam-size", "--lm", "--alpha", "--beta")}
     ignored = [name for name, value in given.items() if value is not None and name not in used[strategy]]
     if streaming and strategy != "greedy":

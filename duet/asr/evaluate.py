@@ -107,7 +107,7 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, p
     largest batch (the one that would run out of memory) comes first. ``workers`` (default
     :func:`cpu_workers`) threads read the files and processes decode them (:func:`transcribe_audio`).
     """
-    _check_workers(workers)
+    check_workers(workers)
     sample_rate = int(model.cfg.sample_rate)
     # libsndfile decodes outside the GIL, so threads read files in parallel (on GPU too)
     with ThreadPoolExecutor(cpu_workers() if workers is None else workers) as pool:
@@ -149,7 +149,7 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     that dies (e.g. killed for memory) is an error here, not a hang. The model leaves in the default
     (contiguous) layout and its previous train/eval mode.
     """
-    _check_workers(workers)
+    check_workers(workers)
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
     order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
@@ -204,9 +204,10 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
     return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
 
 
-def _check_workers(workers: int | None) -> None:
+def check_workers(workers: int | None, name: str = "workers") -> None:
+    """``workers`` (``None``: the default) must be at least 1; ``name`` is what the message calls it."""
     if workers is not None and workers < 1:
-        raise AsrInputError(f"workers must be 1 or more, got {workers}")
+        raise AsrInputError(f"{name} must be 1 or more, got {workers}")
 
 
 # A forked worker's model and audio, inherited from the parent (never pickled).
