@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Greedy vs beam search vs beam search + n-gram LM: WER and RTFx of a CTC model, LM weights tuned on dev.
+r"""Greedy vs beam search vs beam search + n-gram LM: WER and RTFx of a CTC model, LM weights tuned on dev.
 
 Usage:
   python bench/decoding_ab.py --model samples/checkpoints/base.nemo

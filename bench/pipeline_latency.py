@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-stage latency of the voice -> answer pipeline on CPU, models already loaded.
+r"""Per-stage latency of the voice -> answer pipeline on CPU, models already loaded.
 
 Usage:
   python bench/pipeline_latency.py               # needs the demo's models (python tools/demo.py)
@@ -43,9 +43,8 @@ from duet.io import read_jsonl  # noqa: E402
 from duet.pipeline import VoicePipeline  # noqa: E402
 
 
-def make_clip(seconds: float, out: Path) -> Path:
+def make_clip(seconds: float, out: Path, manifest: Path = REPO_ROOT / "manifests" / "test-clean.json") -> Path:
     """Concatenate held-out test-clean utterances (0.3 s apart) to about ``seconds`` of audio."""
-    manifest = REPO_ROOT / "manifests" / "test-clean.json"
     parts, total = [], 0.0
     for entry in read_jsonl(manifest):
         if total >= seconds:
@@ -96,12 +95,16 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_decoding_arguments(parser, "--asr-decoding")
     args = parser.parse_args()
+    for flag, value, low in (("--seconds", args.seconds, 0.5), ("--repeats", args.repeats, 1),
+                             ("--threads", args.threads, 1)):
+        if value < low:
+            parser.error(f"{flag} must be >= {low:g}, got {value:g}")
     try:
         asr_decoding = settings_from_args(args, "--asr-decoding")
     except DecodingInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for path in (args.asr_model, args.slm_model, args.asr_tokenizer):
+    for path in (args.asr_model, args.slm_model, args.asr_tokenizer, REPO_ROOT / "manifests" / "test-clean.json"):
         if not path.exists():
             print(f"error: {path} not found: run python tools/demo.py first (or pass --asr-model/--slm-model)",
                   file=sys.stderr)

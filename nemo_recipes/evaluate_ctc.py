@@ -1,4 +1,4 @@
-"""Transcribe a NeMo manifest (or audio files) with a CTC .nemo model and report WER/CER.
+r"""Transcribe a NeMo manifest (or audio files) with a CTC .nemo model and report WER/CER.
 
 Usage:
   # score a manifest: per-utterance JSONL + summary JSON, worst/best table printed

@@ -1,4 +1,4 @@
-"""Fine-tune (or train from scratch) a NeMo CTC speech recogniser (EncDecCTCModelBPE) with Hydra configs.
+r"""Fine-tune (or train from scratch) a NeMo CTC speech recogniser (EncDecCTCModelBPE) with Hydra configs.
 
 Usage:
   python nemo_recipes/finetune_ctc.py --config-name fastconformer_small \

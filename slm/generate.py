@@ -56,10 +56,17 @@ def load_model(path: str | Path, device: str | None = None):
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model folder (no config.json); train one with slm/finetune.py")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    from safetensors import SafetensorError
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = GPT2LMHeadModel.from_pretrained(path)
+    except (OSError, ValueError, SafetensorError) as e:  # missing or corrupt weights / tokenizer files
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: cannot load the model folder ({reason})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = GPT2LMHeadModel.from_pretrained(path).to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()
     return tokenizer, model
 

@@ -72,3 +72,15 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
     scores = answer_scores(answered, requests)
     assert scores["assistant_rows"] >= 20 and scores["assistant_kind"] >= 30
     assert all({"audio_load", "asr", "slm", "total", "model_load"} <= a["latency_s"].keys() for a in answered)
+
+
+def test_pipeline_with_no_options_uses_the_demos_models_and_decoding(demo, repo_root, python):
+    """After the demo, ``python tools/pipeline.py some.flac`` just works, decoding as the demo's stage did."""
+    answers = read_jsonl(demo / "demo_pipeline" / "answers.jsonl")[:2]
+    result = subprocess.run([python, "tools/pipeline.py", *(a["file"] for a in answers), "--json"], cwd=repo_root,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [line["transcript"] for line in lines] == [a["transcript"] for a in answers]
+    assert [line["asr_decoding"] for line in lines] == [a["asr_decoding"] for a in answers]
+    assert all(line["response"] for line in lines)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+
+import pytest
 
 import duet.demo as demo
 from duet.demo import Stage
@@ -43,3 +46,30 @@ def test_demo_scores_answers_against_what_was_said():
     scores = answer_scores(wrong, texts)
     assert scores["assistant_rows"] == 4 and scores["assistant_on_topic"] == 0.0
     assert answer_scores([{"file": "x.flac", "response": "hi"}], {"x.flac": "not a sample request"})["assistant_rows"] == 0
+
+
+def test_a_changed_command_or_a_missing_output_reruns_the_stage(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo, "STAMP_DIR", tmp_path / "stamps")
+    (tmp_path / "in.txt").write_text("v1")
+    assert _stage(tmp_path, None, "a").run() == 0
+    assert _stage(tmp_path, None, "a").up_to_date()
+    assert not _stage(tmp_path, None, "b").up_to_date()  # e.g. another lr or epoch count
+    (tmp_path / "out.txt").unlink()
+    assert not _stage(tmp_path, None, "a").up_to_date()
+
+
+def test_demo_runs_the_stages_asked_for(repo_root, capsys):
+    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    names = [stage.name for stage in cli.stages()]
+
+    def listed(*argv):
+        assert cli.main(["--list", *argv]) == 0
+        return [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+
+    assert listed() == names and names[0] == "manifests" and names[-1] == "pipeline"
+    assert listed("--from", "slm") == names[names.index("slm"):]
+    assert listed("--only", "lm", "asr") == ["lm", "asr"]
+    with pytest.raises(SystemExit):  # one or the other
+        cli.main(["--list", "--from", "slm", "--only", "asr"])

@@ -41,6 +41,7 @@ class FakeAsr:
         self.cfg = SimpleNamespace(sample_rate=SR)
         self.text = text
         self.calls: list[list[int]] = []
+        self.audios: list[np.ndarray] = []
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ def make_pipeline(monkeypatch):
 
     def fake_transcribe(model, audios, batch_size):
         model.calls.append([len(a) for a in audios])
+        model.audios += list(audios)
         return [model.text for _ in audios]
 
     monkeypatch.setattr(pipeline_module, "transcribe_audio", fake_transcribe)
@@ -71,14 +73,24 @@ def test_answers_a_clip_and_times_each_stage(make_pipeline, tmp_path):
 
 
 def test_any_rate_and_channel_count_reaches_the_model_as_16k_mono(make_pipeline, tmp_path):
+    import librosa
+
     pipe, _ = make_pipeline()
-    stereo_44k = np.stack([utterance_with_pauses([1.0])] * 2, axis=1)
-    stereo_44k = np.repeat(stereo_44k, 44100 // SR + 1, axis=0)[: int(len(stereo_44k) * 44100 / SR)]
+    rng = np.random.default_rng(3)
+    t = np.arange(int(1.5 * SR)) / SR
+    speech = (0.3 * np.sin(2 * np.pi * 440 * t) * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.float32)
+    left = librosa.resample(speech, orig_sr=SR, target_sr=44100)
+    right = 0.001 * rng.standard_normal(len(left)).astype(np.float32)  # a near-silent second channel
     path = tmp_path / "stereo.wav"
-    soundfile.write(path, stereo_44k, 44100)
+    soundfile.write(path, np.stack([left, right], axis=1), 44100)
     result = pipe.run(path)
     assert result.error is None
-    assert abs(pipe.asr_model.calls[0][0] - len(stereo_44k) * SR / 44100) < 2
+    heard = pipe.asr_model.audios[0]
+    assert heard.ndim == 1 and abs(len(heard) - len(speech)) < 2  # one channel, at 16 kHz
+    n = min(len(heard), len(speech))
+    # the mean of the two channels: the 16 kHz speech at half its level
+    assert np.corrcoef(heard[:n], speech[:n])[0, 1] > 0.99
+    assert np.std(heard[:n]) / np.std(speech[:n]) == pytest.approx(0.5, abs=0.03)
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "corrupt"])
@@ -135,6 +147,17 @@ def test_a_long_file_is_transcribed_in_chunks(make_pipeline, tmp_path):
     assert result.transcript == " ".join(["set a timer for five minutes"] * result.chunks)
 
 
+def test_minutes_of_audio_reach_the_model_in_pieces_of_at_most_the_limit(make_pipeline, tmp_path):
+    pipe, _ = make_pipeline()  # the CLI's default limit, 20 s
+    path = tmp_path / "meeting.flac"
+    sentences = [3.0 + (i % 5) for i in range(40)]  # about 3.6 minutes of speech with pauses
+    soundfile.write(path, utterance_with_pauses(sentences), SR)
+    result = pipe.run(path)
+    lengths = pipe.asr_model.calls[0]
+    assert result.audio_seconds > 180 and result.chunks == len(lengths) >= 11
+    assert max(lengths) <= 20 * SR and sum(lengths) == soundfile.info(path).frames
+
+
 def test_is_silent_threshold():
     assert is_silent(np.zeros(SR, dtype=np.float32), SR)
     assert not is_silent(utterance_with_pauses([0.5]), SR)
@@ -151,24 +174,153 @@ def cli():
     return module
 
 
-def test_cli_keeps_going_after_a_bad_file_and_writes_json_lines(cli, make_pipeline, monkeypatch, tmp_path, capfd):
-    pipe, _ = make_pipeline()
+@pytest.fixture
+def model_args(tmp_path) -> list[str]:
+    """--asr-model/--slm-model paths that exist (for CLI tests whose model loading is replaced)."""
+    (tmp_path / "asr.nemo").write_bytes(b"x")
+    (tmp_path / "slm").mkdir()
+    return ["--asr-model", str(tmp_path / "asr.nemo"), "--slm-model", str(tmp_path / "slm")]
+
+
+def stand_in_load(monkeypatch, pipe) -> list[int]:
+    """VoicePipeline.load returns ``pipe``; the list it returns counts the loads."""
+    loads = []
+
     def chatty_load(cls, *args, **kwargs):
+        loads.append(1)
         os.write(1, b"[NeMo I] model restored\n")  # NeMo logs to the process's stdout: must not reach the JSON
         return pipe, 0.5
     monkeypatch.setattr(VoicePipeline, "load", classmethod(chatty_load))
+    return loads
+
+
+def test_cli_keeps_going_after_bad_files_and_writes_json_lines(cli, make_pipeline, model_args, monkeypatch,
+                                                               tmp_path, capfd):
+    pipe, _ = make_pipeline()
+    loads = stand_in_load(monkeypatch, pipe)
     good = tmp_path / "good.flac"
     soundfile.write(good, utterance_with_pauses([1.0]), SR)
-    models = [str(tmp_path / "asr.nemo"), str(tmp_path / "slm")]
-    Path(models[0]).write_bytes(b"x")
-    Path(models[1]).mkdir()
-    code = cli.main([str(tmp_path / "missing.flac"), str(good), "--json", "--asr-model", models[0],
-                     "--slm-model", models[1]])
-    assert code == 1
+    (tmp_path / "empty.wav").write_bytes(b"")
+    (tmp_path / "corrupt.flac").write_bytes(b"not audio at all" * 100)
+    files = [tmp_path / name for name in ("missing.flac", "good.flac", "empty.wav", "corrupt.flac")]
+    code = cli.main([*map(str, files), str(good), "--json", *model_args])
+    assert code == 1 and loads == [1]  # the models load once for all the files
     lines = [json.loads(line) for line in capfd.readouterr().out.strip().splitlines()]
-    assert [Path(r["file"]).name for r in lines] == ["missing.flac", "good.flac"]
-    assert "no such file" in lines[0]["error"] and lines[1]["response"].startswith("ok:")
-    assert lines[1]["latency_s"]["model_load"] == 0.5
+    assert [Path(r["file"]).name for r in lines] == ["missing.flac", "good.flac", "empty.wav", "corrupt.flac",
+                                                     "good.flac"]
+    for line, path in zip(lines, files + [good]):
+        if path.name == "good.flac":
+            assert line["error"] is None and line["response"].startswith("ok:")
+            assert line["latency_s"]["model_load"] == 0.5
+        else:
+            assert str(path) in line["error"] and line["transcript"] is None
+    assert "no such file" in lines[0]["error"] and "empty file" in lines[2]["error"]
+
+
+def test_cli_text_output_names_the_bad_file_and_counts_failures(cli, make_pipeline, model_args, monkeypatch,
+                                                                tmp_path, capsys):
+    pipe, _ = make_pipeline()
+    stand_in_load(monkeypatch, pipe)
+    good = tmp_path / "good.flac"
+    soundfile.write(good, utterance_with_pauses([1.0]), SR)
+    assert cli.main([str(tmp_path / "missing.flac"), str(good), *model_args]) == 1
+    out, err = capsys.readouterr()
+    assert f"{tmp_path / 'missing.flac'}: error: no such file" in err
+    assert "  response:   ok: set a timer for five minutes" in out and "2 file(s), 1 failed" in out
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--max-new-tokens", "0"], "max_new_tokens must be >= 1"),
+    (["--strategy", "beam", "--num-beams", "1"], "num_beams >= 2"),
+    (["--strategy", "sample", "--temperature", "0"], "temperature > 0"),
+])
+def test_cli_refuses_bad_language_model_options_before_loading(cli, model_args, monkeypatch, tmp_path, capsys,
+                                                                option, message):
+    loads = stand_in_load(monkeypatch, None)
+    assert cli.main([str(tmp_path / "a.flac"), *model_args, *option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pipeline: error: language model decoding:") and message in err and loads == []
+
+
+def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tmp_path, capsys):
+    """A corrupt .nemo, or a language-model folder without weights: one line naming it."""
+    from duet.asr import evaluate
+
+    (tmp_path / "slm").mkdir()
+    (tmp_path / "slm" / "config.json").write_text("{}")
+    broken_asr = tmp_path / "broken.nemo"
+    broken_asr.write_bytes(b"not a tar archive" * 50)
+    assert cli.main([str(tmp_path / "a.flac"), "--asr-model", str(broken_asr), "--slm-model",
+                     str(tmp_path / "slm"), "--asr-decoding", "greedy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"pipeline: error: {broken_asr}: not a NeMo .nemo checkpoint")
+
+    monkeypatch.setattr(evaluate, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
+    monkeypatch.setattr("duet.asr.decoding.set_decoding", lambda model, settings: settings)
+    assert cli.main([str(tmp_path / "a.flac"), "--asr-model", str(broken_asr), "--slm-model",
+                     str(tmp_path / "slm"), "--asr-decoding", "greedy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"pipeline: error: {tmp_path / 'slm'}: cannot load the model folder")
+
+
+# ---------------------------------------------------------------- --speak
+
+
+def test_speak_writes_a_wav_of_the_answer(cli, tmp_path):
+    if cli.shutil.which(cli.SPEAK_ENGINE) is None:
+        pytest.skip("espeak-ng not installed (bash tools/setup.sh installs it)")
+    out = tmp_path / "answers" / "answer.wav"
+    assert cli.speak("Setting a timer for five minutes.", out) is None
+    info = soundfile.info(out)
+    assert info.duration > 1.0 and info.frames > 0
+    assert list(out.parent.iterdir()) == [out]  # no partial file left beside it
+
+
+def test_a_failed_speak_leaves_no_file(cli, monkeypatch, tmp_path):
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "/bin/false")
+    out = tmp_path / "answer.wav"
+    error = cli.speak("hello", out)
+    assert error.startswith(f"{cli.SPEAK_ENGINE} failed") and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    assert cli.speak("hello", out) == cli.SPEAK_ENGINE_MISSING
+
+
+def test_speak_paths_stay_apart(cli, tmp_path):
+    out = tmp_path / "answer.wav"
+    assert cli.speak_paths([Path("a/x.flac")], out) == [out]
+    assert cli.speak_paths([Path("a/x.flac"), Path("a/y.flac")], out) == [tmp_path / "x_answer.wav",
+                                                                          tmp_path / "y_answer.wav"]
+    same_stem = cli.speak_paths([Path("a/x.flac"), Path("b/x.wav")], out)
+    assert same_stem == [tmp_path / "0000_x_answer.wav", tmp_path / "0001_x_answer.wav"]
+
+
+def test_cli_speak_without_espeak_fails_before_loading(cli, model_args, monkeypatch, tmp_path, capsys):
+    loads = stand_in_load(monkeypatch, None)
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    assert cli.main([str(tmp_path / "a.flac"), *model_args, "--speak", str(tmp_path / "out.wav")]) == 2
+    assert "--speak needs espeak-ng, which is not installed" in capsys.readouterr().err and loads == []
+
+
+def test_cli_speaks_each_answer_and_still_prints_it_when_speaking_fails(cli, make_pipeline, model_args,
+                                                                        monkeypatch, tmp_path, capsys):
+    pipe, _ = make_pipeline()
+    stand_in_load(monkeypatch, pipe)
+    spoken = []
+    monkeypatch.setattr(cli, "speak", lambda text, out: spoken.append((text, out)) or None)
+    files = []
+    for name in ("one.flac", "two.flac"):
+        files.append(tmp_path / name)
+        soundfile.write(files[-1], utterance_with_pauses([1.0]), SR)
+    assert cli.main([*map(str, files), *model_args, "--speak", str(tmp_path / "a.wav")]) == 0
+    assert spoken == [("ok: set a timer for five minutes", tmp_path / "one_a.wav"),
+                      ("ok: set a timer for five minutes", tmp_path / "two_a.wav")]
+    assert f"spoken answer: {tmp_path / 'one_a.wav'}" in capsys.readouterr().out
+
+    monkeypatch.setattr(cli, "speak", lambda text, out: "espeak-ng failed: no voice")
+    assert cli.main([str(files[0]), *model_args, "--speak", str(tmp_path / "a.wav")]) == 1
+    out, err = capsys.readouterr()
+    assert "  response:   ok: set a timer for five minutes" in out
+    assert f"{files[0]}: error: espeak-ng failed: no voice" in err
 
 
 def test_cli_names_a_missing_model(cli, tmp_path, capsys):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Turn an offline FastConformer-CTC .nemo into a cache-aware streaming one, to fine-tune for streaming.
+r"""Turn an offline FastConformer-CTC .nemo into a cache-aware streaming one, to fine-tune for streaming.
 
 Usage:
   python tools/convert_to_streaming.py samples/checkpoints/fastconformer_tiny_base.nemo experiments/base_streaming.nemo

@@ -98,8 +98,9 @@ def stages() -> list[Stage]:
 def main(argv: list[str] | None = None) -> int:
     names = [stage.name for stage in stages()]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=names, help="run just these stages")
-    parser.add_argument("--from", dest="start", choices=names, help="start at this stage")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--only", nargs="+", choices=names, help="run just these stages")
+    which.add_argument("--from", dest="start", choices=names, help="start at this stage")
     parser.add_argument("--list", action="store_true", help="print the stages and their commands")
     args = parser.parse_args(argv)
     selected = names[names.index(args.start):] if args.start else args.only or names

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Speech in, answer out: transcribe audio with the fine-tuned NeMo CTC model, answer with the GPT-2.
+r"""Speech in, answer out: transcribe audio with the fine-tuned NeMo CTC model, answer with the GPT-2.
 
 Usage:
   python tools/pipeline.py samples/LibriSpeech/test-clean/7005/700501/7005-700501-0000.flac
@@ -46,6 +46,9 @@ from duet.demo import DEMO_ASR_MODEL, DEMO_LM, EXPERIMENTS, PIPELINE_ALPHA, PIPE
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
 DEFAULT_SLM_MODEL = EXPERIMENTS / "demo_slm"
+SPEAK_ENGINE = "espeak-ng"
+SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
+                        "(apt-get install espeak-ng, or bash tools/setup.sh)")
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -76,18 +79,38 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repetition-penalty", type=float, default=1.1)
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
     parser.add_argument("--speak", type=Path, default=None,
-                        help="write the spoken answer to this WAV (several files: <stem>_<name>.wav)")
+                        help="write the spoken answer to this WAV (several files: <stem>_<name>.wav beside it, "
+                             "numbered when two inputs share a stem)")
     return parser
 
 
 def speak(text: str, out_path: Path) -> str | None:
-    """Voice ``text`` into ``out_path`` with espeak-ng; returns an error message or None."""
-    engine = shutil.which("espeak-ng")
+    """Voice ``text`` into ``out_path`` with espeak-ng; returns an error message or None.
+
+    espeak-ng writes a temporary file that is renamed into place, so a failure leaves no partial WAV.
+    """
+    engine = shutil.which(SPEAK_ENGINE)
     if engine is None:
-        return "--speak needs espeak-ng (apt-get install espeak-ng, or bash tools/setup.sh)"
+        return SPEAK_ENGINE_MISSING
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([engine, "-v", "en-us", "-w", str(out_path), text], capture_output=True, text=True)
-    return None if result.returncode == 0 else f"espeak-ng failed: {result.stderr.strip()}"
+    partial = out_path.with_name(f".{out_path.name}.partial")
+    result = subprocess.run([engine, "-v", "en-us", "-w", str(partial), text], capture_output=True, text=True)
+    if result.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        return f"{SPEAK_ENGINE} failed: {result.stderr.strip() or f'exit code {result.returncode}'}"
+    os.replace(partial, out_path)
+    return None
+
+
+def speak_paths(audio: list[Path], speak_to: Path) -> list[Path]:
+    """Where each file's spoken answer goes: ``speak_to`` itself for one file, else ``<stem>_<name>``
+    beside it, numbered (``<index>_<stem>_<name>``) when two inputs share a stem."""
+    if len(audio) == 1:
+        return [speak_to]
+    stems = [path.stem for path in audio]
+    unique = len(set(stems)) == len(stems)
+    return [speak_to.with_name(f"{stem}_{speak_to.name}" if unique else f"{i:04d}_{stem}_{speak_to.name}")
+            for i, stem in enumerate(stems)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pipeline: error: {flag} {path} does not exist (run python tools/demo.py first, "
                   f"or pass {flag})", file=sys.stderr)
             return 2
+    if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading
+        print(f"pipeline: error: {SPEAK_ENGINE_MISSING}", file=sys.stderr)
+        return 2
 
     if not args.json:
         return run(args, json_out=None)
@@ -153,14 +179,19 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
-    from duet.asr.decoding import DecodingInputError, settings_from_args
-    from duet.asr.evaluate import AsrInputError
+    from duet.asr.decoding import settings_from_args
     from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
+    from slm.generate import decoding_kwargs
 
     decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     repetition_penalty=args.repetition_penalty)
+    try:
+        decoding_kwargs(**decoding)  # bad language-model options fail here, not after the first file
+    except ValueError as e:
+        print(f"pipeline: error: language model decoding: {e}", file=sys.stderr)
+        return 2
     try:
         resolve_asr_decoding(args)
         asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
@@ -169,7 +200,7 @@ def run(args: argparse.Namespace, json_out) -> int:
         pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
                                               max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
                                               asr_decoding=asr_decoding, stream=args.stream)
-    except (AsrInputError, DecodingInputError) as e:
+    except (ValueError, FileNotFoundError) as e:  # Asr/DecodingInputError, or a model that does not load
         print(f"pipeline: error: {e}", file=sys.stderr)
         return 2
     if not args.json:
@@ -178,19 +209,19 @@ def run(args: argparse.Namespace, json_out) -> int:
         if args.stream:
             print(f"streaming: {streaming_latency(pipeline.asr_model).describe()}")
     failures = 0
-    for path in args.audio:
+    spoken_paths = speak_paths(args.audio, args.speak) if args.speak else [None] * len(args.audio)
+    for path, spoken_path in zip(args.audio, spoken_paths):
         on_partial = None if args.json else partial_printer(path)
         result = pipeline.run(path, on_partial=on_partial)
         result.latency_s["model_load"] = round(load_s, 3)
-        if result.error is None and args.speak and result.response:
-            out = args.speak if len(args.audio) == 1 else args.speak.with_name(f"{path.stem}_{args.speak.name}")
-            result.error = speak(result.response, out)
-            result.note = result.note or (None if result.error else f"spoken answer: {out}")
+        if result.error is None and spoken_path and result.response:
+            result.error = speak(result.response, spoken_path)
+            result.note = result.note or (None if result.error else f"spoken answer: {spoken_path}")
         failures += result.error is not None
         if args.json:
             print(json.dumps(result.to_json(), ensure_ascii=False), file=json_out, flush=True)
             continue
-        if result.error:
+        if result.transcript is None:  # the file itself could not be read
             print(f"\n{path}: error: {result.error}", file=sys.stderr)
             continue
         lat = result.latency_s
@@ -204,6 +235,8 @@ def run(args: argparse.Namespace, json_out) -> int:
             print(f"  streaming:  {st['partials']} partials, first after {st['first_partial_s'] * 1000:.0f} ms "
                   f"({st['first_partial_audio_s']:.2f} s of audio); {describe_report(st)}")
         print("  latency:    " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in lat.items() if k != "model_load"))
+        if result.error:  # e.g. the answer could not be spoken
+            print(f"{path}: error: {result.error}", file=sys.stderr)
     if not args.json:
         print(f"\npipeline: {len(args.audio)} file(s), {failures} failed")
     return 1 if failures else 0

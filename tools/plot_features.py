@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Plot an utterance as the model sees it: waveform, mel, log-mel and SpecAugment-masked log-mel -> PNG.
+r"""Plot an utterance as the model sees it: waveform, mel, log-mel and SpecAugment-masked log-mel -> PNG.
 
 Usage:
   # with a trained model's own preprocessor and SpecAugment modules

@@ -1,4 +1,4 @@
-"""Train an n-gram language model for CTC beam search with KenLM's lmplz (modified Kneser-Ney).
+r"""Train an n-gram language model for CTC beam search with KenLM's lmplz (modified Kneser-Ney).
 
 Usage:
   # subword-token LM for NeMo's beam_batch decoder (tokenizer = the ASR model's tokenizer):

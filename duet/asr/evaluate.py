@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import re
+import tarfile
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -44,7 +45,10 @@ def load_asr_model(path_or_name: str | Path, device: str | None = None):
     if not path.is_file():
         raise AsrInputError(f"model file not found: {path}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = ASRModel.restore_from(str(path), map_location=torch.device(device))
+    try:
+        model = ASRModel.restore_from(str(path), map_location=torch.device(device))
+    except (tarfile.TarError, FileNotFoundError) as e:  # not a tar archive, or one without model_config.yaml
+        raise AsrInputError(f"{path}: not a NeMo .nemo checkpoint ({e})") from None
     model.eval()
     return model
 
