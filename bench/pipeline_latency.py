@@ -39,11 +39,16 @@ from pipeline import DEFAULT_ASR_MODEL, DEFAULT_SLM_MODEL  # noqa: E402
 
 from duet.asr.decoding import (DecodingInputError, add_decoding_arguments, set_decoding,  # noqa: E402
                                settings_from_args)
+from duet.asr.evaluate import AsrInputError  # noqa: E402
 from duet.io import read_jsonl  # noqa: E402
 from duet.pipeline import VoicePipeline  # noqa: E402
+from slm.generate import SlmModelError  # noqa: E402
 
 
-def make_clip(seconds: float, out: Path, manifest: Path = REPO_ROOT / "manifests" / "test-clean.json") -> Path:
+TEST_MANIFEST = REPO_ROOT / "manifests" / "test-clean.json"
+
+
+def make_clip(seconds: float, out: Path, manifest: Path = TEST_MANIFEST) -> Path:
     """Concatenate held-out test-clean utterances (0.3 s apart) to about ``seconds`` of audio."""
     parts, total = [], 0.0
     for entry in read_jsonl(manifest):
@@ -84,7 +89,7 @@ def measure(pipeline: VoicePipeline, clip: Path, repeats: int) -> dict[str, floa
     return medians
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=7)
@@ -92,9 +97,11 @@ def main() -> int:
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL)
     parser.add_argument("--asr-tokenizer", type=Path, default=REPO_ROOT / "tokenizers" / "spe_bpe_v256",
                         help="tokenizer folder for the full-size ASR model (only its output size matters)")
+    parser.add_argument("--manifest", type=Path, default=TEST_MANIFEST,
+                        help="held-out utterances the clip is cut from (default: the sample's test-clean)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_decoding_arguments(parser, "--asr-decoding")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for flag, value, low in (("--seconds", args.seconds, 0.5), ("--repeats", args.repeats, 1),
                              ("--threads", args.threads, 1)):
         if value < low:
@@ -104,22 +111,27 @@ def main() -> int:
     except DecodingInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for path in (args.asr_model, args.slm_model, args.asr_tokenizer, REPO_ROOT / "manifests" / "test-clean.json"):
+    for path in (args.asr_model, args.slm_model, args.asr_tokenizer):
         if not path.exists():
             print(f"error: {path} not found: run python tools/demo.py first (or pass --asr-model/--slm-model)",
                   file=sys.stderr)
             return 2
+    if not args.manifest.is_file():
+        print(f"error: --manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)",
+              file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     decoding = {"strategy": "greedy", "max_new_tokens": 64}
 
     with tempfile.TemporaryDirectory() as tmp:
-        clip = make_clip(args.seconds, Path(tmp) / "clip.flac")
+        clip = make_clip(args.seconds, Path(tmp) / "clip.flac", args.manifest)
         try:
             tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
                                               slm_decoding=decoding)
             big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
             set_decoding(big_asr, asr_decoding)  # before any timing: an LM that does not fit fails here
-        except DecodingInputError as e:  # e.g. --lm missing or not a token ARPA for these tokenizers
+        # e.g. --lm missing or not a token ARPA for these tokenizers, or a model that does not load
+        except (AsrInputError, DecodingInputError, SlmModelError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         results = {"tiny": measure(tiny, clip, args.repeats)}

@@ -66,6 +66,8 @@ def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> 
     import librosa
 
     max_len = int(max_chunk_s * sample_rate)
+    if max_len < 1:  # a zero-length chunk would never move past the start
+        raise ValueError(f"max_chunk_s must be > 0, got {max_chunk_s}")
     if len(audio) <= max_len:
         return [audio]
     voiced = librosa.effects.split(audio, top_db=PAUSE_DB, frame_length=1024, hop_length=256)

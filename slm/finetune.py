@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from omegaconf import OmegaConf
 
+from duet.errors import first_line
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
 
 log = logging.getLogger("slm.finetune")
@@ -76,7 +77,7 @@ def load_splits(cfg) -> dict[str, list[dict]]:
     try:
         rows = load_alpaca(str(resolve_path(source)) if resolve_path(source).exists() else source)
     except ConnectionError as e:
-        raise HubUnreachable(f"cannot load dataset '{source}' ({str(e).splitlines()[0][:160]})") from None
+        raise HubUnreachable(f"cannot load dataset '{source}' ({first_line(e, 160)})") from None
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     if cfg.data.max_examples:

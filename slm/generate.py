@@ -15,6 +15,7 @@ Decoding is ``transformers``' ``generate`` with ``use_cache=True``; it stops at 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
+from duet.errors import first_line
 from slm.data import format_alpaca_prompt
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -32,11 +34,18 @@ STRATEGIES = ("greedy", "beam", "sample")
 def decoding_kwargs(strategy: str = "greedy", max_new_tokens: int = 128, num_beams: int = 4,
                     temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
                     repetition_penalty: float = 1.0) -> dict:
-    """Keyword arguments for ``model.generate`` for one decoding strategy; wrong values raise ValueError."""
+    """Keyword arguments for ``model.generate`` for one decoding strategy; wrong values raise ValueError.
+
+    Every value is checked whatever the strategy, so a bad one fails here rather than inside ``generate``.
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"decoding strategy must be one of {', '.join(STRATEGIES)}, got '{strategy}'")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    for name, value, ok, rule in (("max_new_tokens", max_new_tokens, max_new_tokens >= 1, ">= 1"),
+                                  ("repetition_penalty", repetition_penalty, repetition_penalty > 0, "> 0"),
+                                  ("top_k", top_k, top_k >= 0, ">= 0 (0 = off)"),
+                                  ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]")):
+        if not ok:
+            raise ValueError(f"{name} must be {rule}, got {value}")
     kwargs = {"max_new_tokens": max_new_tokens, "repetition_penalty": repetition_penalty, "use_cache": True}
     if strategy == "greedy":
         return {**kwargs, "do_sample": False, "num_beams": 1}
@@ -49,21 +58,35 @@ def decoding_kwargs(strategy: str = "greedy", max_new_tokens: int = 128, num_bea
     return {**kwargs, "do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
 
 
+def as_flags(error: ValueError) -> str:
+    """A ``decoding_kwargs`` message with its parameter names spelt as the command-line flags users typed."""
+    return re.sub(r"\b(max_new_tokens|num_beams|temperature|top_k|top_p|repetition_penalty)\b",
+                  lambda match: "--" + match.group(1).replace("_", "-"), str(error))
+
+
+class SlmModelError(ValueError):
+    """A language-model folder that cannot be loaded (missing or corrupt files), named in the message."""
+
+
 def load_model(path: str | Path, device: str | None = None):
-    """Tokenizer and model from a folder written by ``slm/finetune.py`` (or any GPT-2 HF folder)."""
+    """Tokenizer and model from a folder written by ``slm/finetune.py`` (or any GPT-2 HF folder).
+
+    A folder that is not one, or whose files are missing or corrupt, is an ``SlmModelError`` naming it.
+    """
+    from safetensors import SafetensorError
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
     path = Path(path)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: not a model folder (no config.json); train one with slm/finetune.py")
-    from safetensors import SafetensorError
-
+        raise SlmModelError(f"{path}: not a model folder (no config.json); train one with slm/finetune.py")
+    # without these AutoTokenizer falls back to an almost empty vocabulary instead of failing
+    if not any((path / name).is_file() for name in ("tokenizer.json", "vocab.json")):
+        raise SlmModelError(f"{path}: no tokenizer files (tokenizer.json or vocab.json + merges.txt)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = GPT2LMHeadModel.from_pretrained(path)
     except (OSError, ValueError, SafetensorError) as e:  # missing or corrupt weights / tokenizer files
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path}: cannot load the model folder ({reason})") from None
+        raise SlmModelError(f"{path}: cannot load the model folder ({first_line(e)})") from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -118,8 +141,11 @@ def main() -> None:
                     repetition_penalty=args.repetition_penalty)
     try:
         decoding_kwargs(**decoding)
+    except ValueError as e:
+        sys.exit(f"error: {as_flags(e)}")
+    try:
         tokenizer, model = load_model(args.model_dir)
-    except (ValueError, FileNotFoundError) as e:
+    except SlmModelError as e:
         sys.exit(f"error: {e}")
     torch.manual_seed(args.seed)
     instructions = [line.strip() for line in sys.stdin if line.strip()] if args.instruction == "-" else [args.instruction]

@@ -14,6 +14,8 @@ from typing import Iterable
 import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
+from duet.errors import first_line
+
 EOS_TOKEN = "<|endoftext|>"
 
 
@@ -56,7 +58,7 @@ def load_pretrained(name_or_path: str, dropout: float | None = None):
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = GPT2LMHeadModel.from_pretrained(name_or_path, **overrides)
     except OSError as e:
-        raise HubUnreachable(f"cannot load model '{name_or_path}' ({str(e).splitlines()[0][:160]})") from None
+        raise HubUnreachable(f"cannot load model '{name_or_path}' ({first_line(e, 160)})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token  # GPT-2 ships without a pad token
     model.generation_config.pad_token_id = tokenizer.eos_token_id

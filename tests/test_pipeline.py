@@ -230,9 +230,12 @@ def test_cli_text_output_names_the_bad_file_and_counts_failures(cli, make_pipeli
 
 
 @pytest.mark.parametrize("option, message", [
-    (["--max-new-tokens", "0"], "max_new_tokens must be >= 1"),
-    (["--strategy", "beam", "--num-beams", "1"], "num_beams >= 2"),
-    (["--strategy", "sample", "--temperature", "0"], "temperature > 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["--strategy", "beam", "--num-beams", "1"], "--num-beams >= 2"),
+    (["--strategy", "sample", "--temperature", "0"], "--temperature > 0"),
+    (["--repetition-penalty", "0"], "--repetition-penalty must be > 0"),
+    (["--top-p", "2"], "--top-p must be in (0, 1]"),
+    (["--top-k", "-1"], "--top-k must be >= 0"),
 ])
 def test_cli_refuses_bad_language_model_options_before_loading(cli, model_args, monkeypatch, tmp_path, capsys,
                                                                 option, message):
@@ -242,25 +245,88 @@ def test_cli_refuses_bad_language_model_options_before_loading(cli, model_args, 
     assert err.startswith("pipeline: error: language model decoding:") and message in err and loads == []
 
 
-def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tmp_path, capsys):
-    """A corrupt .nemo, or a language-model folder without weights: one line naming it."""
+@pytest.mark.parametrize("option, message", [
+    (["--max-chunk-seconds", "0"], "--max-chunk-seconds must be > 0"),
+    (["--asr-batch-size", "0"], "--asr-batch-size must be >= 1"),
+    (["--speak", "."], "is a folder"),
+])
+def test_cli_refuses_bad_pipeline_options_before_loading(cli, model_args, monkeypatch, tmp_path, capsys,
+                                                         option, message):
+    loads = stand_in_load(monkeypatch, None)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([str(tmp_path / "a.flac"), *model_args, *option])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err and loads == []
+
+
+def test_split_at_pauses_refuses_an_empty_chunk_length():
+    with pytest.raises(ValueError, match="max_chunk_s must be > 0"):
+        split_at_pauses(utterance_with_pauses([1.0, 1.0]), SR, max_chunk_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_slm_folder(tmp_path_factory) -> Path:
+    """A real (untrained, tiny) GPT-2 folder as slm/finetune.py writes one."""
+    from slm.modeling import build_scratch_model, train_bpe_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_slm")
+    tokenizer = train_bpe_tokenizer(["set a timer for five minutes", "play some jazz"] * 20, vocab_size=300)
+    build_scratch_model(tokenizer, n_layer=1, n_embd=16, n_head=2, n_positions=64, dropout=0.0, seed=0) \
+        .save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncated weights", "cannot load the model folder"),
+    ("no weights", "cannot load the model folder"),
+    ("no tokenizer", "no tokenizer files"),
+    ("no config", "not a model folder (no config.json)"),
+])
+def test_a_language_model_folder_that_does_not_load_is_named(tiny_slm_folder, tmp_path, damage, message):
+    import shutil
+
+    from slm.generate import SlmModelError, load_model
+
+    folder = tmp_path / "slm"
+    shutil.copytree(tiny_slm_folder, folder)
+    assert load_model(folder)[1] is not None  # the undamaged copy loads
+    weights = folder / "model.safetensors"
+    if damage == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "no weights":
+        weights.unlink()
+    elif damage == "no tokenizer":
+        for name in ("tokenizer.json", "vocab.json"):
+            (folder / name).unlink(missing_ok=True)
+    else:
+        (folder / "config.json").unlink()
+    with pytest.raises(SlmModelError) as error:
+        load_model(folder)
+    assert str(error.value).startswith(f"{folder}: {message}")
+
+
+def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder, tmp_path, capsys):
+    """A corrupt .nemo, or a language-model folder with corrupt weights: one line naming it."""
+    import shutil
+
     from duet.asr import evaluate
 
-    (tmp_path / "slm").mkdir()
-    (tmp_path / "slm" / "config.json").write_text("{}")
+    slm = tmp_path / "slm"
+    shutil.copytree(tiny_slm_folder, slm)
     broken_asr = tmp_path / "broken.nemo"
     broken_asr.write_bytes(b"not a tar archive" * 50)
-    assert cli.main([str(tmp_path / "a.flac"), "--asr-model", str(broken_asr), "--slm-model",
-                     str(tmp_path / "slm"), "--asr-decoding", "greedy"]) == 2
+    argv = [str(tmp_path / "a.flac"), "--asr-model", str(broken_asr), "--slm-model", str(slm), "--asr-decoding",
+            "greedy"]
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith(f"pipeline: error: {broken_asr}: not a NeMo .nemo checkpoint")
+    assert err.startswith(f"pipeline: error: {broken_asr}: cannot load it as a NeMo .nemo checkpoint")
 
     monkeypatch.setattr(evaluate, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
     monkeypatch.setattr("duet.asr.decoding.set_decoding", lambda model, settings: settings)
-    assert cli.main([str(tmp_path / "a.flac"), "--asr-model", str(broken_asr), "--slm-model",
-                     str(tmp_path / "slm"), "--asr-decoding", "greedy"]) == 2
+    (slm / "model.safetensors").write_bytes(b"\0" * 100)
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith(f"pipeline: error: {tmp_path / 'slm'}: cannot load the model folder")
+    assert err.startswith(f"pipeline: error: {slm}: cannot load the model folder")
 
 
 # ---------------------------------------------------------------- --speak
@@ -277,12 +343,30 @@ def test_speak_writes_a_wav_of_the_answer(cli, tmp_path):
 
 
 def test_a_failed_speak_leaves_no_file(cli, monkeypatch, tmp_path):
-    monkeypatch.setattr(cli.shutil, "which", lambda name: "/bin/false")
-    out = tmp_path / "answer.wav"
-    error = cli.speak("hello", out)
-    assert error.startswith(f"{cli.SPEAK_ENGINE} failed") and list(tmp_path.iterdir()) == []
+    engine = tmp_path / "bin" / "fake-espeak"
+    engine.parent.mkdir()
+    engine.write_text('#!/bin/sh\necho half a wav > "$4"\necho "no voice" >&2\nexit 1\n')  # $4: the -w file
+    engine.chmod(0o755)
+    monkeypatch.setattr(cli.shutil, "which", lambda name: str(engine))
+    out_dir = tmp_path / "answers"
+    error = cli.speak("hello", out_dir / "answer.wav")
+    assert error == f"{cli.SPEAK_ENGINE} failed: no voice" and list(out_dir.iterdir()) == []
+    (out_dir / "taken.wav").mkdir()  # a folder where the WAV should go
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "espeak-ng-that-is-not-run")
+    monkeypatch.setattr(cli.subprocess, "run", lambda cmd, **kw: open(cmd[4], "w").write("RIFF")
+                        and SimpleNamespace(returncode=0, stderr=""))
+    assert cli.speak("hello", out_dir / "taken.wav").startswith(f"cannot write {out_dir / 'taken.wav'}")
+    assert sorted(p.name for p in out_dir.iterdir()) == ["taken.wav"]
     monkeypatch.setattr(cli.shutil, "which", lambda name: None)
-    assert cli.speak("hello", out) == cli.SPEAK_ENGINE_MISSING
+    assert cli.speak("hello", tmp_path / "x.wav") == cli.SPEAK_ENGINE_MISSING
+
+
+def test_speak_says_an_answer_that_starts_with_a_dash(cli, tmp_path):
+    if cli.shutil.which(cli.SPEAK_ENGINE) is None:
+        pytest.skip("espeak-ng not installed (bash tools/setup.sh installs it)")
+    out = tmp_path / "answer.wav"
+    assert cli.speak("-w buy milk", out) is None and soundfile.info(out).duration > 0.5
+    assert not Path("buy").exists()  # "-w" was said, not taken as espeak-ng's output option
 
 
 def test_speak_paths_stay_apart(cli, tmp_path):

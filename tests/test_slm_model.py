@@ -6,7 +6,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from slm.ablation import default_variants, drop_layers, prune_heads, short_finetune, shrink_ffn
 from slm.data import format_alpaca_example, tokenize_example
-from slm.generate import decoding_kwargs, generate_responses, respond
+from slm.generate import as_flags, decoding_kwargs, generate_responses, respond
 from slm.modeling import build_scratch_model, count_parameters, train_bpe_tokenizer
 
 ROWS = [{"instruction": f"set a timer for {n} minutes", "input": "", "output": f"OK, timer set for {n} minutes."}
@@ -105,9 +105,12 @@ def test_decoding_options_are_validated():
     sample = decoding_kwargs("sample", temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.2)
     assert (sample["do_sample"], sample["top_k"], sample["top_p"], sample["repetition_penalty"]) == (True, 20, 0.9, 1.2)
     for bad in (dict(strategy="nucleus"), dict(strategy="beam", num_beams=1), dict(strategy="sample", temperature=0),
-                dict(max_new_tokens=0)):
+                dict(max_new_tokens=0), dict(repetition_penalty=0), dict(top_k=-1), dict(top_p=0), dict(top_p=1.5)):
         with pytest.raises(ValueError):
             decoding_kwargs(**bad)
+    with pytest.raises(ValueError) as error:  # checked whatever the strategy: a typo is never silently ignored
+        decoding_kwargs("greedy", top_p=2)
+    assert as_flags(error.value) == "--top-p must be in (0, 1], got 2"
 
 
 def test_training_teaches_answers_and_stopping(model, tokenizer):

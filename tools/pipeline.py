@@ -85,20 +85,26 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def speak(text: str, out_path: Path) -> str | None:
-    """Voice ``text`` into ``out_path`` with espeak-ng; returns an error message or None.
+    """Voice ``text`` into ``out_path`` with espeak-ng; returns an error message naming the file, or None.
 
     espeak-ng writes a temporary file that is renamed into place, so a failure leaves no partial WAV.
     """
+    from duet.io import atomic_path
+
     engine = shutil.which(SPEAK_ENGINE)
     if engine is None:
         return SPEAK_ENGINE_MISSING
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_path.with_name(f".{out_path.name}.partial")
-    result = subprocess.run([engine, "-v", "en-us", "-w", str(partial), text], capture_output=True, text=True)
-    if result.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        return f"{SPEAK_ENGINE} failed: {result.stderr.strip() or f'exit code {result.returncode}'}"
-    os.replace(partial, out_path)
+    try:
+        with atomic_path(out_path) as partial:
+            # "--" ends the options: an answer starting with "-" is text to say, not a flag
+            result = subprocess.run([engine, "-v", "en-us", "-w", str(partial), "--", text], capture_output=True,
+                                    text=True)
+            if result.returncode != 0 or partial.stat().st_size == 0:
+                raise RuntimeError(f"{SPEAK_ENGINE} failed: {result.stderr.strip() or f'exit code {result.returncode}'}")
+    except RuntimeError as e:
+        return str(e)
+    except OSError as e:  # e.g. the folder cannot be made or written
+        return f"cannot write {out_path}: {e.strerror or e}"
     return None
 
 
@@ -130,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pipeline: error: {flag} {path} does not exist (run python tools/demo.py first, "
                   f"or pass {flag})", file=sys.stderr)
             return 2
+    if args.max_chunk_seconds is not None and args.max_chunk_seconds <= 0:
+        parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
+    if args.asr_batch_size is not None and args.asr_batch_size < 1:
+        parser.error(f"--asr-batch-size must be >= 1, got {args.asr_batch_size}")
+    if args.speak and args.speak.is_dir():
+        parser.error(f"--speak {args.speak} is a folder: give the WAV file to write")
     if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading
         print(f"pipeline: error: {SPEAK_ENGINE_MISSING}", file=sys.stderr)
         return 2
@@ -179,10 +191,11 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
-    from duet.asr.decoding import settings_from_args
+    from duet.asr.decoding import DecodingInputError, settings_from_args
+    from duet.asr.evaluate import AsrInputError
     from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
-    from slm.generate import decoding_kwargs
+    from slm.generate import SlmModelError, as_flags, decoding_kwargs
 
     decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -190,7 +203,7 @@ def run(args: argparse.Namespace, json_out) -> int:
     try:
         decoding_kwargs(**decoding)  # bad language-model options fail here, not after the first file
     except ValueError as e:
-        print(f"pipeline: error: language model decoding: {e}", file=sys.stderr)
+        print(f"pipeline: error: language model decoding: {as_flags(e)}", file=sys.stderr)
         return 2
     try:
         resolve_asr_decoding(args)
@@ -200,7 +213,7 @@ def run(args: argparse.Namespace, json_out) -> int:
         pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
                                               max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
                                               asr_decoding=asr_decoding, stream=args.stream)
-    except (ValueError, FileNotFoundError) as e:  # Asr/DecodingInputError, or a model that does not load
+    except (AsrInputError, DecodingInputError, SlmModelError) as e:  # bad options, or a model that does not load
         print(f"pipeline: error: {e}", file=sys.stderr)
         return 2
     if not args.json:

@@ -28,6 +28,7 @@ import soundfile as sf
 import torch
 from tqdm import tqdm
 
+from duet.errors import first_line
 from duet.io import read_jsonl, write_jsonl_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,9 @@ def load_asr_model(path_or_name: str | Path, device: str | None = None):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         model = ASRModel.restore_from(str(path), map_location=torch.device(device))
-    except (tarfile.TarError, FileNotFoundError) as e:  # not a tar archive, or one without model_config.yaml
-        raise AsrInputError(f"{path}: not a NeMo .nemo checkpoint ({e})") from None
+    # not a tar archive, one without model_config.yaml, or truncated weights (torch's reader raises RuntimeError)
+    except (tarfile.TarError, FileNotFoundError, RuntimeError) as e:
+        raise AsrInputError(f"{path}: cannot load it as a NeMo .nemo checkpoint ({first_line(e)})") from e
     model.eval()
     return model
 

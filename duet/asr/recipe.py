@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import grad_norm
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from duet.asr import evaluate
+from duet.errors import first_line
 from duet.io import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,8 @@ def load_base_model(cfg: DictConfig, trainer):
         try:
             model = EncDecCTCModelBPE.from_pretrained(pretrained_name, map_location=torch.device("cpu"))
         except Exception as e:  # noqa: BLE001 - NGC/HF failures arrive as many types; all mean "not available"
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise RecipeError(
-                f"init_from_pretrained_model={pretrained_name}: could not download it ({reason}); "
+                f"init_from_pretrained_model={pretrained_name}: could not download it ({first_line(e)}); "
                 "without internet give a local checkpoint with init_from_nemo_model=/path/to/model.nemo"
             ) from None
         model.set_trainer(trainer)
