@@ -111,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     except DecodingInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for path in (args.asr_model, args.slm_model, args.asr_tokenizer):
+    for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
+                       ("--asr-tokenizer", args.asr_tokenizer)):
         if not path.exists():
-            print(f"error: {path} not found: run python tools/demo.py first (or pass --asr-model/--slm-model)",
-                  file=sys.stderr)
+            print(f"error: {flag} {path} not found: run python tools/demo.py first (or pass {flag})", file=sys.stderr)
             return 2
     if not args.manifest.is_file():
         print(f"error: --manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)",
