@@ -58,10 +58,29 @@ def decoding_kwargs(strategy: str = "greedy", max_new_tokens: int = 128, num_bea
     return {**kwargs, "do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
 
 
+# decoding_kwargs' parameters, each also an entry script's option (--max-new-tokens lands in max_new_tokens)
+DECODING_PARAMETERS = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p",
+                       "repetition_penalty")
+
+
 def as_flags(error: ValueError) -> str:
     """A ``decoding_kwargs`` message with its parameter names spelt as the command-line flags users typed."""
-    return re.sub(r"\b(max_new_tokens|num_beams|temperature|top_k|top_p|repetition_penalty)\b",
+    numbers = "|".join(DECODING_PARAMETERS[1:])  # not "strategy": its message reads "decoding strategy must be"
+    return re.sub(rf"\b({numbers})\b",
                   lambda match: "--" + match.group(1).replace("_", "-"), str(error))
+
+
+def decoding_from_args(args) -> dict:
+    """The decoding options of an entry script's parsed ``args``, checked by ``decoding_kwargs`` up front.
+
+    A bad value is a ValueError naming its flag, before any model loads.
+    """
+    decoding = {name: getattr(args, name) for name in DECODING_PARAMETERS}
+    try:
+        decoding_kwargs(**decoding)
+    except ValueError as e:
+        raise ValueError(as_flags(e)) from None
+    return decoding
 
 
 class SlmModelError(ValueError):
@@ -136,13 +155,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="for sampling")
     args = parser.parse_args()
 
-    decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
-                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                    repetition_penalty=args.repetition_penalty)
     try:
-        decoding_kwargs(**decoding)
+        decoding = decoding_from_args(args)
     except ValueError as e:
-        sys.exit(f"error: {as_flags(e)}")
+        sys.exit(f"error: {e}")
     try:
         tokenizer, model = load_model(args.model_dir)
     except SlmModelError as e:

@@ -195,15 +195,12 @@ def run(args: argparse.Namespace, json_out) -> int:
     from duet.asr.evaluate import AsrInputError
     from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
-    from slm.generate import SlmModelError, as_flags, decoding_kwargs
+    from slm.generate import SlmModelError, decoding_from_args
 
-    decoding = dict(strategy=args.strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
-                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                    repetition_penalty=args.repetition_penalty)
     try:
-        decoding_kwargs(**decoding)  # bad language-model options fail here, not after the first file
+        decoding = decoding_from_args(args)  # bad language-model options fail here, not after the first file
     except ValueError as e:
-        print(f"pipeline: error: language model decoding: {as_flags(e)}", file=sys.stderr)
+        print(f"pipeline: error: language model decoding: {e}", file=sys.stderr)
         return 2
     try:
         resolve_asr_decoding(args)
