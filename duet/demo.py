@@ -114,7 +114,7 @@ def slm_summary(metrics_json: Path) -> str:
 def reference_answers(split: str = "test-clean") -> dict[str, str]:
     """{request text: the answer the Alpaca sample's generator gives it} for the bundled sample's requests
     whose template has a computed answer (``slm.make_alpaca_sample.CORPUS_ANSWERS``)."""
-    from duet.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
+    from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
     from slm.make_alpaca_sample import CORPUS_ANSWERS
 
     return {s.text: CORPUS_ANSWERS[s.template](s.slots) for s in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS)[split]

@@ -1,6 +1,11 @@
-"""What a caught exception says, in one line: for the one-line errors every tool prints."""
+"""The project's error base class, and what a caught exception says in one line (for the one-line errors
+every tool prints)."""
 
 from __future__ import annotations
+
+
+class DuetError(Exception):
+    """Bad input or a missing resource that a tool reports in one line naming the item (never a bug)."""
 
 
 def first_line(error: BaseException, limit: int = 200) -> str:

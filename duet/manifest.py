@@ -194,6 +194,22 @@ def build_split_manifest(
     return manifest
 
 
+def speaker_of(entry: dict) -> str:
+    """The speaker id of a manifest entry: the first part of its LibriSpeech file name (``<spk>-<chap>-<utt>``)."""
+    return Path(entry["audio_filepath"]).stem.split("-", 1)[0]
+
+
+def hold_out_speakers(entries: list[dict], n_speakers: int) -> tuple[list[dict], list[dict]]:
+    """(rest, held out): ``n_speakers`` speakers spread evenly over the sorted speaker ids go to the second
+    list with all their utterances, so a dev set carved this way never shares a speaker with training."""
+    speakers = sorted({speaker_of(e) for e in entries}, key=_natural_key)
+    if not 0 < n_speakers < len(speakers):
+        raise ValueError(f"cannot hold out {n_speakers} of {len(speakers)} speakers")
+    step = len(speakers) / n_speakers
+    chosen = {speakers[int(i * step + step / 2)] for i in range(n_speakers)}
+    return ([e for e in entries if speaker_of(e) not in chosen], [e for e in entries if speaker_of(e) in chosen])
+
+
 def find_splits(data_root: str | os.PathLike) -> list[Path]:
     """Split folders under ``data_root``.
 

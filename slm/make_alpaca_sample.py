@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from duet import SAMPLES_DIR  # noqa: E402
-from duet.corpus_text import normalize_text, number_to_words  # noqa: E402  (the speech corpus's own spelling)
+from duet.synth.corpus_text import normalize_text, number_to_words  # noqa: E402  (the speech corpus's own spelling)
 from duet.io import write_text_atomic  # noqa: E402
 
 
@@ -384,7 +384,7 @@ def general_task(rng: random.Random) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Requests drawn from the speech corpus's own templates (duet.corpus_text), so the model has seen the
+# Requests drawn from the speech corpus's own templates (duet.synth.corpus_text), so the model has seen the
 # exact wording the voice pipeline will transcribe. Only templates with a deterministic answer are used.
 # ----------------------------------------------------------------------------------------------------
 
@@ -503,7 +503,7 @@ CORPUS_ANSWERS = {
 
 def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset()) -> list[dict]:
     """Requests from the speech corpus templates with computed answers (those without one are skipped)."""
-    from duet.corpus_text import assistant_requests
+    from duet.synth.corpus_text import assistant_requests
 
     examples = []
     for sentence in assistant_requests(12 * n_examples, seed=seed, exclude=exclude):
@@ -522,7 +522,7 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
     No instruction is a sentence the bundled speech sample holds out (dev-clean, test-clean): the voice
     pipeline is scored on those utterances, so the language model must not have been taught them.
     """
-    from duet.corpus import held_out_texts
+    from duet.synth.corpus import held_out_texts
 
     held_out = set(held_out_texts())
     rng = random.Random(seed)

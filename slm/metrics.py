@@ -186,7 +186,7 @@ def slot_words(instruction: str, reference: str) -> list[str]:
     lights to 90 percent." the slot words are dining, room, lights, 90, percent. Computed values that
     the request does not contain (a sum, a conversion) are not slot words.
     """
-    from duet.corpus_text import number_to_words
+    from duet.synth.corpus_text import number_to_words
 
     said = answer_words(instruction)
     said_text, said_set = f" {' '.join(said)} ", set(said)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from duet import corpus, tts
-from duet.corpus_text import (ASSISTANT_TEMPLATES, READ_TEMPLATES, assistant_requests, fill_template,
+from duet.synth import corpus, tts
+from duet.synth.corpus_text import (ASSISTANT_TEMPLATES, READ_TEMPLATES, assistant_requests, fill_template,
                               generate_sentences, number_to_words, ordinal_to_words, to_transcript)
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "LibriSpeech"
@@ -282,7 +282,7 @@ def test_tiny_hours_corpus_uses_only_training_pool(tmp_path):
 def test_committed_sample_is_what_the_generator_plans():
     """The bundled transcripts must be reproducible from the code: a changed template or word list
     without regenerating samples/ would make this fail (and the demo's domain split wrong)."""
-    from duet.corpus import SAMPLE_COUNTS, bundled_sample_kinds
+    from duet.synth.corpus import SAMPLE_COUNTS, bundled_sample_kinds
 
     root = Path(__file__).resolve().parent.parent / "samples" / "LibriSpeech"
     for split in SAMPLE_COUNTS:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
-from duet.corpus import bundled_sample_kinds
+from duet.synth.corpus import bundled_sample_kinds
 from duet.demo import (DEMO_ASR_MODEL, DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA,
                        PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary, pipeline_summary, slm_summary)
 from duet.io import read_jsonl, write_jsonl_atomic

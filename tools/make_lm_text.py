@@ -7,7 +7,7 @@ Usage:
   # then: python tools/train_ngram_lm.py --unit token --tokenizer tokenizers/spe_bpe_v256 --text data/lm_text_100k.txt
 
 The embedded default's stand-in for LibriSpeech's LM corpus (book text of the kind the transcripts come
-from, without the test books): the templates and word lists of duet/corpus_text.py with their own seed
+from, without the test books): the templates and word lists of duet/synth/corpus_text.py with their own seed
 stream, never a sentence of the sample's dev-clean or test-clean. One lower-case sentence per line,
 numbers in words; written to a temporary file and renamed into place.
 """
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT
-from duet.corpus import SAMPLE_SEED, lm_text
+from duet.synth.corpus import SAMPLE_SEED, lm_text
 from duet.io import write_text_atomic
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build NeMo JSONL manifests from a LibriSpeech-style corpus, one per split.
+r"""Build NeMo JSONL manifests from a LibriSpeech-style corpus, one per split.
 
 Usage:
   # the bundled synthetic corpus samples/LibriSpeech -> manifests/{train,dev,test}-clean.json
@@ -13,6 +13,10 @@ Usage:
 
   # any folder of audio + LibriSpeech-style <spk>-<chap>.trans.txt files is one split
   python tools/make_manifest.py --data-root my_recordings/ --out-dir manifests/
+
+  # also carve a dev set of 8 whole speakers: <split>.json (all), <split>.train.json, <split>.dev.json
+  python tools/make_manifest.py --data-root ../shared/real_speech/speechocean762 --splits train \
+      --out-dir data/speechocean762 --dev-speakers 8
 
 Each line: {"audio_filepath": <absolute>, "duration": <s>, "text": <lower case>}. Audio is read in
 place (FLAC or WAV, 16 kHz mono), durations come from the file headers. Utterances that cannot be used
@@ -36,7 +40,8 @@ from duet import REPO_ROOT, SAMPLES_DIR
 from duet.io import write_jsonl_atomic, write_text_atomic
 from duet.librispeech import ARCHIVE_MD5, DownloadError, extract_split, fetch_archive
 from duet.manifest import (
-    ManifestOptions, build_split_manifest, find_splits, manifest_is_current, split_fingerprint, stamp_path,
+    ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
+    stamp_path,
 )
 
 MAX_PROBLEMS_SHOWN = 10
@@ -61,6 +66,9 @@ def get_parser() -> argparse.ArgumentParser:
                         help="decode every file completely to catch truncated streams (slower)")
     parser.add_argument("--strict", action="store_true", help="fail on the first split with any problem")
     parser.add_argument("--force", action="store_true", help="rebuild even if the manifest is up to date")
+    parser.add_argument("--dev-speakers", type=int, default=0, metavar="N",
+                        help="also write <split>.train.json and <split>.dev.json, the latter holding N whole "
+                             "speakers spread over the sorted speaker ids (default 0: no dev carve)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes probing audio")
     return parser
 
@@ -110,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     for split in wanted:
         out_path = args.out_dir / f"{split}.json"
         fingerprint = split_fingerprint(found[split], options)
+        if args.dev_speakers:  # the carve is part of what a re-run must reproduce
+            fingerprint += f" dev-speakers={args.dev_speakers}"
         if not args.force and manifest_is_current(out_path, fingerprint):
             print(f"{split}: {out_path} is up to date (same files and options), skipped")
             totals["current"] += 1
@@ -133,7 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {split}: no usable utterance under {found[split]}", file=sys.stderr)
             return 1
         write_text_atomic(report_path, "".join(f"{p.item}\t{p.reason}\n" for p in manifest.problems))
+        try:
+            carved = hold_out_speakers(manifest.entries, args.dev_speakers) if args.dev_speakers else None
+        except ValueError as e:
+            print(f"error: {split}: --dev-speakers: {e}", file=sys.stderr)
+            return 2
         write_jsonl_atomic(out_path, manifest.entries)
+        if carved:
+            for part, entries in zip(("train", "dev"), carved):
+                write_jsonl_atomic(args.out_dir / f"{split}.{part}.json", entries)
+            print(f"{split}: {args.dev_speakers} speakers ({len(carved[1])} utterances) held out -> "
+                  f"{args.out_dir / f'{split}.dev.json'}, the rest -> {args.out_dir / f'{split}.train.json'}")
         write_text_atomic(stamp_path(out_path), fingerprint + "\n")
         print(f"{split}: {len(manifest.entries)} utterances, {manifest.hours:.2f} h, "
               f"{len(manifest.problems)} skipped -> {out_path}")

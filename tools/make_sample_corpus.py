@@ -1,4 +1,5 @@
-"""Synthesise a LibriSpeech-layout speech corpus with espeak-ng, flite and festival.
+"""Synthesise a LibriSpeech-layout speech corpus with the Debian TTS engines (espeak-ng, flite, festival;
+mbrola, RHVoice and pico for the generalisation pool), and the data around it.
 
 Usage:
     # the bundled sample: samples/LibriSpeech/{train,dev,test}-clean (520/60/80 utterances), telephone band
@@ -10,14 +11,21 @@ Usage:
     # about 3 hours of training audio for a base checkpoint -> data/synth_3h/LibriSpeech (git-ignored)
     .venv/bin/python tools/make_sample_corpus.py --hours 3
 
+    # the base checkpoint's corpus: every training voice of every engine, templates + WordNet examples
+    .venv/bin/python tools/make_sample_corpus.py --hours 5 --pool generalisation   # -> data/general_5h/LibriSpeech
+
+    # the unseen-voices evaluation set (voices no training pool has) and noise for augmentation
+    .venv/bin/python tools/make_sample_corpus.py --unseen-voices 200   # -> data/unseen_voices/LibriSpeech
+    .venv/bin/python tools/make_sample_corpus.py --noise data/noise
+
     # a tiny corpus somewhere else
     .venv/bin/python tools/make_sample_corpus.py --out /tmp/tiny --train-utts 4 --dev-utts 1 --test-utts 1
 
-Speakers are engine voices at set rates and pitches (duet/tts.py); the catalogue is a fixed partition
+Speakers are engine voices at set rates and pitches (duet/synth/tts.py); the catalogue is a fixed partition
 into training-pool, dev and test speakers, so no corpus built here trains on a dev/test speaker.
 With --hours, only training-pool speakers are used (dev-clean comes from pool speakers held out of its
 train-clean) and the bundled sample's dev/test sentences are excluded (also with another --seed, which
-gives fresh sentences: `--hours 4 --seed 1`). Text: duet/corpus_text.py.
+gives fresh sentences: `--hours 4 --seed 1`). Text: duet/synth/corpus_text.py.
 The sample is telephone speech (300-3400 Hz, via 8 kHz) and the --hours corpora are wideband, so the
 bundled base checkpoint, trained on the latter, meets new conditions in the sample as a pretrained model
 meets a user's data (--channel changes either). The same --seed gives the same transcripts and speaker
@@ -31,9 +39,12 @@ import sys
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
-from duet.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED, build_hours,
-                         build_sample)
-from duet.tts import CHANNELS, missing_engines
+from duet.errors import DuetError
+from duet.synth.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED,
+                               build_generalisation,
+                               build_hours, build_sample, build_unseen_voices)
+from duet.synth.noise import build_noise_set, build_rir_set
+from duet.synth.tts import CHANNELS, missing_engines
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -52,6 +63,16 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--channel", choices=sorted(CHANNELS), default=None,
                         help=f"recording channel (default {SAMPLE_CHANNEL} for the sample, "
                              f"{HOURS_CHANNEL} with --hours)")
+    parser.add_argument("--pool", choices=("sample", "generalisation"), default="sample",
+                        help="with --hours: the sample's training-pool voices and template sentences, or every "
+                             "training voice of every Debian engine speaking templates and WordNet examples "
+                             "(duet/synth/voices.py; default %(default)s)")
+    parser.add_argument("--unseen-voices", type=int, default=None, metavar="N",
+                        help="build the unseen-voices evaluation set instead: N held-out WordNet sentences "
+                             "spoken by voices no training pool has (default out data/unseen_voices/LibriSpeech)")
+    parser.add_argument("--noise", type=Path, default=None, metavar="DIR",
+                        help="build the augmentation recordings instead: background noise (sox noises, babble "
+                             "of training voices; DIR/noise.json) and room impulse responses (DIR/rir/rir.jsonl.gz)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel synthesis processes")
     return parser
 
@@ -63,13 +84,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {', '.join(required)} not installed (apt-get install {' '.join(required)})", file=sys.stderr)
         return 1
     if optional:
-        print("warning: festival (text2wave) not installed; skipping its voices", file=sys.stderr)
+        print(f"warning: {', '.join(optional)} not installed; skipping their voices (tools/setup.sh installs them)",
+              file=sys.stderr)
     counts = {"train-clean": args.train_utts, "dev-clean": args.dev_utts, "test-clean": args.test_utts}
     if args.hours is not None and args.hours <= 0:
         print(f"error: --hours must be positive, got {args.hours}", file=sys.stderr)
         return 1
     try:
-        if args.hours is not None:
+        if args.noise is not None:
+            noise, rirs = build_noise_set(args.noise), build_rir_set(args.noise / "rir")
+            summary = f"wrote noise recordings ({noise}) and room impulse responses ({rirs})"
+        elif args.unseen_voices is not None:
+            out = args.out or REPO_ROOT / "data" / "unseen_voices" / "LibriSpeech"
+            summary = build_unseen_voices(out, args.unseen_voices, args.jobs, tuple(optional),
+                                          channel=args.channel or HOURS_CHANNEL)
+        elif args.hours is not None and args.pool == "generalisation":
+            out = args.out or REPO_ROOT / "data" / f"general_{args.hours:g}h" / "LibriSpeech"
+            summary = build_generalisation(out, args.hours, args.seed, args.jobs, tuple(optional),
+                                           channel=args.channel or HOURS_CHANNEL)
+        elif args.hours is not None:
             out = args.out or REPO_ROOT / "data" / f"synth_{args.hours:g}h" / "LibriSpeech"
             summary = build_hours(out, args.hours, args.seed, counts, args.jobs, optional, args.max_words,
                                   channel=args.channel or HOURS_CHANNEL)
@@ -77,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out or SAMPLES_DIR / "LibriSpeech"
             summary = build_sample(out, args.seed, counts, args.jobs, optional, args.max_words or SAMPLE_MAX_WORDS,
                                    channel=args.channel or SAMPLE_CHANNEL)
-    except (RuntimeError, FileExistsError) as e:  # an engine failed, or --out holds something else
+    except (RuntimeError, FileExistsError, DuetError) as e:  # an engine failed, or --out holds something else
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(summary)

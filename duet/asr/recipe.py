@@ -214,10 +214,14 @@ def setup_data_and_training(model, model_cfg: DictConfig) -> None:
     after the train loader exists (the schedulers need the number of steps).
     """
     _check_manifest("model.train_ds.manifest_filepath", model_cfg.train_ds.manifest_filepath)
+    for i, source in enumerate(model_cfg.train_ds.get("input_cfg") or []):  # Lhotse's weighted sources
+        _check_manifest(f"model.train_ds.input_cfg[{i}].manifest_filepath", source.get("manifest_filepath"))
     _check_manifest("model.validation_ds.manifest_filepath", model_cfg.validation_ds.manifest_filepath)
     _check_manifest("model.test_ds.manifest_filepath", model_cfg.test_ds.get("manifest_filepath"))
+    _check_manifest("model.train_ds.noise_path", model_cfg.train_ds.get("noise_path"))
     model.setup_training_data(model_cfg.train_ds)
-    if model._train_dl is None or len(model._train_dl.dataset) == 0:
+    lhotse = model_cfg.train_ds.get("use_lhotse", False)  # Lhotse datasets have no length: it samples endlessly
+    if model._train_dl is None or (not lhotse and len(model._train_dl.dataset) == 0):
         raise RecipeError(
             f"model.train_ds: no usable utterance in {model_cfg.train_ds.manifest_filepath} "
             f"(durations must lie in [{model_cfg.train_ds.min_duration}, {model_cfg.train_ds.max_duration}] s)"

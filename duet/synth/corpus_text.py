@@ -18,7 +18,7 @@ All text is lower case, without punctuation except apostrophes, numbers written 
 
 Example::
 
-    from duet.corpus_text import generate_sentences
+    from duet.synth.corpus_text import generate_sentences
     for s in generate_sentences(5, seed=0):
         print(s.kind, s.intent, s.text)
 """

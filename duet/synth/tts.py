@@ -74,8 +74,10 @@ _CATALOGUE_SEED = 20261122  # fixed: the partition must not depend on a corpus's
 class Speaker:
     """One synthetic speaker.
 
-    ``rate``: espeak-ng words per minute (``-s``); flite/festival duration stretch (> 1 is slower).
-    ``pitch``: espeak-ng pitch 0-99 (``-p``); flite mean F0 in Hz; festival pitch shift in cents.
+    ``rate``: espeak-ng/mbrola words per minute (``-s``); RHVoice percent of normal; flite/festival/pico
+    duration stretch (> 1 is slower).
+    ``pitch``: espeak-ng/mbrola pitch 0-99 (``-p``); RHVoice percent of normal; flite mean F0 in Hz;
+    festival/pico pitch shift in cents (sox).
     ``gain_db``: peak level of every clip in dBFS (varied per speaker, like recording levels).
     """
 
@@ -121,17 +123,29 @@ def speaker_catalogue() -> list[Speaker]:
     return speakers
 
 
+#: engine -> how to tell it is installed (a program, or a file its voices need)
+OPTIONAL_ENGINES = {
+    "festival": "text2wave", "mbrola": "/usr/share/mbrola/us1", "rhvoice": "RHVoice-test", "pico": "pico2wave",
+}
+
+
 def missing_engines() -> tuple[list[str], list[str]]:
     """(required programs that are missing, optional engines that are missing)."""
     required = [p for p in ("espeak-ng", "flite", "sox") if shutil.which(p) is None]
-    optional = ["festival"] if shutil.which("text2wave") is None else []
+    optional = [engine for engine, probe in OPTIONAL_ENGINES.items()
+                if not (Path(probe).exists() if probe.startswith("/") else shutil.which(probe))]
     return required, optional
 
 
 def _engine_command(speaker: Speaker, text: str, wav: Path) -> list[str]:
-    if speaker.engine == "espeak-ng":
+    if speaker.engine in ("espeak-ng", "mbrola"):  # mbrola voices are driven through espeak-ng (mb-us1, ...)
         return ["espeak-ng", "-v", speaker.voice, "-s", str(int(speaker.rate)), "-p", str(int(speaker.pitch)),
                 "-w", str(wav), text]
+    if speaker.engine == "rhvoice":  # reads its text from standard input (see synthesize)
+        return ["RHVoice-test", "-p", speaker.voice, "-r", str(int(speaker.rate)), "-t", str(int(speaker.pitch)),
+                "-o", str(wav)]
+    if speaker.engine == "pico":
+        return ["pico2wave", "-l", speaker.voice, "-w", str(wav), text]
     if speaker.engine == "flite":
         return ["flite", "-voice", speaker.voice, "--setf", f"duration_stretch={speaker.rate}",
                 "--setf", f"int_f0_target_mean={speaker.pitch}", "-t", text, "-o", str(wav)]
@@ -145,6 +159,8 @@ def _engine_command(speaker: Speaker, text: str, wav: Path) -> list[str]:
 
 def _sox_effects(speaker: Speaker, channel: str) -> list[str]:
     effects = []
+    if speaker.engine == "pico":  # pico has no rate/pitch options: sox changes them
+        effects += ["pitch", str(int(speaker.pitch)), "tempo", "-s", f"{1.0 / speaker.rate:.4f}"]
     if speaker.engine == "festival":
         if speaker.pitch:
             effects += ["pitch", str(int(speaker.pitch))]
@@ -176,7 +192,8 @@ def synthesize(speaker: Speaker, text: str, out_flac: str | Path, channel: str =
                     # -D: no dither, so the padded silence stays digital zero and costs FLAC nothing
                     ["sox", "-D", str(wav), "-c", "1", "-b", "16", "-C", "8", str(out_flac),
                      *_sox_effects(speaker, channel)]):
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            stdin = text if cmd[0] == "RHVoice-test" else None
+            result = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"{out_flac.name}: {cmd[0]} failed for speaker {speaker.id} "
                                    f"({speaker.describe()}): {result.stderr.strip()[:200]}")

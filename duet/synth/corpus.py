@@ -9,7 +9,7 @@ Layout, as in LibriSpeech::
 Two kinds of corpus:
 
 * the bundled sample (:func:`plan_sample`): ``train-clean`` from the training pool, ``dev-clean`` and
-  ``test-clean`` from the dev / test speakers of :func:`duet.tts.speaker_catalogue`;
+  ``test-clean`` from the dev / test speakers of :func:`duet.synth.tts.speaker_catalogue`;
 * a larger corpus of about N hours (:func:`build_hours`): ``train-clean`` from the training pool and
   a small ``dev-clean`` from the pool's held-out ``pool-dev`` speakers; never a dev/test speaker and
   never a sentence of the sample's dev/test splits.
@@ -20,7 +20,7 @@ was trained on, as call-centre audio differs from LibriSpeech. From the same gen
 channel, the sample would hold nothing the base has not already learnt from hours more of it (the
 fine-tune measurements in RESULTS.md).
 
-Sentences come from :mod:`duet.corpus_text`, each split from its own seed stream, so the test split
+Sentences come from :mod:`duet.synth.corpus_text`, each split from its own seed stream, so the test split
 stays the same when the training split grows. The corpus is written into a temporary sibling folder
 and renamed into place only when complete.
 """
@@ -38,13 +38,17 @@ from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
-from duet.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
+from duet.synth.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
 from duet.io import write_text_atomic
-from duet.tts import Speaker, speaker_catalogue, synthesize
+from duet.real_speech import held_out_transcripts
+from duet.synth.tts import Speaker, speaker_catalogue, synthesize
+from duet.synth.voices import check_exclusion, generalisation_pool, unseen_speakers
+from duet.synth.wordnet_text import wordnet_sentences
 
 SAMPLE_SPLITS = ("train-clean", "dev-clean", "test-clean")
 #: Seed-stream offsets so each split's sentences are independent of the other splits' sizes.
-_STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "hours-train": 4, "lm-text": 6}
+_STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "hours-train": 4, "lm-text": 6,
+           "wordnet": 7, "mix": 8, "unseen": 9}
 SAMPLE_MAX_WORDS = 8
 # The bundled samples/LibriSpeech was made with these (tools/make_sample_corpus.py defaults).
 SAMPLE_SEED = 0
@@ -53,6 +57,9 @@ HOURS_CHANNEL = "wideband"
 SAMPLE_COUNTS = {"train-clean": 520, "dev-clean": 60, "test-clean": 80}
 HOURS_UTTS_PER_CHAPTER = 25
 HOURS_DEV_UTTS = 100
+#: Share of template sentences in a generalisation corpus; the rest are WordNet usage examples.
+GENERALISATION_TEMPLATE_FRACTION = 0.35
+UNSEEN_SPLIT = "test-unseen"
 
 
 @dataclass(frozen=True)
@@ -183,11 +190,11 @@ def write_speakers(root: Path, utterances: list[Utterance], seconds: dict[str, f
         minutes[key] = minutes.get(key, 0.0) + seconds[u.utt_id] / 60
         speakers[u.speaker.id] = u.speaker
     lines = [
-        "; Synthetic speakers of this corpus (tools/make_sample_corpus.py, duet/tts.py).",
+        "; Synthetic speakers of this corpus (tools/make_sample_corpus.py, duet/synth/tts.py).",
         "; RATE: espeak-ng words per minute (-s) | flite duration_stretch | festival Duration_Stretch (>1 slower)",
         "; PITCH: espeak-ng pitch 0-99 (-p) | flite int_f0_target_mean in Hz | festival sox pitch shift in cents",
         "; GAIN: peak level of each clip in dBFS. ROLE: catalogue role (train, pool-dev, dev, test).",
-        f"; CHANNEL of every clip: {channel} (duet/tts.py CHANNELS)",
+        f"; CHANNEL of every clip: {channel} (duet/synth/tts.py CHANNELS)",
         ";ID   |SUBSET          |MINUTES|ENGINE    |VOICE                 |RATE  |PITCH |GAIN |ROLE",
     ]
     for (spk_id, split), mins in sorted(minutes.items()):
@@ -254,16 +261,76 @@ def build_hours(out: Path, hours: float, seed: int, sample_counts: dict[str, int
                 skip_engines: Iterable[str] = (), max_words: int | None = None, batch: int = 200,
                 dev_utts: int = HOURS_DEV_UTTS, channel: str = HOURS_CHANNEL) -> str:
     """About ``hours`` of training audio from training-pool speakers, plus a small held-out dev split."""
-    start = time.time()
     roles = speakers_by_role(skip_engines)
     excluded = held_out_texts(seed, sample_counts)
     dev_sentences = generate_sentences(dev_utts, seed=_stream_seed(seed, "hours-dev"), exclude=excluded,
                                        max_words=max_words)
-    dev_plan = assign("dev-clean", dev_sentences, roles["pool-dev"], per_chapter=HOURS_UTTS_PER_CHAPTER)
-    train_speakers = list(roles["train"])
-    random.Random(_stream_seed(seed, "hours-train")).shuffle(train_speakers)
     stream = iter_sentences(_stream_seed(seed, "hours-train"),
                             exclude=excluded + [s.text for s in dev_sentences], max_words=max_words)
+    return _build_training_corpus(out, hours, seed, roles["pool-dev"], dev_sentences, roles["train"], stream,
+                                  jobs, batch, channel)
+
+
+def generalisation_sentences(seed: int, template_fraction: float = GENERALISATION_TEMPLATE_FRACTION,
+                             exclude: Iterable[str] = ()) -> Iterator[Sentence]:
+    """Endless stream for a generalisation corpus: template sentences (the sample's domain) mixed with
+    WordNet's training examples (everyday English), never a text in ``exclude``; WordNet's examples are
+    dealt out once, in an order given by ``seed``, after which only templates follow."""
+    excluded = list(exclude)
+    wordnet = wordnet_sentences(held_out=False, exclude=excluded)
+    random.Random(_stream_seed(seed, "wordnet")).shuffle(wordnet)
+    templates = iter_sentences(_stream_seed(seed, "hours-train"), exclude=excluded + wordnet)
+    rng = random.Random(_stream_seed(seed, "mix"))
+    wordnet_iter = iter(wordnet)
+    while True:
+        text = None if rng.random() < template_fraction else next(wordnet_iter, None)
+        yield next(templates) if text is None else Sentence(text=text, kind="read", intent="wordnet", template="")
+
+
+def build_generalisation(out: Path, hours: float, seed: int, jobs: int, skip_engines: tuple[str, ...] = (),
+                         batch: int = 200, dev_utts: int = HOURS_DEV_UTTS, channel: str = HOURS_CHANNEL) -> str:
+    """About ``hours`` of training audio from :func:`duet.synth.voices.generalisation_pool` speaking
+    templates and WordNet examples, plus a dev split from the held-out ``pool-dev`` speakers. Never a
+    sentence of the sample's dev/test splits, of WordNet's held-out tenth or of a held-out real-speech set."""
+    pool, unseen = generalisation_pool(skip_engines), unseen_speakers(skip_engines)
+    check_exclusion(pool, unseen)
+    excluded = held_out_texts(seed) + held_out_transcripts()
+    stream = generalisation_sentences(seed, exclude=excluded)
+    dev_sentences = [next(stream) for _ in range(dev_utts)]
+    dev_speakers = [s for s in speaker_catalogue() if s.role == "pool-dev" and s.engine not in skip_engines]
+    return _build_training_corpus(out, hours, seed, dev_speakers, dev_sentences, pool, stream, jobs, batch, channel)
+
+
+def build_unseen_voices(out: Path, utts: int, jobs: int, skip_engines: tuple[str, ...] = (),
+                        channel: str = HOURS_CHANNEL) -> str:
+    """The unseen-voices evaluation set: ``utts`` WordNet held-out sentences spoken by held-out voices only
+    (:data:`duet.synth.voices.UNSEEN_IDENTITIES`), as split ``test-unseen`` (fixed: no seed)."""
+    start = time.time()
+    speakers = unseen_speakers(skip_engines)
+    check_exclusion(generalisation_pool(skip_engines), speakers)
+    sentences = wordnet_sentences(held_out=True, exclude=held_out_transcripts())
+    random.Random(_stream_seed(0, "unseen")).shuffle(sentences)
+    chosen = [Sentence(text=t, kind="read", intent="wordnet", template="") for t in sentences[:utts]]
+    plan = assign(UNSEEN_SPLIT, chosen, speakers, per_chapter=None)
+    tmp = _temp_root(out)
+    try:
+        seconds = {u.utt_id: s for u, s in tqdm(_run(plan, tmp, jobs, channel), total=len(plan),
+                                                 desc=UNSEEN_SPLIT, unit="utt")}
+        _publish(tmp, out, plan, seconds, channel)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summarize(out, plan, seconds, time.time() - start, channel)
+
+
+def _build_training_corpus(out: Path, hours: float, seed: int, dev_speakers: list[Speaker],
+                           dev_sentences: list[Sentence], train_speakers: list[Speaker],
+                           stream: Iterator[Sentence], jobs: int, batch: int, channel: str) -> str:
+    """Synthesise ``dev-clean`` from ``dev_sentences``, then ``train-clean`` from ``stream`` until
+    ``hours`` of audio, dealing sentences round-robin to ``train_speakers`` in a seeded order."""
+    start = time.time()
+    dev_plan = assign("dev-clean", dev_sentences, dev_speakers, per_chapter=HOURS_UTTS_PER_CHAPTER)
+    train_speakers = list(train_speakers)
+    random.Random(_stream_seed(seed, "hours-train")).shuffle(train_speakers)
     target = hours * 3600
     tmp = _temp_root(out)
     try:

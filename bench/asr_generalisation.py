@@ -1,0 +1,123 @@
+r"""Score a CTC model on sets at increasing distance from training: its own sample, unseen voices, real people.
+
+Usage:
+  # the bundled base, greedy: sample test-clean, unseen synthetic voices, every held-out real-speech set
+  python bench/asr_generalisation.py --model samples/checkpoints/fastconformer_tiny_base.nemo
+
+  # the demo's model with the pipeline's decoding (beam + the demo's token LM)
+  python bench/asr_generalisation.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
+      --lm experiments/lm/lm_text_100k_token6.arpa --alpha 0.8 --beta 4 --beam-size 16
+
+  # without the real recordings (a machine without ../shared), or from another folder
+  python bench/asr_generalisation.py --model my.nemo --no-real
+  python bench/asr_generalisation.py --model my.nemo --real-speech /data/real_speech
+
+Sets, nearest to training first:
+  sample test-clean   samples/LibriSpeech/test-clean: the sample's held-out synthetic speakers (telephone band)
+  unseen voices       TTS voices that no training pool contains, speaking WordNet sentences that no training
+                      corpus holds; built on first use into data/unseen_voices/ (needs the TTS engines that
+                      tools/setup.sh installs)
+  real sets           every held-out set of ../shared/real_speech (speechocean762/test, read_sentences,
+                      digits, librispeech_clips); never trained or tuned on (its README). A missing folder is
+                      an error naming it; --no-real leaves the real sets out.
+
+Prints one table (set, utterances, audio, WER, CER) and writes <out-dir>/generalisation.json (rows, model,
+decoding) with each set's per-utterance JSONL beside it.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from duet import REPO_ROOT, SAMPLES_DIR
+from duet.asr import decoding, evaluate, generalisation
+from duet.errors import DuetError
+from duet.io import write_text_atomic
+from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
+from duet.synth.corpus import UNSEEN_SPLIT, build_unseen_voices
+from duet.synth.tts import missing_engines
+
+UNSEEN_ROOT = REPO_ROOT / "data" / "unseen_voices" / "LibriSpeech"
+UNSEEN_UTTERANCES = 200
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path, help="a CTC .nemo checkpoint")
+    parser.add_argument("--real-speech", type=Path, default=DEFAULT_ROOT,
+                        help=f"folder of the real recordings (default {DEFAULT_ROOT})")
+    parser.add_argument("--no-real", action="store_true", help="leave the real-speech sets out")
+    parser.add_argument("--sets", nargs="+", default=None, metavar="SET",
+                        help="score only these sets (names as in the table: 'sample test-clean', "
+                             f"'unseen voices', {', '.join(HELD_OUT_SETS)})")
+    parser.add_argument("--sample-test", type=Path, default=SAMPLES_DIR / "LibriSpeech" / "test-clean",
+                        help="the sample's test split folder")
+    parser.add_argument("--unseen-root", type=Path, default=UNSEEN_ROOT,
+                        help="corpus folder of the unseen-voices set (built there when missing)")
+    parser.add_argument("--out-dir", type=Path, default=None,
+                        help="results folder (default bench/out/generalisation/<model name>)")
+    parser.add_argument("--batch-size", type=int, default=32, help="utterances per batch")
+    parser.add_argument("--workers", type=int, default=None, help="CPU decoding processes (default: torch threads)")
+    decoding.add_decoding_arguments(parser, "--decoding")
+    return parser
+
+
+def unseen_split(root: Path) -> Path:
+    """The unseen-voices split folder, synthesised first if it is not there yet."""
+    split = root / UNSEEN_SPLIT
+    if not split.is_dir():
+        required, optional = missing_engines()
+        if required:
+            raise DuetError(f"unseen voices: {root} not built and {', '.join(required)} missing "
+                            "(bash tools/setup.sh installs the TTS engines)")
+        print(f"asr_generalisation: building the unseen-voices set into {root} (once)", file=sys.stderr)
+        print(build_unseen_voices(root, UNSEEN_UTTERANCES, jobs=2, skip_engines=tuple(optional)), file=sys.stderr)
+    return split
+
+
+def main(argv=None) -> int:
+    args = get_parser().parse_args(argv)
+    try:
+        settings = decoding.settings_from_args(args, "--decoding")
+        if args.batch_size < 1:
+            raise DuetError(f"--batch-size must be at least 1, got {args.batch_size}")
+        evaluate.check_workers(args.workers, "--workers")
+        if not args.model.is_file():
+            raise DuetError(f"--model: no such file: {args.model}")
+        wanted = set(args.sets) if args.sets else None
+        sets = []
+        if not wanted or wanted & {"sample test-clean", "unseen voices"}:
+            near = generalisation.sample_and_unseen_sets(
+                args.sample_test, unseen_split(args.unseen_root) if not wanted or "unseen voices" in wanted
+                else args.unseen_root / UNSEEN_SPLIT)
+            sets += [s for s in near if not wanted or s.name in wanted]
+        if not args.no_real:
+            names = tuple(n for n in HELD_OUT_SETS if not wanted or n in wanted)
+            sets += generalisation.real_sets(args.real_speech, names)
+        unknown = sorted((wanted or set()) - {s.name for s in sets})
+        if unknown:
+            raise DuetError(f"--sets: unknown or excluded set(s): {', '.join(unknown)}")
+        model = evaluate.load_asr_model(args.model)
+        decoding.set_decoding(model, settings)
+        out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
+        start = time.time()
+        print(f"asr_generalisation: {args.model} ({settings.describe()}) on {len(sets)} sets", file=sys.stderr)
+        rows = generalisation.score_sets(
+            model, sets, out_dir, batch_size=args.batch_size, workers=args.workers,
+            on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)",
+                                      file=sys.stderr))
+    except (DuetError, evaluate.AsrInputError, decoding.DecodingInputError) as e:
+        print(f"asr_generalisation: error: {e}", file=sys.stderr)
+        return 2
+    report = {"model": str(args.model), "decoding": settings.describe(), "rows": rows,
+              "wall_seconds": round(time.time() - start, 1)}
+    write_text_atomic(out_dir / "generalisation.json", json.dumps(report, indent=2) + "\n")
+    print(generalisation.format_table(rows))
+    print(f"asr_generalisation: {len(rows)} sets in {report['wall_seconds']:.0f} s; wrote {out_dir / 'generalisation.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

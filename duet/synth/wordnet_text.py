@@ -1,0 +1,82 @@
+"""Everyday English sentences from WordNet's usage examples (Debian package ``wordnet-base``).
+
+The template sentences of :mod:`duet.synth.corpus_text` cover the sample's domain with a few hundred
+words; people say far more. WordNet 3.0 glosses carry about 48,000 short usage examples
+("When you have to hiccup, drink a glass of cold water") over most of the common English vocabulary,
+under the WordNet licence (free to use, copy and distribute, with its notice).
+
+Every example is turned into a transcript (numbers in words, punctuation dropped) or skipped when that
+cannot be done faithfully (abbreviations, symbols, letters outside a-z). A fixed tenth of them, chosen
+by a hash of the text, is held out: :func:`wordnet_sentences` returns either the training part or the
+held-out part, so the unseen-voices evaluation set never speaks a sentence any training corpus holds.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+from duet.errors import DuetError
+from duet.synth.corpus_text import normalize_text, number_to_words
+
+WORDNET_DIR = Path("/usr/share/wordnet")
+WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
+HELD_OUT_MODULUS = 10  # one sentence in ten is evaluation-only
+MIN_WORDS, MAX_WORDS = 3, 20
+
+_EXAMPLE_RE = re.compile(r'"([^"]+)"')
+_NUMBER_RE = re.compile(r"\b\d{1,4}\b")
+_UNSAFE_RE = re.compile(r"[^A-Za-z0-9 ,.;:!?'\-]|\b[A-Z]{2,}\b|\w\.\w|\d[.,:/]\d|'s'")
+
+
+class WordNetMissing(DuetError):
+    """WordNet's data files are not installed."""
+
+
+def _to_transcript(example: str) -> str | None:
+    """The example as lower-case words, or None when it cannot be spoken and written down faithfully."""
+    if _UNSAFE_RE.search(example):
+        return None
+    text = _NUMBER_RE.sub(lambda m: " " + number_to_words(int(m.group(0))) + " ", example)
+    if any(c.isdigit() for c in text):
+        return None
+    words = normalize_text(text).split()
+    if not MIN_WORDS <= len(words) <= MAX_WORDS or any(w.strip("'") == "" for w in words):
+        return None
+    return " ".join(words)
+
+
+def is_held_out(text: str) -> bool:
+    """True for the fixed tenth of sentences kept for evaluation (a hash of the normalised text)."""
+    return zlib.crc32(normalize_text(text).encode()) % HELD_OUT_MODULUS == 0
+
+
+@lru_cache(maxsize=2)
+def _all_sentences(wordnet_dir: Path) -> tuple[str, ...]:
+    missing = [name for name in WORDNET_FILES if not (wordnet_dir / name).is_file()]
+    if missing:
+        raise WordNetMissing(f"WordNet data not found in {wordnet_dir} (missing {', '.join(missing)}); "
+                             "install it with: apt-get install wordnet-base")
+    sentences: dict[str, None] = {}
+    for name in WORDNET_FILES:
+        for line in (wordnet_dir / name).read_text(encoding="latin-1").splitlines():
+            if line.startswith("  ") or "|" not in line:  # licence header, or no gloss
+                continue
+            for example in _EXAMPLE_RE.findall(line.split("|", 1)[1]):
+                text = _to_transcript(example.strip())
+                if text:
+                    sentences[text] = None
+    return tuple(sentences)
+
+
+def wordnet_sentences(held_out: bool = False, exclude: Iterable[str] = (),
+                      wordnet_dir: Path = WORDNET_DIR) -> list[str]:
+    """WordNet usage examples as transcripts, in file order: the training part, or the held-out tenth.
+
+    Texts in ``exclude`` (compared after normalisation) are dropped, e.g. transcripts of evaluation sets.
+    """
+    excluded = {normalize_text(t) for t in exclude}
+    return [s for s in _all_sentences(wordnet_dir) if is_held_out(s) == held_out and s not in excluded]
