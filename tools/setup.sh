@@ -3,8 +3,10 @@
 #
 # Creates .venv/ with duet and everything it needs; safe to re-run (seconds when nothing changed).
 #   1. Debian/Ubuntu packages for the synthetic corpus and `pipeline.py --speak` (sox, espeak-ng, flite,
-#      festival + English voices) when apt-get is usable; otherwise a note and carry on (the bundled
-#      samples/ need none of them).
+#      festival + English voices, WordNet's example sentences) when apt-get is usable; otherwise a note and
+#      carry on (the bundled samples/ need none of them). The other English voices of the generalisation
+#      pool (mbrola us1/us2/us3/en1, RHVoice, SVOX pico) live in Debian's contrib/non-free components:
+#      they are fetched through a private apt list (the system's sources stay as they are), best effort.
 #   2. torch==2.13.0 before anything else: on a machine without a GPU pip would otherwise pull a
 #      multi-GB CUDA build as a dependency of NeMo. (On a Linux box with a GPU the same pin is CUDA.)
 #   3. KenLM's lmplz/build_binary compiled from the kenlm sdist into .venv/bin (Boost from Debian).
@@ -17,7 +19,9 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
-SYSTEM_PACKAGES="sox libsox-fmt-all flac espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts"
+SYSTEM_PACKAGES="sox libsox-fmt-all flac espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts festvox-rablpc16k festvox-don wordnet-base"
+# contrib/non-free voices (duet/synth/voices.py); mbrola's voices are free for non-commercial use only
+EXTRA_VOICE_PACKAGES="mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-en1 rhvoice rhvoice-english libttspico-utils"
 STAMP="$VENV/.duet-setup"
 want_stamp=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -d' ' -f1)
 
@@ -25,6 +29,7 @@ install_system_packages() {
   [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
   missing=""
   for cmd in sox espeak-ng flite text2wave; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
+  [ -f /usr/share/wordnet/data.noun ] || missing="$missing wordnet"
   [ -z "$missing" ] && return 0
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" != 0 ] && SUDO="sudo -n"
@@ -38,6 +43,28 @@ install_system_packages() {
 }
 
 install_system_packages
+
+# The contrib/non-free voices through a private source list and state folder: nothing of the system's apt
+# configuration changes. Debian only (the suite name comes from /etc/os-release).
+install_extra_voices() {
+  [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
+  command -v RHVoice-test >/dev/null 2>&1 && command -v pico2wave >/dev/null 2>&1 && [ -d /usr/share/mbrola/us1 ] && return 0
+  command -v apt-get >/dev/null 2>&1 && [ -r /etc/os-release ] || return 0
+  . /etc/os-release
+  [ "${ID:-}" = debian ] && [ -n "${VERSION_CODENAME:-}" ] || return 0
+  SUDO=""; [ "$(id -u)" != 0 ] && SUDO="sudo -n"
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial"
+  echo "deb http://deb.debian.org/debian $VERSION_CODENAME main contrib non-free" > "$apt_dir/sources.list"
+  apt_opts="-oDir::Etc::SourceList=$apt_dir/sources.list -oDir::Etc::SourceParts=/dev/null -oDir::State::Lists=$apt_dir/lists"
+  echo "setup: installing the contrib/non-free TTS voices ($EXTRA_VOICE_PACKAGES)"
+  if ! { $SUDO apt-get $apt_opts update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get $apt_opts install -y -qq \
+        --no-install-recommends $EXTRA_VOICE_PACKAGES >/dev/null; }; then
+    echo "setup: note: could not install the mbrola/RHVoice/pico voices; corpora skip their speakers" >&2
+  fi
+  rm -rf "$apt_dir"
+}
+install_extra_voices
 
 if ! "$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] <= (3, 12)))'; then
   echo "setup: error: $("$PYTHON" --version 2>&1) found; duet needs Python 3.10-3.12 (set PYTHON=python3.11)" >&2

@@ -135,9 +135,10 @@ def lm_text(n: int, seed: int = SAMPLE_SEED) -> list[str]:
 
     The analogue of LibriSpeech's LM corpus (book text of the same kind as the transcripts, none of the
     test books): the same templates and word lists as the speech, its own seed stream, and none of the
-    sample's dev/test sentences.
+    sample's dev/test sentences nor any transcript of a held-out real-speech set (when that folder exists).
     """
-    return [s.text for s in generate_sentences(n, seed=_stream_seed(seed, "lm-text"), exclude=held_out_texts(seed))]
+    excluded = held_out_texts(seed) + held_out_transcripts()  # nor a transcript of a held-out real-speech set
+    return [s.text for s in generate_sentences(n, seed=_stream_seed(seed, "lm-text"), exclude=excluded)]
 
 
 def bundled_sample_kinds(split: str) -> dict[str, str]:

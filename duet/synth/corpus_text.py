@@ -354,14 +354,17 @@ def _quantity(rng: random.Random) -> tuple[str, object]:
     return number_to_words(n), n
 
 
+def year_to_words(n: int) -> str:
+    """A year as people say it: 1905 -> "nineteen oh five", 2004 -> "two thousand and four"."""
+    hi, lo = divmod(n, 100)
+    if 2000 <= n < 2010:
+        return number_to_words(n)
+    return number_to_words(hi) + " " + ("hundred" if lo == 0 else ("oh " if lo < 10 else "") + number_to_words(lo))
+
+
 def _year(rng: random.Random) -> tuple[str, object]:
     n = rng.randint(1850, 2020)
-    hi, lo = divmod(n, 100)
-    if n >= 2000 and n < 2010:
-        words = number_to_words(n)
-    else:
-        words = number_to_words(hi) + " " + ("hundred" if lo == 0 else ("oh " if lo < 10 else "") + number_to_words(lo))
-    return words, n
+    return year_to_words(n), n
 
 
 def _day_of_month(rng: random.Random) -> tuple[str, object]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from duet.errors import DuetError
-from duet.synth.corpus_text import normalize_text, number_to_words
+from duet.synth.corpus_text import normalize_text, number_to_words, year_to_words
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
@@ -40,7 +40,12 @@ def _to_transcript(example: str) -> str | None:
     """The example as lower-case words, or None when it cannot be spoken and written down faithfully."""
     if _UNSAFE_RE.search(example):
         return None
-    text = _NUMBER_RE.sub(lambda m: " " + number_to_words(int(m.group(0))) + " ", example)
+    def spoken(match: re.Match) -> str:
+        n = int(match.group(0))
+        # four-digit numbers in the examples are nearly always years ("in 1990")
+        return " " + (year_to_words(n) if len(match.group(0)) == 4 and 1100 <= n < 2100 else number_to_words(n)) + " "
+
+    text = _NUMBER_RE.sub(spoken, example)
     if any(c.isdigit() for c in text):
         return None
     words = normalize_text(text).split()
