@@ -33,6 +33,10 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_O
 # 0.4-1.5 x beta 2-6: dev WER 43.4 % greedy -> 20.5 %; beam 4's best (alpha 0.6, beta 4) gave 22.0 % and
 # beam 32's 21.0 %, so 16 it is (RESULTS.md). Beam 16 + LM still decodes ~40x faster than real time at 1 thread.
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 0.8, 4.0
+# Before/after WER of the fine-tune on every set of bench/asr_generalisation.py (base, then the demo's model)
+DEMO_GENERALISATION = EXPERIMENTS / "demo_generalisation"
+#: How much worse (WER points) the fine-tune may make a real-speech set before the demo flags it.
+REAL_SET_TOLERANCE = 2.0
 
 
 @dataclass
@@ -147,3 +151,27 @@ def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, examples: int
     for r in ok[:examples]:
         lines.append(f"    heard {r['transcript']!r} -> {r['response']!r}")
     return "\n".join(lines)
+
+
+def generalisation_table(report_json: Path) -> str:
+    """The WER table of one bench/asr_generalisation.py report, one set a line."""
+    rows = json.loads(report_json.read_text())["rows"]
+    return "\n".join(f"    {r['set']:<22} {r['utterances']:>5} utts  WER {100 * r['wer']:6.2f}%" for r in rows)
+
+
+def generalisation_summary(before_json: Path, after_json: Path) -> str:
+    """WER before (the base) -> after (the demo's fine-tune) on every set both reports scored; a real-speech
+    set that got worse by more than REAL_SET_TOLERANCE points is flagged."""
+    before = {r["set"]: r for r in json.loads(before_json.read_text())["rows"]}
+    lines, any_real = [], False
+    for r in json.loads(after_json.read_text())["rows"]:
+        if r["set"] not in before:
+            continue
+        old, new = 100 * before[r["set"]]["wer"], 100 * r["wer"]
+        real = r["distance"].startswith("real")
+        any_real |= real
+        flag = f"  << worse by more than {REAL_SET_TOLERANCE:g} points" if real and new - old > REAL_SET_TOLERANCE else ""
+        lines.append(f"    {r['set']:<22} WER {old:6.2f}% -> {new:6.2f}% ({new - old:+.2f}){flag}")
+    if not any_real:
+        lines.append("    (no real-speech set: ../shared/real_speech not found)")
+    return "base -> demo fine-tune, greedy:\n" + "\n".join(lines)

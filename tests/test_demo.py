@@ -23,7 +23,7 @@ def demo(repo_root, python):
         pytest.fail("the bundled base checkpoint samples/checkpoints/fastconformer_tiny_base.nemo is missing")
     result = subprocess.run([python, "tools/demo.py"], cwd=repo_root, capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "demo: 7 stage(s) done" in result.stdout
+    assert "demo: 9 stage(s) done" in result.stdout
     return repo_root / "experiments"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 
 import pytest
@@ -68,8 +69,29 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
         assert cli.main(["--list", *argv]) == 0
         return [line.split()[0] for line in capsys.readouterr().out.splitlines()]
 
-    assert listed() == names and names[0] == "manifests" and names[-1] == "pipeline"
+    assert listed() == names and names[0] == "manifests" and names[-1] == "generalise"
     assert listed("--from", "slm") == names[names.index("slm"):]
     assert listed("--only", "lm", "asr") == ["lm", "asr"]
     with pytest.raises(SystemExit):  # one or the other
         cli.main(["--list", "--from", "slm", "--only", "asr"])
+
+
+def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
+    from duet.demo import generalisation_summary
+
+    def report(name, rows):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"rows": [{"set": s, "distance": d, "utterances": 10, "wer": w}
+                                             for s, d, w in rows]}))
+        return path
+
+    base = report("base", [("sample test-clean", "synthetic", 0.80), ("read_sentences", "real human speech", 0.70),
+                           ("digits", "real human speech", 0.50)])
+    demo = report("demo", [("sample test-clean", "synthetic", 0.40), ("read_sentences", "real human speech", 0.71),
+                           ("digits", "real human speech", 0.60)])
+    lines = generalisation_summary(base, demo).splitlines()
+    assert "80.00% ->  40.00% (-40.00)" in lines[1] and "<<" not in lines[1]  # the target domain may improve
+    assert "<<" not in lines[2]  # one point worse on a real set is within the tolerance
+    assert lines[3].endswith("<< worse by more than 2 points")
+    synthetic_only = report("demo2", [("sample test-clean", "synthetic", 0.40)])
+    assert "no real-speech set" in generalisation_summary(base, synthetic_only)

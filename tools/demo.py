@@ -16,20 +16,26 @@ Stages, each one of the toolkit's own entry scripts run as a user would (the com
   lm         a token 6-gram LM (KenLM) on that text, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
   pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances
+  generalise the base and the fine-tuned model on every set of bench/asr_generalisation.py (the sample's
+             test-clean, unseen synthetic voices, and the held-out real speech of ../shared/real_speech when it
+             exists): WER before -> after, a real set more than 2 points worse flagged
 Outputs go to manifests/, tokenizers/ and experiments/ (all git-ignored). Ends with a summary table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_ASR_MODEL, DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA,
-                       PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary, pipeline_summary, slm_summary)
+from duet.demo import (DEMO_ASR_MODEL, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER,
+                       LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary,
+                       generalisation_summary, pipeline_summary, slm_summary)
+from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.io import read_jsonl, write_jsonl_atomic
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
@@ -55,6 +61,8 @@ def stages() -> list[Stage]:
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
     asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, EXPERIMENTS / "demo_slm", EXPERIMENTS / "demo_pipeline"
     answers, requests = pipeline_dir / "answers.jsonl", pipeline_dir / "requests.json"
+    generalise = [py, "bench/asr_generalisation.py"] + ([] if REAL_SPEECH.is_dir() else ["--no-real"])
+    base_report, demo_report = (DEMO_GENERALISATION / name / "generalisation.json" for name in ("base", "demo_asr"))
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -92,6 +100,13 @@ def stages() -> list[Stage]:
               lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
               outputs=[answers], stdout_to=answers),
+        # one command per model: the base's scores are kept while the base is unchanged
+        Stage("generalise-base", [*generalise, "--model", str(BASE_CHECKPOINT), "--out-dir", str(base_report.parent)],
+              lambda: f"base scored on {len(json.loads(base_report.read_text())['rows'])} sets",
+              inputs=[BASE_CHECKPOINT], outputs=[base_report]),
+        Stage("generalise", [*generalise, "--model", str(DEMO_ASR_MODEL), "--out-dir", str(demo_report.parent)],
+              lambda: generalisation_summary(base_report, demo_report),
+              inputs=[DEMO_ASR_MODEL], outputs=[demo_report]),
     ]
 
 
