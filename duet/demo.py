@@ -24,6 +24,7 @@ from duet.io import read_jsonl, write_text_atomic
 EXPERIMENTS = REPO_ROOT / "experiments"
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
 DEMO_ASR_MODEL = EXPERIMENTS / "demo_asr" / "demo_asr.nemo"
+DEMO_SLM_MODEL = EXPERIMENTS / "demo_slm"
 # In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the token 6-gram in ~20 s
 LM_SENTENCES, LM_ORDER = 100_000, 6
 DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"

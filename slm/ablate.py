@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from slm.errors import DuetError, cli
+
 if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
@@ -92,6 +94,7 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     from duet.io import write_text_atomic
@@ -105,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer, model = load_model(args.model_dir, device="cpu")
         cfg, splits = load_splits_for(args.model_dir)
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise DuetError(str(e)) from e
     out_dir = args.out or args.model_dir / "ablation"
     train_rows = [tokenize_example(r, tokenizer, cfg.data.max_length) for r in splits["train"]]
     test_rows = splits["test"][: args.num_generate]

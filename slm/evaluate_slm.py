@@ -18,10 +18,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from slm.errors import DuetError, cli
+
 if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", type=Path)
@@ -45,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             splits = {"test": load_alpaca(args.data)}
             splits["validation"] = splits["test"]
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise DuetError(str(e)) from e
     rows = splits["test"][: args.num_generate] if args.num_generate else splits["test"]
     summary, records = evaluate_model(model, tokenizer, splits["validation"], rows, cfg.data.max_length,
                                       args.max_new_tokens or cfg.eval.max_new_tokens, args.batch_size, args.bertscore)

@@ -28,8 +28,10 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_ASR_MODEL, DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA,
-                       PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary, pipeline_summary, slm_summary)
+from duet.demo import (DEMO_ASR_MODEL, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES,
+                       PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary, pipeline_summary,
+                       slm_summary)
+from duet.errors import cli
 from duet.io import read_jsonl, write_jsonl_atomic
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
@@ -53,7 +55,7 @@ def write_assistant_requests(out: Path) -> None:
 def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
-    asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, EXPERIMENTS / "demo_slm", EXPERIMENTS / "demo_pipeline"
+    asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, DEMO_SLM_MODEL, EXPERIMENTS / "demo_pipeline"
     answers, requests = pipeline_dir / "answers.jsonl", pipeline_dir / "requests.json"
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
@@ -95,6 +97,7 @@ def stages() -> list[Stage]:
     ]
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     names = [stage.name for stage in stages()]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
