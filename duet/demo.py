@@ -114,9 +114,9 @@ def slm_summary(metrics_json: Path) -> str:
 
 def reference_answers(split: str = "test-clean") -> dict[str, str]:
     """{request text: the answer the Alpaca sample's generator gives it} for the bundled sample's requests
-    whose template has a computed answer (``slm.make_alpaca_sample.CORPUS_ANSWERS``)."""
+    whose template has a computed answer (``duet.synth.alpaca_sample.CORPUS_ANSWERS``)."""
     from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-    from slm.make_alpaca_sample import CORPUS_ANSWERS
+    from duet.synth.alpaca_sample import CORPUS_ANSWERS
 
     return {s.text: CORPUS_ANSWERS[s.template](s.slots) for s in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS)[split]
             if s.template in CORPUS_ANSWERS}

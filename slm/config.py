@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from duet import REPO_ROOT
+from slm import REPO_ROOT
 from slm.errors import DuetError
 
 CONFIG_DIR = REPO_ROOT / "configs"

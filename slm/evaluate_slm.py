@@ -20,9 +20,6 @@ from pathlib import Path
 
 from slm.errors import DuetError, cli
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 
 @cli
 def main(argv: list[str] | None = None) -> int:
@@ -36,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bertscore", default="auto", help="auto, minilm, none or a local model folder")
     args = parser.parse_args(argv)
 
-    from slm.ablate import load_splits_for
-    from slm.data import load_alpaca
+    from slm.data import load_alpaca, load_splits_for
     from slm.evaluation import assistant_text, bertscore_text, evaluate_model, write_report
     from slm.generate import load_model
 

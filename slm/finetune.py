@@ -28,9 +28,6 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 from omegaconf import OmegaConf
 
 from slm.errors import DuetError, cli, first_line
@@ -192,7 +189,7 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback
 
-    from duet.io import write_jsonl_atomic, write_text_atomic
+    from slm.files import write_jsonl_atomic, write_text_atomic
     from slm.data import AlpacaCollator, tokenize_example
     from slm.evaluation import evaluate_model, write_report
     from slm.modeling import count_parameters, pick_device_and_precision

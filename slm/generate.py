@@ -20,13 +20,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 import torch
 
-from slm.errors import DuetError, cli, first_line
 from slm.data import format_alpaca_prompt
+from slm.errors import DuetError, cli, first_line
 
 STRATEGIES = ("greedy", "beam", "sample")
 
