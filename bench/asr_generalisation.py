@@ -33,7 +33,7 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.asr import decoding, evaluate, generalisation
-from duet.errors import DuetError
+from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.synth.corpus import UNSEEN_SPLIT, build_unseen_voices
@@ -77,40 +77,37 @@ def unseen_split(root: Path) -> Path:
     return split
 
 
+@cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    try:
-        settings = decoding.settings_from_args(args, "--decoding")
-        if args.batch_size < 1:
-            raise DuetError(f"--batch-size must be at least 1, got {args.batch_size}")
-        evaluate.check_workers(args.workers, "--workers")
-        if not args.model.is_file():
-            raise DuetError(f"--model: no such file: {args.model}")
-        wanted = set(args.sets) if args.sets else None
-        sets = []
-        if not wanted or wanted & {"sample test-clean", "unseen voices"}:
-            near = generalisation.sample_and_unseen_sets(
-                args.sample_test, unseen_split(args.unseen_root) if not wanted or "unseen voices" in wanted
-                else args.unseen_root / UNSEEN_SPLIT)
-            sets += [s for s in near if not wanted or s.name in wanted]
-        if not args.no_real:
-            names = tuple(n for n in HELD_OUT_SETS if not wanted or n in wanted)
-            sets += generalisation.real_sets(args.real_speech, names)
-        unknown = sorted((wanted or set()) - {s.name for s in sets})
-        if unknown:
-            raise DuetError(f"--sets: unknown or excluded set(s): {', '.join(unknown)}")
-        model = evaluate.load_asr_model(args.model)
-        decoding.set_decoding(model, settings)
-        out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
-        start = time.time()
-        print(f"asr_generalisation: {args.model} ({settings.describe()}) on {len(sets)} sets", file=sys.stderr)
-        rows = generalisation.score_sets(
-            model, sets, out_dir, batch_size=args.batch_size, workers=args.workers,
-            on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)",
-                                      file=sys.stderr))
-    except (DuetError, evaluate.AsrInputError, decoding.DecodingInputError) as e:
-        print(f"asr_generalisation: error: {e}", file=sys.stderr)
-        return 2
+    settings = decoding.settings_from_args(args, "--decoding")
+    if args.batch_size < 1:
+        raise DuetError(f"--batch-size must be at least 1, got {args.batch_size}")
+    evaluate.check_workers(args.workers, "--workers")
+    if not args.model.is_file():
+        raise DuetError(f"--model: no such file: {args.model}")
+    wanted = set(args.sets) if args.sets else None
+    sets = []
+    if not wanted or wanted & {"sample test-clean", "unseen voices"}:
+        near = generalisation.sample_and_unseen_sets(
+            args.sample_test, unseen_split(args.unseen_root) if not wanted or "unseen voices" in wanted
+            else args.unseen_root / UNSEEN_SPLIT)
+        sets += [s for s in near if not wanted or s.name in wanted]
+    if not args.no_real:
+        names = tuple(n for n in HELD_OUT_SETS if not wanted or n in wanted)
+        sets += generalisation.real_sets(args.real_speech, names)
+    unknown = sorted((wanted or set()) - {s.name for s in sets})
+    if unknown:
+        raise DuetError(f"--sets: unknown or excluded set(s): {', '.join(unknown)}")
+    model = evaluate.load_asr_model(args.model)
+    decoding.set_decoding(model, settings)
+    out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
+    start = time.time()
+    print(f"asr_generalisation: {args.model} ({settings.describe()}) on {len(sets)} sets", file=sys.stderr)
+    rows = generalisation.score_sets(
+        model, sets, out_dir, batch_size=args.batch_size, workers=args.workers,
+        on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)",
+                                  file=sys.stderr))
     report = {"model": str(args.model), "decoding": settings.describe(), "rows": rows,
               "wall_seconds": round(time.time() - start, 1)}
     write_text_atomic(out_dir / "generalisation.json", json.dumps(report, indent=2) + "\n")

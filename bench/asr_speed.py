@@ -55,9 +55,8 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-from duet import SAMPLES_DIR  # noqa: E402
+from duet import REPO_ROOT, SAMPLES_DIR
+from duet.errors import cli
 
 DEFAULT_BASE = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 
@@ -315,6 +314,7 @@ def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int
               f"{r['audio_s_per_cpu_s'] / base['audio_s_per_cpu_s']:.2f}x | {bound:.2f}x |")
 
 
+@cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     if not args.base.is_file():

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT
+from duet.errors import cli
 from duet.io import write_text_atomic
 
 RECIPE = REPO_ROOT / "nemo_recipes" / "finetune_ctc.py"
@@ -193,6 +194,7 @@ def format_table(results: list[dict], args) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     if not args.base and not args.from_scratch:

@@ -26,11 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from duet.asr import decoding, evaluate  # noqa: E402
-from duet.io import write_text_atomic  # noqa: E402
+from duet import REPO_ROOT
+from duet.asr import decoding, evaluate
+from duet.errors import cli
+from duet.io import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -104,31 +103,27 @@ def markdown(rows: list[dict], greedy: dict, cmd: str, chosen: dict, grid: list[
     return "\n".join(lines) + "\n"
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from duet.ngram import NgramInputError
 
     out = Path(args.out)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
-        model = evaluate.load_asr_model(args.model)
-        lm = Path(args.lm) if args.lm else build_lm(model, args.train, args.order, out.parent / "lm")
-        start = time.perf_counter()
-        grid = grid_search(model, args.dev, lm, floats(args.alphas), floats(args.betas), args.beam_size, args.batch_size)
-        chosen = min(grid[:-1], key=lambda r: (r["dev_wer"], r["alpha"], r["beta"]))
-        print(f"grid search: {len(grid) - 1} settings in {time.perf_counter() - start:.0f} s; chosen alpha={chosen['alpha']:g} "
-              f"beta={chosen['beta']:g}")
-        settings = [decoding.DecodingSettings("greedy"), decoding.DecodingSettings("beam", beam_size=args.beam_size),
-                    decoding.DecodingSettings("beam_lm", beam_size=args.beam_size, ngram_lm=str(lm),
-                                              alpha=chosen["alpha"], beta=chosen["beta"])]
-        rows = [timed_eval(model, args.test, s, args.batch_size, args.repeats) for s in settings]
-    except (evaluate.AsrInputError, decoding.DecodingInputError, NgramInputError) as e:
-        print(f"decoding_ab: error: {e}", file=sys.stderr)
-        return 2
+    model = evaluate.load_asr_model(args.model)
+    lm = Path(args.lm) if args.lm else build_lm(model, args.train, args.order, out.parent / "lm")
+    start = time.perf_counter()
+    grid = grid_search(model, args.dev, lm, floats(args.alphas), floats(args.betas), args.beam_size, args.batch_size)
+    chosen = min(grid[:-1], key=lambda r: (r["dev_wer"], r["alpha"], r["beta"]))
+    print(f"grid search: {len(grid) - 1} settings in {time.perf_counter() - start:.0f} s; chosen alpha={chosen['alpha']:g} "
+          f"beta={chosen['beta']:g}")
+    settings = [decoding.DecodingSettings("greedy"), decoding.DecodingSettings("beam", beam_size=args.beam_size),
+                decoding.DecodingSettings("beam_lm", beam_size=args.beam_size, ngram_lm=str(lm),
+                                          alpha=chosen["alpha"], beta=chosen["beta"])]
+    rows = [timed_eval(model, args.test, s, args.batch_size, args.repeats) for s in settings]
     cmd = "python bench/decoding_ab.py " + " ".join(sys.argv[1:] if argv is None else argv)
     report = markdown(rows, rows[0], cmd, chosen, grid)
     write_text_atomic(out, report)

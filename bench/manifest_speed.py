@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
+from duet.errors import DuetError, cli
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FILES_PER_CHAPTER = 56
 
@@ -71,15 +73,15 @@ def reference_one(job: tuple[str, str]) -> float:
     return float(subprocess.check_output(["soxi", "-D", wav]))
 
 
-def main() -> int:
+@cli
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=28000)
     parser.add_argument("--reference-files", type=int, default=2000, help="0 = all files")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not shutil.which("sox") or not shutil.which("soxi"):
-        print("error: the reference path needs sox/soxi (apt-get install sox)", file=sys.stderr)
-        return 2
+        raise DuetError("the reference path needs sox/soxi (apt-get install sox)")
 
     with tempfile.TemporaryDirectory(prefix="manifest_bench.") as tmp:
         split = Path(tmp) / "LibriSpeech" / "train-clean-100"

@@ -33,16 +33,12 @@ import numpy as np
 import soundfile
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "tools"))
-from pipeline import DEFAULT_ASR_MODEL, DEFAULT_SLM_MODEL  # noqa: E402
-
-from duet.asr.decoding import (DecodingInputError, add_decoding_arguments, set_decoding,  # noqa: E402
-                               settings_from_args)
-from duet.asr.evaluate import AsrInputError  # noqa: E402
-from duet.io import read_jsonl  # noqa: E402
-from duet.pipeline import VoicePipeline  # noqa: E402
-from slm.generate import SlmModelError  # noqa: E402
+from duet import REPO_ROOT
+from duet.asr.decoding import add_decoding_arguments, set_decoding, settings_from_args
+from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
+from duet.errors import DuetError, cli
+from duet.io import read_jsonl
+from duet.pipeline import VoicePipeline
 
 
 TEST_MANIFEST = REPO_ROOT / "manifests" / "test-clean.json"
@@ -89,6 +85,7 @@ def measure(pipeline: VoicePipeline, clip: Path, repeats: int) -> dict[str, floa
     return medians
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -106,34 +103,23 @@ def main(argv: list[str] | None = None) -> int:
                              ("--threads", args.threads, 1)):
         if value < low:
             parser.error(f"{flag} must be >= {low:g}, got {value:g}")
-    try:
-        asr_decoding = settings_from_args(args, "--asr-decoding")
-    except DecodingInputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    asr_decoding = settings_from_args(args, "--asr-decoding")
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
                        ("--asr-tokenizer", args.asr_tokenizer)):
         if not path.exists():
-            print(f"error: {flag} {path} not found: run python tools/demo.py first (or pass {flag})", file=sys.stderr)
-            return 2
+            raise DuetError(f"{flag} {path} not found: run python tools/demo.py first (or pass {flag})")
     if not args.manifest.is_file():
-        print(f"error: --manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)",
-              file=sys.stderr)
-        return 2
+        raise DuetError(f"--manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)")
     torch.set_num_threads(args.threads)
     decoding = {"strategy": "greedy", "max_new_tokens": 64}
 
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_clip(args.seconds, Path(tmp) / "clip.flac", args.manifest)
-        try:
-            tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
-                                              slm_decoding=decoding)
-            big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
-            set_decoding(big_asr, asr_decoding)  # before any timing: an LM that does not fit fails here
-        # e.g. --lm missing or not a token ARPA for these tokenizers, or a model that does not load
-        except (AsrInputError, DecodingInputError, SlmModelError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
+                                          slm_decoding=decoding)
+        big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
+        # before any timing: an LM that does not fit (or a model that does not load) is a one-line error here
+        set_decoding(big_asr, asr_decoding)
         results = {"tiny": measure(tiny, clip, args.repeats)}
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 

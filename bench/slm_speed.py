@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from duet.errors import cli
+
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,9 +125,9 @@ def training_speeds(model, lengths: list[int], batch_size: int, steps: int, pad_
             "dynamic_padding_efficiency": real_dyn / padded_dyn, "fixed_padding_efficiency": real_fix / padded_fix}
 
 
-def main() -> int:
-    args = get_parser().parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+@cli
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
     from transformers import GPT2Config, GPT2LMHeadModel
 
     if args.threads:

@@ -4,8 +4,6 @@ Library modules used by the entry scripts in ``tools/``, ``nemo_recipes/`` and `
 The language-model side lives in the separate ``slm`` package.
 """
 
-from pathlib import Path
+from slm import REPO_ROOT  # the repository root (the folder holding ``pyproject.toml``)
 
-#: Repository root (the folder holding ``pyproject.toml``); entry scripts resolve defaults from it.
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = REPO_ROOT / "samples"

@@ -24,6 +24,7 @@ from duet.io import read_jsonl, write_text_atomic
 EXPERIMENTS = REPO_ROOT / "experiments"
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
 DEMO_ASR_MODEL = EXPERIMENTS / "demo_asr" / "demo_asr.nemo"
+DEMO_SLM_MODEL = EXPERIMENTS / "demo_slm"
 # In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the token 6-gram in ~20 s
 LM_SENTENCES, LM_ORDER = 100_000, 6
 DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"
@@ -117,9 +118,9 @@ def slm_summary(metrics_json: Path) -> str:
 
 def reference_answers(split: str = "test-clean") -> dict[str, str]:
     """{request text: the answer the Alpaca sample's generator gives it} for the bundled sample's requests
-    whose template has a computed answer (``slm.make_alpaca_sample.CORPUS_ANSWERS``)."""
+    whose template has a computed answer (``duet.synth.alpaca_sample.CORPUS_ANSWERS``)."""
     from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-    from slm.make_alpaca_sample import CORPUS_ANSWERS
+    from duet.synth.alpaca_sample import CORPUS_ANSWERS
 
     return {s.text: CORPUS_ANSWERS[s.template](s.slots) for s in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS)[split]
             if s.template in CORPUS_ANSWERS}

@@ -1,18 +1,6 @@
-"""The project's error base class, and what a caught exception says in one line (for the one-line errors
-every tool prints)."""
+"""The project's error base class and the one-line form of a caught exception, defined in ``slm.errors``
+(``slm`` must not import ``duet``, so the shared base lives there) and re-exported for duet's modules."""
 
-from __future__ import annotations
+from slm.errors import DuetError, cli, first_line
 
-
-class DuetError(Exception):
-    """Bad input or a missing resource that a tool reports in one line naming the item (never a bug)."""
-
-
-def first_line(error: BaseException, limit: int = 200) -> str:
-    """The first line of ``error``'s message (its type's name when it has none), at most ``limit`` characters.
-
-    Library exceptions (NeMo, transformers, torch, the hub) often carry pages of detail; a tool's error
-    names the item and gives the reason in one line.
-    """
-    text = str(error).strip()
-    return text.splitlines()[0][:limit] if text else type(error).__name__
+__all__ = ["DuetError", "cli", "first_line"]

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
+from duet.errors import DuetError
 
 OPENSLR_URL = "https://www.openslr.org/resources/12/{split}.tar.gz"
 
@@ -29,7 +30,7 @@ ARCHIVE_MD5 = {
 }
 
 
-class DownloadError(RuntimeError):
+class DownloadError(DuetError, RuntimeError):
     """A one-line, user-facing reason why a split could not be fetched."""
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from duet.io import atomic_path, read_jsonl, write_text_atomic
+from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ MAX_ORDER = 6
 DEFAULT_ORDER = {"token": 6, "word": 3}
 
 
-class NgramInputError(ValueError):
+class NgramInputError(DuetError, ValueError):
     """Bad user input (missing file, empty text, bad order, missing lmplz): one line, no stack trace."""
 
 

@@ -16,11 +16,12 @@ import tempfile
 from pathlib import Path
 
 from duet.io import native_output_to, read_jsonl
+from duet.errors import DuetError
 
 TOKENIZER_TYPES = ("bpe", "unigram")
 
 
-class VocabularyTooLarge(ValueError):
+class VocabularyTooLarge(DuetError, ValueError):
     """The text cannot support the requested vocabulary; carries the largest size that fits."""
 
     def __init__(self, requested: int, largest: int):

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from duet.asr import decoding, evaluate, streaming
+from duet.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -61,28 +62,25 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    try:
-        settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
-        streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32), "--workers": ("workers", None)})
-        evaluate.check_workers(args.workers, "--workers")
-        model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
-        if args.stream:
-            streaming.check_streaming_model(model)
-        decoding.set_decoding(model, settings)
-        if args.int8:
-            evaluate.quantize_linear_int8(model)
-        if args.audio:
-            return transcribe_only(model, args)
-        if args.stream:
-            scored = streaming.evaluate_manifest_streaming(model, args.manifest)
-        else:
-            scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size,
-                                                 workers=args.workers)
-    except (evaluate.AsrInputError, decoding.DecodingInputError) as e:
-        print(f"evaluate_ctc: error: {e}", file=sys.stderr)
-        return 2
+    settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
+    streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32), "--workers": ("workers", None)})
+    evaluate.check_workers(args.workers, "--workers")
+    model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
+    if args.stream:
+        streaming.check_streaming_model(model)
+    decoding.set_decoding(model, settings)
+    if args.int8:
+        evaluate.quantize_linear_int8(model)
+    if args.audio:
+        return transcribe_only(model, args)
+    if args.stream:
+        scored = streaming.evaluate_manifest_streaming(model, args.manifest)
+    else:
+        scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size,
+                                             workers=args.workers)
     scored.summary.update(model=str(args.model), int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = evaluate.write_results(scored, out_dir, args.prefix)

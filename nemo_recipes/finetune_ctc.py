@@ -27,17 +27,21 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from duet.asr import recipe
-from duet.asr.evaluate import AsrInputError
+from duet.errors import cli
 
 log = logging.getLogger("finetune_ctc")
 
 
 @hydra.main(version_base=None, config_path="../configs", config_name="fastconformer_small")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (recipe.RecipeError, AsrInputError) as e:
-        sys.exit(f"finetune_ctc: error: {e}")
+    sys.exit(fit(cfg))
+
+
+@cli
+def fit(cfg: DictConfig) -> int:
+    """``run`` for the command line: 0, or 2 after a one-line error."""
+    run(cfg)
+    return 0
 
 
 def run(cfg: DictConfig) -> dict:

@@ -3,5 +3,11 @@
 Library modules: ``data`` (template, collator), ``modeling`` (pretrained or scratch GPT-2),
 ``metrics`` (losses, BLEU, ROUGE, BERTScore), ``generate`` (decoding; ``respond`` for the pipeline),
 ``evaluation`` (scores + reports), ``ablation`` (layer / head / FFN pruning), ``config`` (YAML loading).
-Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``, ``make_alpaca_sample.py``.
+Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``.
+``errors`` and ``files`` (the error base, atomic writes) serve both packages: ``slm`` never imports ``duet``.
 """
+
+from pathlib import Path
+
+#: Repository root (the folder holding ``pyproject.toml``); configs/ and samples/ are resolved from it.
+REPO_ROOT = Path(__file__).resolve().parent.parent

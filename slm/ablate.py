@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from slm.errors import DuetError, cli
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -38,31 +37,13 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_splits_for(model_dir: Path):
-    """The data splits the model was trained with, from its saved finetune_config.yaml."""
-    from omegaconf import OmegaConf
-
-    from slm.config import resolve_path
-    from slm.data import load_alpaca, split_examples
-
-    config_file = model_dir / "finetune_config.yaml"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{config_file} missing: ablate a folder written by slm/finetune.py")
-    cfg = OmegaConf.load(config_file)
-    source = resolve_path(cfg.data.source)
-    rows = load_alpaca(str(source) if source.exists() else cfg.data.source)
-    if cfg.data.max_examples:
-        rows = rows[: cfg.data.max_examples]
-    return cfg, split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
-
-
 def plot_params_vs_metric(results: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from duet.io import save_png_atomic
+    from slm.files import save_png_atomic
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "perplexity", "validation perplexity (answer tokens)"),
@@ -92,11 +73,12 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    from duet.io import write_text_atomic
+    from slm.files import write_text_atomic
     from slm.ablation import default_variants, short_finetune
-    from slm.data import tokenize_example
+    from slm.data import load_splits_for, tokenize_example
     from slm.evaluation import evaluate_model
     from slm.generate import load_model
     from slm.modeling import count_parameters
@@ -105,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer, model = load_model(args.model_dir, device="cpu")
         cfg, splits = load_splits_for(args.model_dir)
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise DuetError(str(e)) from e
     out_dir = args.out or args.model_dir / "ablation"
     train_rows = [tokenize_example(r, tokenizer, cfg.data.max_length) for r in splits["train"]]
     test_rows = splits["test"][: args.num_generate]

@@ -11,14 +11,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from duet import REPO_ROOT
+from slm import REPO_ROOT
+from slm.errors import DuetError
 
 CONFIG_DIR = REPO_ROOT / "configs"
 DEFAULT_CONFIG = "slm_gpt2_alpaca"
 OFFLINE_CONFIG = "slm_tiny_offline"
 
 
-class ConfigError(ValueError):
+class ConfigError(DuetError, ValueError):
     """A user mistake in the config name or an override; the message is one line."""
 
 

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from omegaconf import OmegaConf
+
+from slm.config import resolve_path
 
 PREAMBLE = ("Below is an instruction that describes a task. "
             "Write a response that appropriately completes the request.")
@@ -126,3 +129,16 @@ class AlpacaCollator:
             if self.mask_prompt:
                 labels[i, : row["prompt_length"]] = -100
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def load_splits_for(model_dir: Path):
+    """The data splits the model was trained with, from its saved finetune_config.yaml."""
+    config_file = model_dir / "finetune_config.yaml"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file} missing: give a folder written by slm/finetune.py")
+    cfg = OmegaConf.load(config_file)
+    source = resolve_path(cfg.data.source)
+    rows = load_alpaca(str(source) if source.exists() else cfg.data.source)
+    if cfg.data.max_examples:
+        rows = rows[: cfg.data.max_examples]
+    return cfg, split_examples(rows, list(cfg.data.split), cfg.data.split_seed)

@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from slm.errors import DuetError, cli
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", type=Path)
@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bertscore", default="auto", help="auto, minilm, none or a local model folder")
     args = parser.parse_args(argv)
 
-    from slm.ablate import load_splits_for
-    from slm.data import load_alpaca
+    from slm.data import load_alpaca, load_splits_for
     from slm.evaluation import assistant_text, bertscore_text, evaluate_model, write_report
     from slm.generate import load_model
 
@@ -45,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             splits = {"test": load_alpaca(args.data)}
             splits["validation"] = splits["test"]
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise DuetError(str(e)) from e
     rows = splits["test"][: args.num_generate] if args.num_generate else splits["test"]
     summary, records = evaluate_model(model, tokenizer, splits["validation"], rows, cfg.data.max_length,
                                       args.max_new_tokens or cfg.eval.max_new_tokens, args.batch_size, args.bertscore)

@@ -28,12 +28,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 from omegaconf import OmegaConf
 
-from duet.errors import first_line
+from slm.errors import DuetError, cli, first_line
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
 
 log = logging.getLogger("slm.finetune")
@@ -192,7 +189,7 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback
 
-    from duet.io import write_jsonl_atomic, write_text_atomic
+    from slm.files import write_jsonl_atomic, write_text_atomic
     from slm.data import AlpacaCollator, tokenize_example
     from slm.evaluation import evaluate_model, write_report
     from slm.modeling import count_parameters, pick_device_and_precision
@@ -276,25 +273,22 @@ def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
+    cfg = load_config(args.config_name, args.overrides)
+    names = hub_names(cfg)
+    if names and not hub_reachable():
+        # Use only the local cache from here on: a cached model still works, a missing one fails at once.
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
     try:
-        cfg = load_config(args.config_name, args.overrides)
-        names = hub_names(cfg)
-        if names and not hub_reachable():
-            # Use only the local cache from here on: a cached model still works, a missing one fails at once.
-            os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
         run(cfg)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except RuntimeError as e:
-        from slm.modeling import HubUnreachable
+        from slm.modeling import HubUnreachable  # torch + transformers: the config error path stays fast
 
         if not isinstance(e, HubUnreachable):
             raise
-        print(f"error: the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}", file=sys.stderr)
-        return 2
+        raise DuetError(f"the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}") from e
     return 0
 
 

@@ -20,13 +20,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-if __package__ in (None, ""):  # run as a script: make the repository importable and drop slm/ from the path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 import torch
 
-from duet.errors import first_line
 from slm.data import format_alpaca_prompt
+from slm.errors import DuetError, cli, first_line
 
 STRATEGIES = ("greedy", "beam", "sample")
 
@@ -83,7 +80,7 @@ def decoding_from_args(args) -> dict:
     return decoding
 
 
-class SlmModelError(ValueError):
+class SlmModelError(DuetError, ValueError):
     """A language-model folder that cannot be loaded (missing or corrupt files), named in the message."""
 
 
@@ -140,7 +137,8 @@ def respond(model, tokenizer, instruction: str, input_text: str = "", **decoding
                               batch_size=1, **decoding)[0]
 
 
-def main() -> None:
+@cli
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="folder written by slm/finetune.py")
     parser.add_argument("instruction", help="the request; '-' reads one instruction per line from stdin")
@@ -153,22 +151,20 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1.0 = off)")
     parser.add_argument("--repetition-penalty", type=float, default=1.0, help=">1 discourages repeats")
     parser.add_argument("--seed", type=int, default=0, help="for sampling")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     try:
         decoding = decoding_from_args(args)
     except ValueError as e:
-        sys.exit(f"error: {e}")
-    try:
-        tokenizer, model = load_model(args.model_dir)
-    except SlmModelError as e:
-        sys.exit(f"error: {e}")
+        raise DuetError(str(e)) from e
+    tokenizer, model = load_model(args.model_dir)
     torch.manual_seed(args.seed)
     instructions = [line.strip() for line in sys.stdin if line.strip()] if args.instruction == "-" else [args.instruction]
     for instruction in instructions:
         answer = respond(model, tokenizer, instruction, args.input, **decoding)
         print(answer if len(instructions) == 1 else f"{instruction}\t{answer}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

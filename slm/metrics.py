@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 from slm.data import AlpacaCollator
+from slm.spelling import number_to_words
 
 ROBERTA_LARGE = "roberta-large"
 
@@ -186,8 +187,6 @@ def slot_words(instruction: str, reference: str) -> list[str]:
     lights to 90 percent." the slot words are dining, room, lights, 90, percent. Computed values that
     the request does not contain (a sum, a conversion) are not slot words.
     """
-    from duet.synth.corpus_text import number_to_words
-
     said = answer_words(instruction)
     said_text, said_set = f" {' '.join(said)} ", set(said)
     slots = []

@@ -14,12 +14,12 @@ from typing import Iterable
 import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from duet.errors import first_line
+from slm.errors import DuetError, first_line
 
 EOS_TOKEN = "<|endoftext|>"
 
 
-class HubUnreachable(RuntimeError):
+class HubUnreachable(DuetError, RuntimeError):
     """A hub name was asked for but neither the network nor the local cache could provide it."""
 
 

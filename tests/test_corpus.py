@@ -131,7 +131,7 @@ def test_missing_engine_is_one_line_error(monkeypatch, capsys):
     real_which = shutil.which
     monkeypatch.setattr(tts.shutil, "which", lambda name: None if name == "espeak-ng" else real_which(name))
     module = runpy.run_path(str(ENTRY))
-    assert module["main"](["--out", "/nonexistent/never-written"]) == 1
+    assert module["main"](["--out", "/nonexistent/never-written"]) == 2
     err = capsys.readouterr().err.strip()
     assert "espeak-ng not installed" in err and "\n" not in err
 
@@ -306,7 +306,7 @@ def test_lm_text_never_holds_a_held_out_sentence(tmp_path, python):
     assert out.read_text().splitlines() == corpus.lm_text(300)
     to_folder = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--sentences", "3", "--out", str(tmp_path)],
                                capture_output=True, text=True)
-    assert to_folder.returncode == 1 and f"--out {tmp_path} is a folder" in to_folder.stderr
+    assert to_folder.returncode == 2 and f"--out {tmp_path} is a folder" in to_folder.stderr
 
 
 def test_another_seed_still_excludes_the_bundled_samples_held_out_sentences():

@@ -124,7 +124,7 @@ def test_bundled_sample_never_teaches_the_speech_sample_held_out_sentences(repo_
     # the voice pipeline is scored on the speech sample's test-clean requests: the SLM must not have seen them
     from duet.synth.corpus import held_out_texts
     from duet.synth.corpus_text import normalize_text
-    from slm.make_alpaca_sample import asr_form, make_examples
+    from duet.synth.alpaca_sample import asr_form, make_examples
 
     held_out = set(held_out_texts())
     assert len(held_out) > 100
@@ -134,7 +134,7 @@ def test_bundled_sample_never_teaches_the_speech_sample_held_out_sentences(repo_
 
 
 def test_sample_generator_is_deterministic_and_arithmetic_is_right():
-    from slm.make_alpaca_sample import make_examples, number_to_words
+    from duet.synth.alpaca_sample import make_examples, number_to_words
 
     assert make_examples(200, seed=3) == make_examples(200, seed=3)
     assert number_to_words(0) == "zero" and number_to_words(45) == "forty five"

@@ -21,10 +21,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from duet.asr.evaluate import AsrInputError
+from duet.errors import cli
 from duet.asr.streaming import convert_to_streaming, streaming_latency
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path, help="offline FastConformer/Conformer-CTC .nemo")
@@ -32,11 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--att-context-size", type=int, nargs=2, metavar=("LEFT", "RIGHT"), default=None,
                         help="attention context in encoder frames (default: the streaming config's [70, 6])")
     args = parser.parse_args(argv)
-    try:
-        model, fresh = convert_to_streaming(args.model, args.out, args.att_context_size)
-    except AsrInputError as e:
-        print(f"convert_to_streaming: error: {e}", file=sys.stderr)
-        return 2
+    model, fresh = convert_to_streaming(args.model, args.out, args.att_context_size)
     print(f"convert_to_streaming: {len(fresh)} encoder tensors start fresh: {', '.join(fresh) or 'none'}")
     print(f"convert_to_streaming: {streaming_latency(model).describe()}; wrote {args.out} (fine-tune it before use)")
     return 0

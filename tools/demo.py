@@ -32,9 +32,10 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_ASR_MODEL, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, EXPERIMENTS, LM_ORDER,
-                       LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary,
+from duet.demo import (DEMO_ASR_MODEL, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL, EXPERIMENTS,
+                       LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary,
                        generalisation_summary, pipeline_summary, slm_summary)
+from duet.errors import cli
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.io import read_jsonl, write_jsonl_atomic
 
@@ -59,7 +60,7 @@ def write_assistant_requests(out: Path) -> None:
 def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
-    asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, EXPERIMENTS / "demo_slm", EXPERIMENTS / "demo_pipeline"
+    asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, DEMO_SLM_MODEL, EXPERIMENTS / "demo_pipeline"
     answers, requests = pipeline_dir / "answers.jsonl", pipeline_dir / "requests.json"
     generalise = [py, "bench/asr_generalisation.py"] + ([] if REAL_SPEECH.is_dir() else ["--no-real"])
     base_report, demo_report = (DEMO_GENERALISATION / name / "generalisation.json" for name in ("base", "demo_asr"))
@@ -110,6 +111,7 @@ def stages() -> list[Stage]:
     ]
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     names = [stage.name for stage in stages()]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

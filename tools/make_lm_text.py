@@ -21,6 +21,7 @@ from pathlib import Path
 
 from duet import REPO_ROOT
 from duet.synth.corpus import SAMPLE_SEED, lm_text
+from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
 
 
@@ -32,23 +33,21 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if args.sentences < 1:
-        print(f"error: --sentences must be positive, got {args.sentences}", file=sys.stderr)
-        return 1
+        raise DuetError(f"--sentences must be positive, got {args.sentences}")
     n = args.sentences
     out = args.out or REPO_ROOT / "data" / (f"lm_text_{n // 1000}k.txt" if n % 1000 == 0 else f"lm_text_{n}.txt")
     start = time.time()
     if out.is_dir():
-        print(f"error: --out {out} is a folder; give a file name", file=sys.stderr)
-        return 1
+        raise DuetError(f"--out {out} is a folder; give a file name")
     texts = lm_text(n, args.seed)
     try:
         write_text_atomic(out, "\n".join(texts) + "\n")
     except OSError as e:
-        print(f"error: cannot write {out}: {e.strerror}", file=sys.stderr)
-        return 1
+        raise DuetError(f"cannot write {out}: {e.strerror}") from e
     words = sum(len(t.split()) for t in texts)
     print(f"make_lm_text: {n} sentences, {words} words, {len({w for t in texts for w in t.split()})} distinct "
           f"words -> {out} ({time.time() - start:.1f} s)")

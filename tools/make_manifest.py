@@ -37,8 +37,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from duet import REPO_ROOT, SAMPLES_DIR
+from duet.errors import DuetError, cli
 from duet.io import write_jsonl_atomic, write_text_atomic
-from duet.librispeech import ARCHIVE_MD5, DownloadError, extract_split, fetch_archive
+from duet.librispeech import ARCHIVE_MD5, extract_split, fetch_archive
 from duet.manifest import (
     ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
     stamp_path,
@@ -91,27 +92,22 @@ def download(splits: list[str], download_dir: Path) -> Path:
     return corpus_root
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     options = ManifestOptions(args.min_duration, args.max_duration, args.sample_rate, args.verify_audio)
-    try:
-        if args.download:
-            args.data_root = args.data_root or download(args.download, args.download_dir)
-            args.splits = args.splits or args.download
-    except DownloadError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.download:
+        args.data_root = args.data_root or download(args.download, args.download_dir)
+        args.splits = args.splits or args.download
     data_root = args.data_root or SAMPLES_DIR / "LibriSpeech"
     if not data_root.is_dir():
-        print(f"error: data root {data_root} is not a folder", file=sys.stderr)
-        return 2
+        raise DuetError(f"data root {data_root} is not a folder")
     found = {d.name: d for d in find_splits(data_root)}
     wanted = args.splits or sorted(found)
     missing = [s for s in wanted if s not in found]
     if missing or not wanted:
-        print(f"error: no split {', '.join(missing) or 'at all'} under {data_root} "
-              f"(found: {', '.join(sorted(found)) or 'none'})", file=sys.stderr)
-        return 2
+        raise DuetError(f"no split {', '.join(missing) or 'at all'} under {data_root} "
+                        f"(found: {', '.join(sorted(found)) or 'none'})")
 
     start = time.time()
     totals = {"files": 0, "hours": 0.0, "skipped": 0, "current": 0}
@@ -146,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             carved = hold_out_speakers(manifest.entries, args.dev_speakers) if args.dev_speakers else None
         except ValueError as e:
-            print(f"error: {split}: --dev-speakers: {e}", file=sys.stderr)
-            return 2
+            raise DuetError(f"{split}: --dev-speakers: {e}") from e
         write_jsonl_atomic(out_path, manifest.entries)
         if carved:
             for part, entries in zip(("train", "dev"), carved):

@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
-from duet.errors import DuetError
+from duet.errors import DuetError, cli
 from duet.synth.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED,
                                build_generalisation,
                                build_hours, build_sample, build_unseen_voices)
@@ -77,19 +77,18 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     required, optional = missing_engines()
     if required:
-        print(f"error: {', '.join(required)} not installed (apt-get install {' '.join(required)})", file=sys.stderr)
-        return 1
+        raise DuetError(f"{', '.join(required)} not installed (apt-get install {' '.join(required)})")
     if optional:
         print(f"warning: {', '.join(optional)} not installed; skipping their voices (tools/setup.sh installs them)",
               file=sys.stderr)
     counts = {"train-clean": args.train_utts, "dev-clean": args.dev_utts, "test-clean": args.test_utts}
     if args.hours is not None and args.hours <= 0:
-        print(f"error: --hours must be positive, got {args.hours}", file=sys.stderr)
-        return 1
+        raise DuetError(f"--hours must be positive, got {args.hours}")
     try:
         if args.noise is not None:
             noise, rirs = build_noise_set(args.noise), build_rir_set(args.noise / "rir")
@@ -110,9 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out or SAMPLES_DIR / "LibriSpeech"
             summary = build_sample(out, args.seed, counts, args.jobs, optional, args.max_words or SAMPLE_MAX_WORDS,
                                    channel=args.channel or SAMPLE_CHANNEL)
-    except (RuntimeError, FileExistsError, DuetError) as e:  # an engine failed, or --out holds something else
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except (RuntimeError, FileExistsError) as e:  # an engine failed, or --out holds something else
+        raise DuetError(str(e)) from e
     print(summary)
     return 0
 

@@ -42,10 +42,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from duet.demo import DEMO_ASR_MODEL, DEMO_LM, EXPERIMENTS, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+from duet.demo import DEMO_ASR_MODEL, DEMO_LM, DEMO_SLM_MODEL, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+from duet.errors import DuetError, cli
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
-DEFAULT_SLM_MODEL = EXPERIMENTS / "demo_slm"
+DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
 SPEAK_ENGINE = "espeak-ng"
 SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
                         "(apt-get install espeak-ng, or bash tools/setup.sh)")
@@ -119,6 +120,7 @@ def speak_paths(audio: list[Path], speak_to: Path) -> list[Path]:
             for i, stem in enumerate(stems)]
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
@@ -133,9 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no audio: give files or --manifest")
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
         if not path.exists():
-            print(f"pipeline: error: {flag} {path} does not exist (run python tools/demo.py first, "
-                  f"or pass {flag})", file=sys.stderr)
-            return 2
+            raise DuetError(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {flag})")
     if args.max_chunk_seconds is not None and args.max_chunk_seconds <= 0:
         parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
     if args.asr_batch_size is not None and args.asr_batch_size < 1:
@@ -143,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.speak and args.speak.is_dir():
         parser.error(f"--speak {args.speak} is a folder: give the WAV file to write")
     if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading
-        print(f"pipeline: error: {SPEAK_ENGINE_MISSING}", file=sys.stderr)
-        return 2
+        raise DuetError(SPEAK_ENGINE_MISSING)
 
     if not args.json:
         return run(args, json_out=None)
@@ -191,28 +190,22 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
-    from duet.asr.decoding import DecodingInputError, settings_from_args
-    from duet.asr.evaluate import AsrInputError
+    from duet.asr.decoding import settings_from_args
     from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
-    from slm.generate import SlmModelError, decoding_from_args
+    from slm.generate import decoding_from_args
 
     try:
         decoding = decoding_from_args(args)  # bad language-model options fail here, not after the first file
     except ValueError as e:
-        print(f"pipeline: error: language model decoding: {e}", file=sys.stderr)
-        return 2
-    try:
-        resolve_asr_decoding(args)
-        asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
-        resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
-                                     "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
-        pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
-                                              max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
-                                              asr_decoding=asr_decoding, stream=args.stream)
-    except (AsrInputError, DecodingInputError, SlmModelError) as e:  # bad options, or a model that does not load
-        print(f"pipeline: error: {e}", file=sys.stderr)
-        return 2
+        raise DuetError(f"language model decoding: {e}") from e
+    resolve_asr_decoding(args)
+    asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
+    resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
+                                 "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
+    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
+                                          max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
+                                          asr_decoding=asr_decoding, stream=args.stream)
     if not args.json:
         print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {asr_decoding.describe()} decoding, "
               f"SLM {args.slm_model})")

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from duet import REPO_ROOT
+from duet.errors import DuetError, cli
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -100,23 +101,18 @@ def plot_panels(panels: dict, title: str, out: Path) -> None:
     save_png_atomic(fig, out)
 
 
+@cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     if not args.audio.is_file():
-        print(f"plot_features: error: audio file not found: {args.audio}", file=sys.stderr)
-        return 2
+        raise DuetError(f"audio file not found: {args.audio}")
     if args.model is not None and not args.model.is_file():
-        print(f"plot_features: error: model file not found: {args.model}", file=sys.stderr)
-        return 2
-    from duet.asr.evaluate import AsrInputError, load_audio
+        raise DuetError(f"model file not found: {args.model}")
+    from duet.asr.evaluate import load_audio
 
     pre_cfg, preprocessor, spec_augment = load_modules(args.model, args.config_name)
     sample_rate = int(pre_cfg.sample_rate)
-    try:
-        audio = load_audio(args.audio, sample_rate)
-    except AsrInputError as e:
-        print(f"plot_features: error: {e}", file=sys.stderr)
-        return 2
+    audio = load_audio(args.audio, sample_rate)
     panels = compute_panels(audio, sample_rate, pre_cfg, preprocessor, spec_augment, args.seed)
     plot_panels(panels, args.audio.name, args.out)
     print(f"plot_features: {args.audio.name} ({len(audio) / sample_rate:.2f} s, {panels['log_mel'].shape[1]} frames) -> {args.out}")

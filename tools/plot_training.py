@@ -17,6 +17,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from duet.errors import DuetError, cli
+
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,12 +70,12 @@ def plot_curves(curves: dict, title: str, out: Path) -> None:
     save_png_atomic(fig, out)
 
 
+@cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     metrics_csv = args.run_dir / "csv_logs" / "metrics.csv"
     if not metrics_csv.is_file():
-        print(f"plot_training: error: {metrics_csv} not found (is {args.run_dir} a finetune_ctc.py run?)", file=sys.stderr)
-        return 2
+        raise DuetError(f"{metrics_csv} not found (is {args.run_dir} a finetune_ctc.py run?)")
     curves = per_epoch_curves(metrics_csv)
     out = args.out or args.run_dir / "training.png"
     plot_curves(curves, args.run_dir.name, out)

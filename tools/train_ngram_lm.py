@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT
-from duet.ngram import DEFAULT_ORDER, UNITS, NgramInputError, read_training_text, train_ngram_lm
+from duet.errors import cli
+from duet.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,7 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -48,9 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         sentences = read_training_text(args.text)
         info = train_ngram_lm(sentences, out, order=order, unit=args.unit, tokenizer_dir=args.tokenizer,
                               text_source=str(args.text), binary=not args.no_binary)
-    except NgramInputError as e:
-        print(f"train_ngram_lm: error: {e}", file=sys.stderr)
-        return 2
     except RuntimeError as e:  # lmplz/build_binary failed: their last stderr lines are in the message
         print(f"train_ngram_lm: error: {e}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT
+from duet.errors import DuetError, cli
 from duet.tokenizer import TOKENIZER_TYPES, is_current, manifest_texts, tokenizer_dir_name, train_tokenizer
 
 
@@ -39,13 +40,13 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     out_dir = args.out_root / tokenizer_dir_name(args.tokenizer_type, args.vocab_size)
     for path in args.manifests:
         if not path.is_file():
-            print(f"error: manifest {path} not found (build it with python tools/make_manifest.py)", file=sys.stderr)
-            return 2
+            raise DuetError(f"manifest {path} not found (build it with python tools/make_manifest.py)")
     start = time.time()
     try:
         texts = manifest_texts(args.manifests)
@@ -53,9 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{out_dir} is up to date (same settings, same text), skipped; --force retrains")
             return 0
         train_tokenizer(texts, out_dir, args.vocab_size, args.tokenizer_type)
-    except ValueError as e:  # includes VocabularyTooLarge
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:  # a malformed manifest line (VocabularyTooLarge is a DuetError already)
+        raise DuetError(str(e)) from e
     print(f"tokenizer: {args.tokenizer_type}, {args.vocab_size} tokens, from {len(texts)} lines "
           f"in {time.time() - start:.1f} s -> {out_dir}")
     return 0

@@ -26,13 +26,14 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from duet.ngram import read_lm_info
+from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("greedy", "beam", "beam_lm")
 
 
-class DecodingInputError(ValueError):
+class DecodingInputError(DuetError, ValueError):
     """Bad decoding settings (missing LM file, LM built for another tokenizer): one line, no stack trace."""
 
 

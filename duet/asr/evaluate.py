@@ -28,13 +28,13 @@ import soundfile as sf
 import torch
 from tqdm import tqdm
 
-from duet.errors import first_line
+from duet.errors import DuetError, first_line
 from duet.io import read_jsonl, write_jsonl_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 
-class AsrInputError(ValueError):
+class AsrInputError(DuetError, ValueError):
     """Bad user input (missing file, malformed manifest line): reported as one line, no stack trace."""
 
 

@@ -22,11 +22,12 @@ import torch
 from omegaconf import DictConfig
 
 from duet.asr.evaluate import read_manifest
+from duet.errors import DuetError
 
 __all__ = ["CtcLengthError", "CtcLengthReport", "check_ctc_lengths", "ctc_required_frames", "encoder_output_lengths"]
 
 
-class CtcLengthError(ValueError):
+class CtcLengthError(DuetError, ValueError):
     """A config whose encoder output is shorter than some utterance's token sequence (CTC impossible)."""
 
 

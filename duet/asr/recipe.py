@@ -20,13 +20,13 @@ from lightning.pytorch.utilities import grad_norm
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from duet.asr import evaluate
-from duet.errors import first_line
+from duet.errors import DuetError, first_line
 from duet.io import write_text_atomic
 
 log = logging.getLogger(__name__)
 
 
-class RecipeError(ValueError):
+class RecipeError(DuetError, ValueError):
     """A configuration or input problem the user can fix; the entry script prints it as one line."""
 
 

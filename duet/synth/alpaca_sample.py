@@ -1,8 +1,5 @@
-"""Write samples/alpaca_sample.json: a deterministic Alpaca-format instruction set for the offline preset.
-
-Usage:
-    python slm/make_alpaca_sample.py                      # writes samples/alpaca_sample.json
-    python slm/make_alpaca_sample.py --out /tmp/a.json --seed 7
+"""A deterministic Alpaca-format instruction set for the offline preset (``samples/alpaca_sample.json``,
+written by ``tools/make_alpaca_sample.py``).
 
 Every row is generated here from small tables (no rows are copied from Stanford Alpaca). About half
 are voice-assistant requests of the kind the speech sample speaks (timers, alarms, weather, lights,
@@ -15,17 +12,10 @@ assistant never invents live data (weather, calendar contents): it says it has n
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from duet import SAMPLES_DIR  # noqa: E402
-from duet.synth.corpus_text import normalize_text, number_to_words  # noqa: E402  (the speech corpus's own spelling)
-from duet.io import write_text_atomic  # noqa: E402
+from duet.synth.corpus import held_out_texts
+from duet.synth.corpus_text import assistant_requests, normalize_text, number_to_words
 
 
 def asr_form(text: str) -> str:
@@ -503,8 +493,6 @@ CORPUS_ANSWERS = {
 
 def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset()) -> list[dict]:
     """Requests from the speech corpus templates with computed answers (those without one are skipped)."""
-    from duet.synth.corpus_text import assistant_requests
-
     examples = []
     for sentence in assistant_requests(12 * n_examples, seed=seed, exclude=exclude):
         answer = CORPUS_ANSWERS.get(sentence.template)
@@ -522,8 +510,6 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
     No instruction is a sentence the bundled speech sample holds out (dev-clean, test-clean): the voice
     pipeline is scored on those utterances, so the language model must not have been taught them.
     """
-    from duet.synth.corpus import held_out_texts
-
     held_out = set(held_out_texts())
     rng = random.Random(seed)
     examples, seen = [], set()
@@ -547,20 +533,3 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
         example["output"] = example["output"].replace("..", ".")  # "at 4 p.m." closing a sentence
     rng.shuffle(examples)
     return examples
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=SAMPLES_DIR / "alpaca_sample.json")
-    parser.add_argument("--num-examples", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    examples = make_examples(args.num_examples, args.seed)
-    write_text_atomic(args.out, json.dumps(examples, indent=1, ensure_ascii=False) + "\n")
-    with_input = sum(1 for e in examples if e["input"])
-    print(f"wrote {len(examples)} examples ({with_input} with an input field) to {args.out} "
-          f"({args.out.stat().st_size / 1024:.0f} KiB)")
-
-
-if __name__ == "__main__":
-    main()

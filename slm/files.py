@@ -1,0 +1,99 @@
+"""Small file helpers shared by every tool: atomic writes and JSON Lines.
+
+They live in ``slm`` (which may not import ``duet``) so that both packages use them; ``duet.io`` re-exports
+them under the names duet's modules use."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(final_path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``final_path``; rename it into place only if the block succeeds.
+
+    An interrupted or failing run therefore never leaves a half-written output behind.
+    """
+    final_path = Path(final_path)
+    final_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final_path.name}.", suffix=".tmp", dir=final_path.parent)
+    os.close(fd)
+    # mkstemp creates 0600; give the output the permissions an ordinary open() would (umask applied).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_name, 0o666 & ~umask)
+    tmp_path = Path(tmp_name)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, final_path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
+    """Write one JSON object per line; returns the number of lines written."""
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON Lines file; a malformed line raises ValueError naming the file and line number."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+    return records
+
+
+@contextlib.contextmanager
+def native_output_to(log_path: str | os.PathLike) -> Iterator[None]:
+    """Send what C/C++ code writes to stdout/stderr (e.g. SentencePiece's trainer log) into a file.
+
+    Python-level redirection does not reach native code, so this swaps the process's file descriptors.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def save_png_atomic(fig, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Lay out a matplotlib figure, write it as PNG through a temporary file, and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    plt.close(fig)
