@@ -199,6 +199,16 @@ def speaker_of(entry: dict) -> str:
     return Path(entry["audio_filepath"]).stem.split("-", 1)[0]
 
 
+def spread_subset(entries: list[dict], n: int) -> list[dict]:
+    """At most ``n`` entries spread evenly over ``entries`` (every k-th, in order): a small, fixed sample of
+    a split that still covers all of its speakers and sentence kinds."""
+    if n < 1:
+        raise ValueError(f"need at least one utterance, got {n}")
+    if n >= len(entries):
+        return list(entries)
+    return [entries[int(i * len(entries) / n)] for i in range(n)]
+
+
 def hold_out_speakers(entries: list[dict], n_speakers: int) -> tuple[list[dict], list[dict]]:
     """(rest, held out): ``n_speakers`` speakers spread evenly over the sorted speaker ids go to the second
     list with all their utterances, so a dev set carved this way never shares a speaker with training."""

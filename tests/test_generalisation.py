@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -161,6 +162,7 @@ def test_base_mix_config_augmentations_reach_lhotse_cuts(tmp_path):
         def __getitem__(self, cuts):
             return cuts
 
+    threads_before = {t for t in threading.enumerate() if not t.daemon}
     loader = get_lhotse_dataloader_from_config(train_ds, global_rank=0, world_size=1, dataset=Cuts())
     seen_speeds, mixed, reverb = set(), 0, 0
     for batch_index, cuts in enumerate(loader):
@@ -176,6 +178,9 @@ def test_base_mix_config_augmentations_reach_lhotse_cuts(tmp_path):
     assert mixed > 0, "noise_mix_prob=1 but no cut was mixed with noise"
     assert reverb > 0, "rir_prob=1 but no cut was convolved with an impulse response"
     assert seen_speeds - {"1.0"}, f"perturb_speed=true but only speeds {seen_speeds} were drawn"
+    # a live non-daemon thread left by the loader keeps a finished training process from exiting, and a later
+    # fork() in the same process (the evaluation's worker pool) can hang on it
+    assert {t for t in threading.enumerate() if not t.daemon} == threads_before
 
 
 # ---------------------------------------------------------------- the evaluation command

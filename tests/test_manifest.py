@@ -13,7 +13,7 @@ import soundfile
 
 import duet.librispeech as librispeech
 from duet.io import atomic_path, read_jsonl
-from duet.manifest import ManifestOptions, build_split_manifest, find_splits
+from duet.manifest import ManifestOptions, build_split_manifest, find_splits, spread_subset
 from tests.audio_fixtures import write_chapter, write_tone
 
 import importlib.util
@@ -137,6 +137,21 @@ def test_cli_writes_manifests_and_problem_lists_then_skips_unchanged_reruns(corp
     assert make_manifest.main(["--data-root", str(corpus), "--out-dir", str(out), "--splits", "train",
                                "--max-duration", "1.2"]) == 0  # changed options rebuild too
     assert len(read_jsonl(out / "train.json")) == 2
+
+
+def test_max_utterances_keeps_an_even_spread_and_is_part_of_the_rerun_check(corpus, tmp_path, capsys):
+    entries = [{"audio_filepath": f"/a/{i}.flac"} for i in range(10)]
+    assert [e["audio_filepath"] for e in spread_subset(entries, 3)] == ["/a/0.flac", "/a/3.flac", "/a/6.flac"]
+    assert spread_subset(entries, 50) == entries
+    out = tmp_path / "manifests"
+    args = ["--data-root", str(corpus), "--out-dir", str(out), "--splits", "train", "--jobs", "1"]
+    assert make_manifest.main(args + ["--max-utterances", "2"]) == 0
+    assert len(read_jsonl(out / "train.json")) == 2
+    assert make_manifest.main(args) == 0  # without the cap the manifest is rebuilt whole, not reused
+    assert len(read_jsonl(out / "train.json")) == 3
+    with pytest.raises(SystemExit):
+        make_manifest.main(args + ["--max-utterances", "0"])
+    assert "--max-utterances must be at least 1" in capsys.readouterr().err
 
 
 def test_strict_fails_without_writing_a_manifest(corpus, tmp_path, capsys):

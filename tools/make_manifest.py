@@ -42,7 +42,7 @@ from duet.io import write_jsonl_atomic, write_text_atomic
 from duet.librispeech import ARCHIVE_MD5, extract_split, fetch_archive
 from duet.manifest import (
     ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
-    stamp_path,
+    spread_subset, stamp_path,
 )
 
 MAX_PROBLEMS_SHOWN = 10
@@ -67,6 +67,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help="decode every file completely to catch truncated streams (slower)")
     parser.add_argument("--strict", action="store_true", help="fail on the first split with any problem")
     parser.add_argument("--force", action="store_true", help="rebuild even if the manifest is up to date")
+    parser.add_argument("--max-utterances", type=int, default=None, metavar="N",
+                        help="keep at most N utterances per split, spread evenly over it (a small fixed sample)")
     parser.add_argument("--dev-speakers", type=int, default=0, metavar="N",
                         help="also write <split>.train.json and <split>.dev.json, the latter holding N whole "
                              "speakers spread over the sorted speaker ids (default 0: no dev carve)")
@@ -94,7 +96,10 @@ def download(splits: list[str], download_dir: Path) -> Path:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.max_utterances is not None and args.max_utterances < 1:
+        parser.error(f"--max-utterances must be at least 1, got {args.max_utterances}")
     options = ManifestOptions(args.min_duration, args.max_duration, args.sample_rate, args.verify_audio)
     if args.download:
         args.data_root = args.data_root or download(args.download, args.download_dir)
@@ -114,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     for split in wanted:
         out_path = args.out_dir / f"{split}.json"
         fingerprint = split_fingerprint(found[split], options)
-        if args.dev_speakers:  # the carve is part of what a re-run must reproduce
+        if args.dev_speakers:  # the carve and the sample are part of what a re-run must reproduce
             fingerprint += f" dev-speakers={args.dev_speakers}"
+        if args.max_utterances:
+            fingerprint += f" max-utterances={args.max_utterances}"
         if not args.force and manifest_is_current(out_path, fingerprint):
             print(f"{split}: {out_path} is up to date (same files and options), skipped")
             totals["current"] += 1
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {split}: no usable utterance under {found[split]}", file=sys.stderr)
             return 1
         write_text_atomic(report_path, "".join(f"{p.item}\t{p.reason}\n" for p in manifest.problems))
+        if args.max_utterances:
+            manifest.entries = spread_subset(manifest.entries, args.max_utterances)
         try:
             carved = hold_out_speakers(manifest.entries, args.dev_speakers) if args.dev_speakers else None
         except ValueError as e:
