@@ -12,6 +12,11 @@ key=value, and an unknown key or a value of the wrong type is an error. The outp
 model and tokenizer (loadable with from_pretrained), finetune_config.yaml (resolved config),
 metrics.json (validation losses, BLEU/ROUGE/BERTScore and on-topic shares before -> after), generations_*.jsonl,
 eval_summary.json, the BLEU/ROUGE charts, log_history.jsonl and finetune.log.
+
+Resume: a run works in <output_dir's parent>/.<name>.partial and moves it to output_dir when it has finished.
+If it stops (an error, Ctrl-C, a killed job) after training began, the folder is kept; the same command again
+continues from its last checkpoint (train.save_steps=N writes one every N steps) with the same config. The model
+is saved before the final evaluation, so a failing evaluation loses no training.
 """
 
 from __future__ import annotations
@@ -21,12 +26,11 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
-import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
@@ -56,12 +60,18 @@ def hub_names(cfg) -> list[str]:
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connection to the hub; failing fast here replaces a minute of retries inside huggingface_hub."""
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    """Whether the hub answers an HTTP request; failing fast here replaces a minute of retries inside
+    huggingface_hub. urllib goes through HTTPS_PROXY / HTTP_PROXY as the hub clients do, so a machine that
+    reaches the hub only by its proxy counts as online; any HTTP answer, even an error status, means reachable."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
-        socket.create_connection((host, 443), timeout=timeout).close()
+        # a fresh opener reads the proxy settings now (urlopen's global one keeps those of its first call)
+        opener = urllib.request.build_opener()
+        opener.open(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
         return True
-    except OSError:
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):  # URLError is an OSError; ValueError: a malformed HF_ENDPOINT
         return False
 
 
@@ -82,8 +92,11 @@ def load_splits(cfg) -> dict[str, list[dict]]:
     return split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
 
 
-def get_model_and_tokenizer(cfg, train_rows: list[dict]):
-    """Pretrained GPT-2 (hub name / folder) or, with ``model.name_or_path: null``, a fresh tiny one."""
+def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path | None = None):
+    """Pretrained GPT-2 (hub name / folder) or, with ``model.name_or_path: null``, a fresh tiny one (whose
+    tokenizer, on a resume, is the one saved with the checkpoint; the weights come from the checkpoint)."""
+    from transformers import AutoTokenizer
+
     from slm.data import format_alpaca_example
     from slm.modeling import build_scratch_model, load_pretrained, train_bpe_tokenizer
 
@@ -91,7 +104,10 @@ def get_model_and_tokenizer(cfg, train_rows: list[dict]):
         path = resolve_path(cfg.model.name_or_path)
         return load_pretrained(str(path) if path.is_dir() else cfg.model.name_or_path, dropout=cfg.model.dropout)
     scratch = cfg.model.scratch
-    tokenizer = train_bpe_tokenizer((format_alpaca_example(row) for row in train_rows), scratch.vocab_size)
+    if resume_checkpoint is not None:
+        tokenizer = AutoTokenizer.from_pretrained(str(resume_checkpoint))
+    else:
+        tokenizer = train_bpe_tokenizer((format_alpaca_example(row) for row in train_rows), scratch.vocab_size)
     model = build_scratch_model(tokenizer, scratch.n_layer, scratch.n_embd, scratch.n_head, scratch.n_positions,
                                 cfg.model.dropout, cfg.seed)
     if cfg.data.max_length > scratch.n_positions:
@@ -150,20 +166,39 @@ def make_progress_callback():
     return ProgressLines()
 
 
-def setup_logging(log_file: Path) -> None:
+def setup_logging(log_file: Path | None) -> None:
+    """Progress to stdout and, when ``log_file`` is given, appended to it (a resumed run continues its log)."""
     log.setLevel(logging.INFO)
     log.propagate = False
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
     fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
-    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(log_file)):
+    handlers = [logging.StreamHandler(sys.stdout)] + ([logging.FileHandler(log_file)] if log_file else [])
+    for handler in handlers:
         handler.setFormatter(fmt)
         log.addHandler(handler)
 
 
+class ResumeConflict(ConfigError):
+    """A kept partial run was started with another config: resuming it would mix two trainings."""
+
+
+def partial_dir(final_dir: Path) -> Path:
+    """Where a run works until it has finished: fixed per output folder, so a re-run finds it."""
+    return final_dir.parent / f".{final_dir.name}.partial"
+
+
+def last_checkpoint(work_dir: Path) -> Path | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    checkpoints = work_dir / "checkpoints"
+    found = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    return Path(found) if found else None
+
+
 def run(cfg) -> dict:
-    """Train and evaluate; returns the metrics written to metrics.json."""
+    """Train and evaluate; returns the metrics written to metrics.json (empty on ranks other than 0)."""
     import transformers
 
     started = time.time()
@@ -173,17 +208,31 @@ def run(cfg) -> dict:
 
         torch.set_num_threads(cfg.train.threads)
     final_dir = resolve_path(cfg.output_dir)
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    work_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", suffix=".partial", dir=final_dir.parent))
-    setup_logging(work_dir / "finetune.log")
+    work_dir = partial_dir(final_dir)
+    is_rank_zero = int(os.environ.get("RANK", "0")) == 0
+    config_text = OmegaConf.to_yaml(cfg, resolve=True)
+    kept = work_dir / "finetune_config.yaml"
+    resuming = kept.is_file()
+    if resuming and kept.read_text() != config_text:
+        raise ResumeConflict(f"{work_dir} holds a stopped run with another config ({kept}); re-run with that "
+                             f"config to resume it, or delete the folder to start afresh")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(work_dir / "finetune.log" if is_rank_zero else None)
+    progress = {"training_started": resuming}
     try:
-        return _train_and_evaluate(cfg, work_dir, final_dir, started)
+        return _train_and_evaluate(cfg, work_dir, final_dir, started, is_rank_zero, progress)
     except BaseException:
-        shutil.rmtree(work_dir, ignore_errors=True)  # never leave a half-written run behind
+        if progress["training_started"]:
+            # keep the checkpoints: the same command resumes from the last one
+            log.error("stopped; kept %s: run the same command again to resume%s", work_dir,
+                      "" if cfg.train.save_steps else " (train.save_steps is unset, so it will start over)")
+        elif is_rank_zero:
+            shutil.rmtree(work_dir, ignore_errors=True)  # nothing trained yet: leave nothing half-written
         raise
 
 
-def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) -> dict:
+def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is_rank_zero: bool,
+                        progress: dict) -> dict:
     import datasets
     import torch
     from transformers import Trainer
@@ -197,9 +246,14 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     # Data and model first: when either cannot be loaded (no hub, bad file) the user sees one error line,
     # not the config dump followed by it.
     splits = load_splits(cfg)
-    tokenizer, model = get_model_and_tokenizer(cfg, splits["train"])
+    resume_from = last_checkpoint(work_dir)
+    tokenizer, model = get_model_and_tokenizer(cfg, splits["train"], resume_from)
     log.info("config:\n%s", OmegaConf.to_yaml(cfg, resolve=True).rstrip())
-    write_text_atomic(work_dir / "finetune_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if is_rank_zero:
+        write_text_atomic(work_dir / "finetune_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    progress["training_started"] = True
+    if resume_from:
+        log.info("resuming %s from %s", work_dir, resume_from.name)
     log.info("data %s: %s", cfg.data.source, ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
     device, bf16 = pick_device_and_precision(cfg.train.precision)
     model.to(device)
@@ -223,10 +277,15 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
 
     # Under torchrun every process trains, but only rank 0 evaluates (generation and metrics are local
     # to one process, so the others need not wait for it) and writes the output folder.
-    is_rank_zero = int(os.environ.get("RANK", "0")) == 0
     results, records = {}, {}
+    before_file = work_dir / "before.json"  # a resumed run reuses its starting model's scores
     if cfg.eval.before_training and is_rank_zero:
-        results["before"], records["before"] = evaluate("starting")
+        if before_file.is_file():
+            saved = json.loads(before_file.read_text())
+            results["before"], records["before"] = saved["summary"], saved["records"]
+        else:
+            results["before"], records["before"] = evaluate("starting")
+            write_text_atomic(before_file, json.dumps({"summary": results["before"], "records": records["before"]}))
 
     trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", bf16, n_eval),
                       train_dataset=datasets.Dataset.from_list(tokenized["train"]),
@@ -235,14 +294,13 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
                       processing_class=tokenizer, callbacks=[make_progress_callback()])
     trainer.remove_callback(PrinterCallback)  # its raw dicts would duplicate the progress lines
     train_started = time.time()
-    train_output = trainer.train()
+    train_output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.time() - train_started
 
     if not trainer.is_world_process_zero():
-        shutil.rmtree(work_dir, ignore_errors=True)
         return {}
+    trainer.save_model(str(work_dir))  # before evaluating: a failing evaluation must not lose the training
     results["after"], records["after"] = evaluate("fine-tuned")
-    trainer.save_model(str(work_dir))
     write_report(work_dir, results, records)
     write_jsonl_atomic(work_dir / "log_history.jsonl", trainer.state.log_history)
     if not cfg.train.save_steps:
@@ -256,6 +314,7 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float) ->
     for record in records["after"][: cfg.eval.samples]:
         log.info("  %r -> %r", (record["instruction"] + (" | " + record["input"] if record["input"] else "")),
                  record["generation"])
+    before_file.unlink(missing_ok=True)
     if final_dir.exists():
         shutil.rmtree(final_dir)
     os.replace(work_dir, final_dir)

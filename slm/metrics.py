@@ -122,12 +122,13 @@ def bertscore_f1(hypotheses: Sequence[str], references: Sequence[str], model: st
                  batch_size: int = 32) -> float:
     """Mean BERTScore F1 (0-100) without baseline rescaling (rescale files are only known for hub models).
 
-    An empty answer scores 0: nothing in it matches the reference (bert-score itself cannot encode
-    an empty string with transformers 5).
+    A pair with an empty side scores 0: an empty answer matches nothing in its reference, and nothing is
+    there to match an answer given to an empty reference (bert-score itself cannot encode an empty string
+    with transformers 5). The mean is still over every pair.
     """
     import bert_score
 
-    scored = [i for i, h in enumerate(hypotheses) if h.strip()]
+    scored = [i for i, (h, r) in enumerate(zip(hypotheses, references)) if h.strip() and r.strip()]
     if not scored:
         return 0.0
     _, _, f1 = bert_score.score([hypotheses[i] for i in scored], [references[i] for i in scored], model_type=model,

@@ -106,3 +106,110 @@ def test_two_process_torchrun_on_cpu(python, repo_root, tmp_path):
     assert metrics["train_steps"] == 40
     assert metrics["after"]["masked_loss"] < metrics["before"]["masked_loss"] - 1.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]  # rank 1 left no partial folder
+
+
+TINY_RUN = ["data.max_examples=120", "model.scratch.n_layer=1", "model.scratch.n_embd=32", "model.scratch.n_head=2",
+            "model.scratch.vocab_size=400", "train.max_steps=12", "train.eval_steps=6", "train.logging_steps=6",
+            "train.save_steps=4", "eval.num_generate=2", "eval.max_new_tokens=4", "eval.bertscore_model=none"]
+
+
+class _StopAtStep(Exception):
+    pass
+
+
+def _stop_training_at(monkeypatch, step: int) -> None:
+    """Make the next run die at ``step`` the way a killed job would: mid-training, after its checkpoints."""
+    make_progress = finetune.make_progress_callback
+
+    def progress_then_stop():
+        callback = make_progress()
+
+        def on_step_end(args, state, control, **kwargs):
+            if state.global_step == step:
+                raise _StopAtStep(step)
+
+        callback.on_step_end = on_step_end
+        return callback
+
+    monkeypatch.setattr(finetune, "make_progress_callback", progress_then_stop)
+
+
+def test_a_stopped_run_keeps_its_folder_and_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    args = ["--config-name", "slm_tiny_offline", f"output_dir={out}", *TINY_RUN]
+    with monkeypatch.context() as patch:
+        _stop_training_at(patch, 9)
+        with pytest.raises(_StopAtStep):
+            finetune.main(args)
+    partial = finetune.partial_dir(out)
+    assert not out.exists() and finetune.last_checkpoint(partial).name == "checkpoint-8"
+    assert (partial / "before.json").is_file()
+
+    with pytest.raises(finetune.ResumeConflict, match="another config"):
+        finetune.run(load_config("slm_tiny_offline", [f"output_dir={out}", *TINY_RUN, "train.learning_rate=1e-4"]))
+    assert partial.is_dir()  # a refused resume keeps the stopped run
+
+    assert finetune.main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train_steps"] == 12 and not partial.exists() and not (out / "before.json").exists()
+    log_text = (out / "finetune.log").read_text()
+    assert "resuming" in log_text and "checkpoint-8" in log_text
+    first_run, resumed_run = log_text.split("resuming", 1)  # one log, continued by the resumed run
+    assert "step 6/12" in first_run and "step 6/12" not in resumed_run and "step 12/12" in resumed_run
+    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history if "eval_loss" in h] == [6, 12]
+    assert "before" in metrics and "after" in metrics
+
+
+def test_the_model_is_saved_before_the_final_evaluation(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    calls = []
+    real_evaluate = finetune_evaluation_module().evaluate_model
+
+    def evaluate_then_fail_after_training(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the "after" evaluation
+            raise RuntimeError("evaluation broke")
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(finetune_evaluation_module(), "evaluate_model", evaluate_then_fail_after_training)
+    with pytest.raises(RuntimeError, match="evaluation broke"):
+        finetune.main(["--config-name", "slm_tiny_offline", f"output_dir={out}", *TINY_RUN, "train.save_steps=null"])
+    partial = finetune.partial_dir(out)
+    assert (partial / "model.safetensors").is_file() and (partial / "config.json").is_file()
+
+
+def finetune_evaluation_module():
+    import slm.evaluation
+
+    return slm.evaluation
+
+
+def test_hub_probe_goes_through_the_proxy(monkeypatch):
+    """A machine that reaches the hub only through HTTP(S)_PROXY is online; the probe used to open a raw
+    socket to the hub and called it unreachable."""
+    import http.server
+    import threading
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200 if self.path.startswith("http://hub.invalid") else 502)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", "http://hub.invalid")
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.server_port}")
+        assert finetune.hub_reachable(timeout=5)
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens: unreachable, at once
+        monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+        assert not finetune.hub_reachable(timeout=5)
+    finally:
+        server.shutdown()
