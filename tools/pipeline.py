@@ -44,6 +44,7 @@ from pathlib import Path
 
 from duet.demo import DEMO_ASR_MODEL, DEMO_LM, DEMO_SLM_MODEL, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
 from duet.errors import DuetError, cli
+from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
 DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
@@ -54,7 +55,6 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 def get_parser() -> argparse.ArgumentParser:
     from duet.asr.decoding import add_decoding_arguments
-    from slm.generate import STRATEGIES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
@@ -71,13 +71,7 @@ def get_parser() -> argparse.ArgumentParser:
         f"for the demo's ASR model, when the demo's LM exists and without --stream: beam_lm with that LM and "
         f"--beam-size {PIPELINE_BEAM} --alpha {PIPELINE_ALPHA:g} --beta {PIPELINE_BETA:g} unless given; "
         "with --lm: beam_lm; otherwise greedy"))
-    parser.add_argument("--strategy", choices=STRATEGIES, default="greedy", help="language model decoding")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=50)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--repetition-penalty", type=float, default=1.1)
+    add_generation_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
     parser.add_argument("--speak", type=Path, default=None,
                         help="write the spoken answer to this WAV (several files: <stem>_<name>.wav beside it, "
@@ -193,17 +187,16 @@ def run(args: argparse.Namespace, json_out) -> int:
     from duet.asr.decoding import settings_from_args
     from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
-    from slm.generate import decoding_from_args
 
     try:
-        decoding = decoding_from_args(args)  # bad language-model options fail here, not after the first file
-    except ValueError as e:
+        generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
+    except GenerationSettingsError as e:
         raise DuetError(f"language model decoding: {e}") from e
     resolve_asr_decoding(args)
     asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
     resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
                                  "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
-    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
+    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
                                           max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
                                           asr_decoding=asr_decoding, stream=args.stream)
     if not args.json:
