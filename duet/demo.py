@@ -19,6 +19,8 @@ from typing import Callable
 import jiwer
 
 from duet import REPO_ROOT
+from duet.asr.decoding import DecodingSettings
+from duet.decoding_file import decoding_file_for, write_decoding_file
 from duet.io import read_jsonl, write_text_atomic
 
 EXPERIMENTS = REPO_ROOT / "experiments"
@@ -34,6 +36,8 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_O
 # 0.4-1.5 x beta 2-6: dev WER 43.4 % greedy -> 20.5 %; beam 4's best (alpha 0.6, beta 4) gave 22.0 % and
 # beam 32's 21.0 %, so 16 it is (RESULTS.md). Beam 16 + LM still decodes ~40x faster than real time at 1 thread.
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 0.8, 4.0
+# ... saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
+DEMO_DECODING = decoding_file_for(DEMO_ASR_MODEL)
 # Before/after WER of the fine-tune on every set of bench/asr_generalisation.py (base, then the demo's model)
 DEMO_GENERALISATION = EXPERIMENTS / "demo_generalisation"
 #: How much worse (WER points) the fine-tune may make a real-speech set before the demo flags it.
@@ -49,6 +53,9 @@ class Stage:
     outputs: list[Path] = field(default_factory=list)
     stdout_to: Path | None = None  # capture the command's standard output into this file (atomically)
     prepare: Callable[[], None] | None = None  # writes files the command reads, right before it runs
+    # Values the command reads from files that ``prepare`` writes (they are not on the command line): part of
+    # the fingerprint, so that changing one reruns the stage.
+    settings: dict = field(default_factory=dict)
     # A run folder the command resumes from (NeMo's exp_manager): kept when the stage was interrupted with
     # the same command and inputs, deleted when they changed, so a new base checkpoint or tokenizer never
     # "resumes" the previous run's finished training.
@@ -62,6 +69,8 @@ class Stage:
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256(json.dumps(self.command[1:]).encode())
+        if self.settings:  # only then: the stamps of stages without settings stay valid
+            digest.update(json.dumps(self.settings, sort_keys=True).encode())
         for path in self.inputs:
             files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
             for f in files:
@@ -98,6 +107,17 @@ class Stage:
         if code == 0 and self.outputs:
             write_text_atomic(STAMP_DIR / self.name, fingerprint + "\n")
         return code
+
+
+def demo_decoding() -> DecodingSettings:
+    """The pipeline's ASR decoding for the demo's model: beam search with DEMO_LM at the tuned width and weights."""
+    return DecodingSettings("beam_lm", beam_size=PIPELINE_BEAM, ngram_lm=str(DEMO_LM), alpha=PIPELINE_ALPHA,
+                            beta=PIPELINE_BETA)
+
+
+def write_demo_decoding() -> None:
+    """Save :func:`demo_decoding` as the demo model's decoding.json (untouched when it already says the same)."""
+    write_decoding_file(DEMO_DECODING, demo_decoding())
 
 
 def asr_summary(summary_json: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -95,3 +96,26 @@ def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
     assert lines[3].endswith("<< worse by more than 2 points")
     synthetic_only = report("demo2", [("sample test-clean", "synthetic", 0.40)])
     assert "no real-speech set" in generalisation_summary(base, synthetic_only)
+
+
+def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tmp_path, monkeypatch):
+    from duet.decoding_file import read_decoding_file
+
+    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    stage = next(s for s in cli.stages() if s.name == "pipeline")
+    assert not {"--asr-decoding", "--lm", "--beam-size"} & set(stage.command)  # tools/pipeline.py reads the file
+    assert demo.DEMO_DECODING in stage.outputs and stage.settings["asr_decoding"]["strategy"] == "beam_lm"
+    lm = tmp_path / "demo_lm" / "token.arpa"
+    lm.parent.mkdir()
+    lm.write_text("\\data\\\n")
+    monkeypatch.setattr(demo, "DEMO_LM", lm)
+    monkeypatch.setattr(demo, "DEMO_DECODING", tmp_path / "demo_asr" / "decoding.json")
+    demo.write_demo_decoding()
+    assert read_decoding_file(demo.DEMO_DECODING) == replace(demo.demo_decoding(), ngram_lm=str(
+        demo.DEMO_DECODING.parent / "../demo_lm/token.arpa"))
+    stage.inputs = []  # the demo's models need not exist here
+    fingerprint = stage.fingerprint()
+    stage.settings["asr_decoding"]["beam_size"] += 1  # e.g. a newly tuned width: the stage reruns
+    assert stage.fingerprint() != fingerprint

@@ -17,7 +17,8 @@ Stages, each one of the toolkit's own entry scripts run as a user would (the com
   lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence)
   lm         a token 6-gram LM (KenLM) on that text, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
-  pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances
+  pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances;
+             the decoding is saved as experiments/demo_asr/decoding.json, which tools/pipeline.py then uses
   generalise the base and the fine-tuned model on every set of bench/asr_generalisation.py (the sample's
              test-clean, unseen synthetic voices, and the held-out real speech of ../shared/real_speech when it
              exists): WER before -> after, a real set more than 2 points worse flagged
@@ -30,13 +31,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_ASR_MODEL, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL, EXPERIMENTS,
-                       LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary,
-                       generalisation_summary, pipeline_summary, slm_summary)
+from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL,
+                       EXPERIMENTS, LM_ORDER, LM_SENTENCES, Stage, asr_summary, demo_decoding, generalisation_summary,
+                       pipeline_summary, slm_summary, write_demo_decoding)
 from duet.errors import cli
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.io import read_jsonl, write_jsonl_atomic
@@ -62,6 +64,14 @@ def write_assistant_requests(out: Path) -> None:
     """The test-clean utterances that are assistant requests (not read speech), as a manifest."""
     kinds = bundled_sample_kinds("test-clean")
     write_jsonl_atomic(out, [e for e in read_jsonl(MANIFESTS["test-clean"]) if kinds.get(e["text"]) == "assistant"])
+
+
+def prepare_pipeline(requests: Path):
+    """What the pipeline stage reads besides its command: the assistant requests and the demo model's decoding."""
+    def prepare() -> None:
+        write_assistant_requests(requests)
+        write_demo_decoding()
+    return prepare
 
 
 def stages() -> list[Stage]:
@@ -108,13 +118,12 @@ def stages() -> list[Stage]:
               lambda: slm_summary(slm_dir / "metrics.json"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
+        # no decoding options: the pipeline reads the decoding.json that prepare writes beside the model
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
-                           "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir),
-                           "--asr-decoding", "beam_lm", "--beam-size", str(PIPELINE_BEAM), "--lm", str(DEMO_LM),
-                           "--alpha", str(PIPELINE_ALPHA), "--beta", str(PIPELINE_BETA)],
-              lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
+                           "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir)],
+              lambda: pipeline_summary(answers, requests), prepare=prepare_pipeline(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
-              outputs=[answers], stdout_to=answers),
+              outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={"asr_decoding": asdict(demo_decoding())}),
         # one command per model: the base's scores are kept while the base is unchanged
         Stage("generalise-base", [*generalise, "--model", str(BASE_CHECKPOINT), "--out-dir", str(base_report.parent)],
               lambda: f"base scored on {len(json.loads(base_report.read_text())['rows'])} sets",
