@@ -14,7 +14,8 @@ median of each stage for two model pairs side by side:
               is made to produce exactly as many tokens as the tiny model's answer had.
 The ASR decoding is greedy unless --asr-decoding says otherwise (the demo's pipeline stage uses beam search
 + the demo's token LM: pass the same options to time that; both models share the demo's tokenizer, so the
-one LM fits both). Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
+one LM fits both). The language model decodes as tools/pipeline.py's does, with the same flags and defaults
+(slm.generation: --strategy, --max-new-tokens, --repetition-penalty, ...). Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
 
   python bench/pipeline_latency.py --asr-decoding beam_lm --beam-size 16 \
       --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 0.8 --beta 4
@@ -26,7 +27,7 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEF
 from duet.errors import DuetError, cli
 from duet.io import read_jsonl
 from duet.pipeline import VoicePipeline
+from slm.generation import add_generation_arguments, generation_settings_from_args
 
 
 TEST_MANIFEST = REPO_ROOT / "manifests" / "test-clean.json"
@@ -85,8 +87,7 @@ def measure(pipeline: VoicePipeline, clip: Path, repeats: int) -> dict[str, floa
     return medians
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
+def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=7)
@@ -98,12 +99,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out utterances the clip is cut from (default: the sample's test-clean)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_decoding_arguments(parser, "--asr-decoding")
+    add_generation_arguments(parser)
+    return parser
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    parser = get_parser()
     args = parser.parse_args(argv)
     for flag, value, low in (("--seconds", args.seconds, 0.5), ("--repeats", args.repeats, 1),
                              ("--threads", args.threads, 1)):
         if value < low:
             parser.error(f"{flag} must be >= {low:g}, got {value:g}")
     asr_decoding = settings_from_args(args, "--asr-decoding")
+    generation = generation_settings_from_args(args)
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
                        ("--asr-tokenizer", args.asr_tokenizer)):
         if not path.exists():
@@ -111,20 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.manifest.is_file():
         raise DuetError(f"--manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)")
     torch.set_num_threads(args.threads)
-    decoding = {"strategy": "greedy", "max_new_tokens": 64}
-
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_clip(args.seconds, Path(tmp) / "clip.flac", args.manifest)
         tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
-                                          slm_decoding=decoding)
+                                          generation=generation)
         big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
         # before any timing: an LM that does not fit (or a model that does not load) is a one-line error here
         set_decoding(big_asr, asr_decoding)
         results = {"tiny": measure(tiny, clip, args.repeats)}
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 
-        fixed = {"strategy": "greedy", "max_new_tokens": answer_tokens}
-        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, slm_decoding=fixed, asr_decoding=asr_decoding)
+        fixed = replace(generation, max_new_tokens=answer_tokens)
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, generation=fixed, asr_decoding=asr_decoding)
         # Random weights would stop at a random EOS, or never: pin the answer length instead.
         big_slm.generation_config.min_new_tokens = answer_tokens
         results["full-size"] = measure(big, clip, args.repeats)

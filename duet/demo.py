@@ -3,23 +3,32 @@
 A stage with declared ``inputs`` and ``outputs`` is skipped when its outputs exist and a stamp file
 records the same command and the same inputs (path, size, modification time). Stages without them
 (manifests, tokenizer) rely on the tool's own up-to-date check.
+
+A stage's command writes everything it prints (NeMo's, Lightning's and transformers' logs included) to
+``experiments/<stage name>/log.txt``, which holds the latest run; with ``verbose`` it is shown live as well.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable, TextIO
 
 import jiwer
 
 from duet import REPO_ROOT
-from duet.io import read_jsonl, write_text_atomic
+from duet.asr.decoding import DecodingSettings
+from duet.decoding_file import decoding_file_for, write_decoding_file
+from duet.io import atomic_path, read_jsonl, write_text_atomic
 
 EXPERIMENTS = REPO_ROOT / "experiments"
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
@@ -34,6 +43,8 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_O
 # 0.4-1.5 x beta 2-6: dev WER 43.4 % greedy -> 20.5 %; beam 4's best (alpha 0.6, beta 4) gave 22.0 % and
 # beam 32's 21.0 %, so 16 it is (RESULTS.md). Beam 16 + LM still decodes ~40x faster than real time at 1 thread.
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 0.8, 4.0
+# ... saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
+DEMO_DECODING = decoding_file_for(DEMO_ASR_MODEL)
 # Before/after WER of the fine-tune on every set of bench/asr_generalisation.py (base, then the demo's model)
 DEMO_GENERALISATION = EXPERIMENTS / "demo_generalisation"
 #: How much worse (WER points) the fine-tune may make a real-speech set before the demo flags it.
@@ -49,6 +60,9 @@ class Stage:
     outputs: list[Path] = field(default_factory=list)
     stdout_to: Path | None = None  # capture the command's standard output into this file (atomically)
     prepare: Callable[[], None] | None = None  # writes files the command reads, right before it runs
+    # Values the command reads from files that ``prepare`` writes (they are not on the command line): part of
+    # the fingerprint, so that changing one reruns the stage.
+    settings: dict = field(default_factory=dict)
     # A run folder the command resumes from (NeMo's exp_manager): kept when the stage was interrupted with
     # the same command and inputs, deleted when they changed, so a new base checkpoint or tokenizer never
     # "resumes" the previous run's finished training.
@@ -62,6 +76,8 @@ class Stage:
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256(json.dumps(self.command[1:]).encode())
+        if self.settings:  # only then: the stamps of stages without settings stay valid
+            digest.update(json.dumps(self.settings, sort_keys=True).encode())
         for path in self.inputs:
             files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
             for f in files:
@@ -74,30 +90,100 @@ class Stage:
         return (bool(self.outputs) and all(p.exists() for p in self.outputs) and stamp.exists()
                 and stamp.read_text().strip() == self.fingerprint())
 
-    def run(self) -> int:
-        missing = [p for p in self.inputs if not p.exists()]
-        if missing:
-            print(f"demo: {self.name}: missing input {missing[0]}", file=sys.stderr)
-            return 2
-        if self.prepare:
-            self.prepare()
-        # the inputs as this run sees them: what the resume check compares and what the stamp records
-        fingerprint = self.fingerprint()
-        if self.run_dir is not None:
-            started = STAMP_DIR / f"{self.name}.started"
-            if self.run_dir.exists() and (not started.exists() or started.read_text().strip() != fingerprint):
-                print(f"demo: {self.name}: inputs changed since {self.run_dir} was made; starting it afresh")
-                shutil.rmtree(self.run_dir)
-            write_text_atomic(started, fingerprint + "\n")
-        if self.stdout_to is None:
-            code = subprocess.run(self.command, cwd=REPO_ROOT).returncode
-        else:
-            result = subprocess.run(self.command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
-            write_text_atomic(self.stdout_to, result.stdout)
-            code = result.returncode
+    @property
+    def log_path(self) -> Path:
+        return EXPERIMENTS / self.name / "log.txt"
+
+    def run(self, verbose: bool = False, on_tick: Callable[[float], None] | None = None) -> int:
+        """Run the command, its output to :attr:`log_path` (and the console with ``verbose``); ``on_tick`` gets
+        the seconds elapsed about once a second while it runs. Returns its exit code."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            log.write(f"$ {self.shown()}\n".encode())
+            missing = [p for p in self.inputs if not p.exists()]
+            if missing:
+                message = f"demo: {self.name}: missing input {missing[0]}"
+                log.write(f"{message}\n".encode())
+                print(message, file=sys.stderr)
+                return 2
+            if self.prepare:
+                self.prepare()
+            # the inputs as this run sees them: what the resume check compares and what the stamp records
+            fingerprint = self.fingerprint()
+            if self.run_dir is not None:
+                started = STAMP_DIR / f"{self.name}.started"
+                if self.run_dir.exists() and (not started.exists() or started.read_text().strip() != fingerprint):
+                    print(f"demo: {self.name}: inputs changed since {self.run_dir} was made; starting it afresh")
+                    shutil.rmtree(self.run_dir)
+                write_text_atomic(started, fingerprint + "\n")
+            log.flush()
+            if self.stdout_to is None:
+                code = run_logged(self.command, log, verbose=verbose, on_tick=on_tick)
+            else:  # the output file gets standard output alone, exactly as the command printed it
+                with atomic_path(self.stdout_to) as partial, open(partial, "wb") as out:
+                    code = run_logged(self.command, log, stdout_to=out, verbose=verbose, on_tick=on_tick)
         if code == 0 and self.outputs:
             write_text_atomic(STAMP_DIR / self.name, fingerprint + "\n")
         return code
+
+
+def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = None, verbose: bool = False,
+               on_tick: Callable[[float], None] | None = None) -> int:
+    """Run ``command`` in the repository: its standard error, and its standard output unless ``stdout_to`` takes
+    it, go to ``log``, and with ``verbose`` to this process's console too. Returns the exit code."""
+    start = time.time()
+    if verbose:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        lock = threading.Lock()  # one log, two streams
+        copiers = [threading.Thread(target=copy_stream, args=(pipe, log, console, lock))
+                   for pipe, console in ((process.stdout, sys.stdout), (process.stderr, sys.stderr)) if pipe]
+        for copier in copiers:
+            copier.start()
+    else:
+        process, copiers = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or log, stderr=log), []
+    while True:
+        try:
+            code = process.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            if on_tick is not None:
+                on_tick(time.time() - start)
+    for copier in copiers:
+        copier.join()
+    return code
+
+
+def copy_stream(pipe: BinaryIO, log: BinaryIO, console: TextIO, lock: threading.Lock) -> None:
+    """Copy a child's output to its log and the console as it arrives (progress bars redraw in place)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := os.read(pipe.fileno(), 65536):
+        with lock:
+            log.write(chunk)
+            log.flush()
+        console.write(decoder.decode(chunk))
+        console.flush()
+    pipe.close()
+
+
+def log_tail(path: Path, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines of a log, a progress bar (redrawn with carriage returns) as it was last drawn."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    drawn = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n")]
+    while drawn and not drawn[-1].strip():
+        drawn.pop()
+    return drawn[-lines:]
+
+
+def demo_decoding() -> DecodingSettings:
+    """The pipeline's ASR decoding for the demo's model: beam search with DEMO_LM at the tuned width and weights."""
+    return DecodingSettings("beam_lm", beam_size=PIPELINE_BEAM, ngram_lm=str(DEMO_LM), alpha=PIPELINE_ALPHA,
+                            beta=PIPELINE_BETA)
+
+
+def write_demo_decoding() -> None:
+    """Save :func:`demo_decoding` as the demo model's decoding.json (untouched when it already says the same)."""
+    write_decoding_file(DEMO_DECODING, demo_decoding())
 
 
 def asr_summary(summary_json: Path) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 
 from duet.asr.decoding import DecodingSettings
 from duet.asr.evaluate import AsrInputError, load_audio, transcribe_audio
+from slm.generation import GenerationSettings
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
 SILENCE_RMS = 0.003
@@ -42,7 +43,8 @@ class PipelineResult:
     chunks: int = 0  # pieces the ASR saw: cuts at pauses, or streamed chunks
     audio_seconds: float = 0.0
     latency_s: dict = field(default_factory=dict)  # audio_load, asr, slm, total
-    asr_decoding: str | None = None  # DecodingSettings.describe() of the ASR decoding, when set by load()
+    # DecodingSettings.describe() of the ASR decoding, when set by load(), and the file it came from if any
+    asr_decoding: str | None = None
     streaming: dict | None = None  # streaming only: partials, first partial, look-ahead, per-chunk compute
 
     def to_json(self) -> dict:
@@ -86,20 +88,23 @@ def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> 
 class VoicePipeline:
     """Holds both loaded models; :meth:`run` processes one file and never raises for bad input.
 
-    ``asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` (recorded in each result);
-    ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
+    ``asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` and ``asr_decoding_source`` the
+    decoding.json it was read from, if any (both recorded in each result); ``generation`` is how the language
+    model decodes; ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
     """
 
-    def __init__(self, asr_model, slm_model, slm_tokenizer, slm_decoding: dict | None = None,
+    def __init__(self, asr_model, slm_model, slm_tokenizer, generation: GenerationSettings = GenerationSettings(),
                  max_chunk_s: float = 20.0, asr_batch_size: int = 8,
-                 asr_decoding: DecodingSettings | None = None, stream: bool = False):
+                 asr_decoding: DecodingSettings | None = None, stream: bool = False,
+                 asr_decoding_source: str | None = None):
         self.asr_model = asr_model
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
-        self.slm_decoding = slm_decoding or {}
+        self.generation = generation.validate()
         self.max_chunk_s = max_chunk_s
         self.asr_batch_size = asr_batch_size
         self.asr_decoding = asr_decoding
+        self.asr_decoding_source = asr_decoding_source
         self.stream = stream
         self.sample_rate = int(asr_model.cfg.sample_rate)
 
@@ -126,6 +131,14 @@ class VoicePipeline:
         slm_tokenizer, slm_model = load_model(slm_path)
         pipeline = cls(asr_model, slm_model, slm_tokenizer, asr_decoding=asr_decoding, stream=stream, **kwargs)
         return pipeline, time.perf_counter() - start
+
+    def describe_asr_decoding(self) -> str | None:
+        """``beam16+LM(a=0.8,b=4) from experiments/demo_asr/decoding.json``, or just the decoding when it was
+        given by options (or left at greedy)."""
+        if self.asr_decoding is None:
+            return None
+        source = f" from {self.asr_decoding_source}" if self.asr_decoding_source else ""
+        return self.asr_decoding.describe() + source
 
     def transcribe(self, audio: np.ndarray) -> tuple[str, int]:
         chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
@@ -157,11 +170,11 @@ class VoicePipeline:
     def respond(self, transcript: str) -> str:
         from slm.generate import respond
 
-        return respond(self.slm_model, self.slm_tokenizer, transcript, **self.slm_decoding)
+        return respond(self.slm_model, self.slm_tokenizer, transcript, settings=self.generation)
 
     def run(self, path: str | Path, on_partial: Callable | None = None) -> PipelineResult:
         """Answer one file; ``on_partial`` receives the partial transcripts when streaming."""
-        result = PipelineResult(file=str(path), asr_decoding=self.asr_decoding and self.asr_decoding.describe())
+        result = PipelineResult(file=str(path), asr_decoding=self.describe_asr_decoding())
         start = time.perf_counter()
         try:
             path = Path(path)

@@ -17,6 +17,7 @@ from typing import Sequence
 from slm.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, tokenize_example
 from slm.generate import generate_responses
+from slm.generation import GenerationSettings
 from slm.metrics import ASSISTANT_SCORER, assistant_scores, dataset_losses, text_metrics
 
 BLEU_KEYS = ("bleu1", "bleu2", "bleu3", "bleu4")
@@ -31,8 +32,9 @@ def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows:
     losses = dataset_losses(model, tokenized, tokenizer.eos_token_id, batch_size=batch_size)
     log(f"  losses on {len(loss_rows)} rows: masked {losses['masked_loss']:.4f} (ppl {losses['perplexity']:.2f}), "
         f"unmasked {losses['unmasked_loss']:.4f}")
-    answers = generate_responses(model, tokenizer, generation_rows, batch_size=batch_size, strategy="greedy",
-                                 max_new_tokens=max_new_tokens)
+    # plain greedy, no repetition penalty: the answer metrics of every run in RESULTS.md were measured so
+    greedy = GenerationSettings(strategy="greedy", max_new_tokens=max_new_tokens, repetition_penalty=1.0)
+    answers = generate_responses(model, tokenizer, generation_rows, greedy, batch_size=batch_size)
     references = [row["output"] for row in generation_rows]
     scores = {**text_metrics(answers, references, bertscore_model=bertscore_model),
               **assistant_scores(generation_rows, answers)}

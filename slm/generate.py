@@ -7,15 +7,15 @@ Usage:
     python slm/generate.py exp/slm_tiny "what is seven plus five" --strategy beam --num-beams 4
     echo "turn off the kitchen lights" | python slm/generate.py exp/slm_tiny -      # one instruction per line
 
+The decoding flags and their defaults are the voice pipeline's (``slm.generation.GenerationSettings``).
 Library use (the voice pipeline): ``tokenizer, model = load_model(path)`` then
-``respond(model, tokenizer, "set a timer", strategy="greedy", max_new_tokens=64)``.
+``respond(model, tokenizer, "set a timer", GenerationSettings(strategy="beam"))``.
 Decoding is ``transformers``' ``generate`` with ``use_cache=True``; it stops at the EOS token.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -24,61 +24,7 @@ import torch
 
 from slm.data import format_alpaca_prompt
 from slm.errors import DuetError, cli, first_line
-
-STRATEGIES = ("greedy", "beam", "sample")
-
-
-def decoding_kwargs(strategy: str = "greedy", max_new_tokens: int = 128, num_beams: int = 4,
-                    temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
-                    repetition_penalty: float = 1.0) -> dict:
-    """Keyword arguments for ``model.generate`` for one decoding strategy; wrong values raise ValueError.
-
-    Every value is checked whatever the strategy, so a bad one fails here rather than inside ``generate``.
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"decoding strategy must be one of {', '.join(STRATEGIES)}, got '{strategy}'")
-    for name, value, ok, rule in (("max_new_tokens", max_new_tokens, max_new_tokens >= 1, ">= 1"),
-                                  ("repetition_penalty", repetition_penalty, repetition_penalty > 0, "> 0"),
-                                  ("top_k", top_k, top_k >= 0, ">= 0 (0 = off)"),
-                                  ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]")):
-        if not ok:
-            raise ValueError(f"{name} must be {rule}, got {value}")
-    kwargs = {"max_new_tokens": max_new_tokens, "repetition_penalty": repetition_penalty, "use_cache": True}
-    if strategy == "greedy":
-        return {**kwargs, "do_sample": False, "num_beams": 1}
-    if strategy == "beam":
-        if num_beams < 2:
-            raise ValueError(f"beam search needs num_beams >= 2, got {num_beams}")
-        return {**kwargs, "do_sample": False, "num_beams": num_beams, "early_stopping": True}
-    if temperature <= 0:
-        raise ValueError(f"sampling needs temperature > 0, got {temperature}")
-    return {**kwargs, "do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
-
-
-# decoding_kwargs' parameters, each also an entry script's option (--max-new-tokens lands in max_new_tokens)
-DECODING_PARAMETERS = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p",
-                       "repetition_penalty")
-
-
-def as_flags(error: ValueError) -> str:
-    """A ``decoding_kwargs`` message with its parameter names spelt as the command-line flags users typed."""
-    numbers = "|".join(DECODING_PARAMETERS[1:])  # not "strategy": its message reads "decoding strategy must be"
-    return re.sub(rf"\b({numbers})\b",
-                  lambda match: "--" + match.group(1).replace("_", "-"), str(error))
-
-
-def decoding_from_args(args) -> dict:
-    """The decoding options of an entry script's parsed ``args``, checked by ``decoding_kwargs`` up front.
-
-    A bad value is a ValueError naming its flag, before any model loads.
-    """
-    decoding = {name: getattr(args, name) for name in DECODING_PARAMETERS}
-    try:
-        decoding_kwargs(**decoding)
-    except ValueError as e:
-        raise ValueError(as_flags(e)) from None
-    return decoding
-
+from slm.generation import GenerationSettings, add_generation_arguments, generation_settings_from_args
 
 class SlmModelError(DuetError, ValueError):
     """A language-model folder that cannot be loaded (missing or corrupt files), named in the message."""
@@ -110,12 +56,13 @@ def load_model(path: str | Path, device: str | None = None):
     return tokenizer, model
 
 
-def generate_responses(model, tokenizer, examples: Sequence[dict], batch_size: int = 8, **decoding) -> list[str]:
-    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order.
+def generate_responses(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
+                       batch_size: int = 8) -> list[str]:
+    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``.
 
     Prompts are left-padded so every row's answer starts right after its own prompt.
     """
-    kwargs = decoding_kwargs(**decoding)
+    kwargs = settings.generate_kwargs()
     prompts = [format_alpaca_prompt(e["instruction"], e.get("input", "")) for e in examples]
     tokenizer.padding_side = "left"
     answers = []
@@ -131,37 +78,32 @@ def generate_responses(model, tokenizer, examples: Sequence[dict], batch_size: i
     return answers
 
 
-def respond(model, tokenizer, instruction: str, input_text: str = "", **decoding) -> str:
-    """One answer to one instruction (e.g. an ASR transcript), decoded with ``decoding_kwargs(**decoding)``."""
-    return generate_responses(model, tokenizer, [{"instruction": instruction, "input": input_text}],
-                              batch_size=1, **decoding)[0]
+def respond(model, tokenizer, instruction: str, input_text: str = "",
+            settings: GenerationSettings = GenerationSettings()) -> str:
+    """One answer to one instruction (e.g. an ASR transcript), decoded with ``settings``."""
+    return generate_responses(model, tokenizer, [{"instruction": instruction, "input": input_text}], settings,
+                              batch_size=1)[0]
 
 
-@cli
-def main(argv: Sequence[str] | None = None) -> int:
+def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="folder written by slm/finetune.py")
     parser.add_argument("instruction", help="the request; '-' reads one instruction per line from stdin")
     parser.add_argument("--input", default="", help="optional Alpaca input field")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="greedy")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--num-beams", type=int, default=4, help="beam search width")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=50, help="sampling: keep the k most likely tokens (0 = off)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1.0 = off)")
-    parser.add_argument("--repetition-penalty", type=float, default=1.0, help=">1 discourages repeats")
     parser.add_argument("--seed", type=int, default=0, help="for sampling")
-    args = parser.parse_args(argv)
+    add_generation_arguments(parser)
+    return parser
 
-    try:
-        decoding = decoding_from_args(args)
-    except ValueError as e:
-        raise DuetError(str(e)) from e
+
+@cli
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    settings = generation_settings_from_args(args)
     tokenizer, model = load_model(args.model_dir)
     torch.manual_seed(args.seed)
     instructions = [line.strip() for line in sys.stdin if line.strip()] if args.instruction == "-" else [args.instruction]
     for instruction in instructions:
-        answer = respond(model, tokenizer, instruction, args.input, **decoding)
+        answer = respond(model, tokenizer, instruction, args.input, settings)
         print(answer if len(instructions) == 1 else f"{instruction}\t{answer}")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -95,3 +96,84 @@ def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
     assert lines[3].endswith("<< worse by more than 2 points")
     synthetic_only = report("demo2", [("sample test-clean", "synthetic", 0.40)])
     assert "no real-speech set" in generalisation_summary(base, synthetic_only)
+
+
+def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tmp_path, monkeypatch):
+    from duet.decoding_file import read_decoding_file
+
+    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    stage = next(s for s in cli.stages() if s.name == "pipeline")
+    assert not {"--asr-decoding", "--lm", "--beam-size"} & set(stage.command)  # tools/pipeline.py reads the file
+    assert demo.DEMO_DECODING in stage.outputs and stage.settings["asr_decoding"]["strategy"] == "beam_lm"
+    lm = tmp_path / "demo_lm" / "token.arpa"
+    lm.parent.mkdir()
+    lm.write_text("\\data\\\n")
+    monkeypatch.setattr(demo, "DEMO_LM", lm)
+    monkeypatch.setattr(demo, "DEMO_DECODING", tmp_path / "demo_asr" / "decoding.json")
+    demo.write_demo_decoding()
+    assert read_decoding_file(demo.DEMO_DECODING) == replace(demo.demo_decoding(), ngram_lm=str(
+        demo.DEMO_DECODING.parent / "../demo_lm/token.arpa"))
+    stage.inputs = []  # the demo's models need not exist here
+    fingerprint = stage.fingerprint()
+    stage.settings["asr_decoding"]["beam_size"] += 1  # e.g. a newly tuned width: the stage reruns
+    assert stage.fingerprint() != fingerprint
+
+
+@pytest.fixture
+def demo_with_stages(repo_root, tmp_path, monkeypatch):
+    """tools/demo.py with its stages replaced by ``stages`` (set by the test) and its outputs in tmp_path."""
+    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    monkeypatch.setattr(demo, "EXPERIMENTS", tmp_path / "experiments")
+    monkeypatch.setattr(demo, "STAMP_DIR", tmp_path / "experiments" / ".demo_stamps")
+    stages = []
+    monkeypatch.setattr(cli, "stages", lambda: stages)
+    return cli, stages
+
+
+CHATTY = ("import sys\n"
+          "for i in range(30):\n"
+          "    print(f'[NeMo I] log line {i}')\n"
+          "    print(f'warning {i}', file=sys.stderr)\n"
+          "sys.exit(int(sys.argv[1]))\n")
+
+
+def test_a_stages_output_goes_to_its_log_not_the_console(demo_with_stages, tmp_path, capfd):
+    cli, stages = demo_with_stages
+    answers = tmp_path / "answers.jsonl"
+    stages += [Stage("chatty", [sys.executable, "-c", CHATTY, "0"], lambda: "chatty summary"),
+               Stage("answers", [sys.executable, "-c", "import sys; print('{}'); print('noise', file=sys.stderr)"],
+                     lambda: "answers summary", stdout_to=answers)]
+    assert cli.main([]) == 0
+    out, err = capfd.readouterr()
+    console = out + err  # at the descriptors: what the child itself wrote (the header shows its code)
+    assert "log line 0" not in console and "warning 29" not in console and "\nnoise\n" not in console
+    assert "chatty summary" in out and "answers summary" in out and "demo: 2 stage(s) done" in out
+    log = (tmp_path / "experiments" / "chatty" / "log.txt").read_text()
+    assert "[NeMo I] log line 29" in log and "warning 29" in log and log.startswith("$ python -c")
+    assert answers.read_text() == "{}\n"  # the stage's output file gets its standard output alone, as before
+    assert "noise" in (tmp_path / "experiments" / "answers" / "log.txt").read_text()
+
+
+def test_verbose_shows_a_stages_output_live_and_still_logs_it(demo_with_stages, tmp_path, capfd):
+    cli, stages = demo_with_stages
+    stages.append(Stage("chatty", [sys.executable, "-c", CHATTY, "0"], lambda: "chatty summary"))
+    assert cli.main(["--verbose"]) == 0
+    out, err = capfd.readouterr()
+    assert "[NeMo I] log line 29" in out and "warning 29" in err
+    assert "warning 29" in (tmp_path / "experiments" / "chatty" / "log.txt").read_text()
+
+
+def test_a_failing_stage_prints_the_end_of_its_log_and_where_it_is(demo_with_stages, tmp_path, capfd):
+    cli, stages = demo_with_stages
+    stages += [Stage("broken", [sys.executable, "-c", CHATTY, "3"], lambda: "never"),
+               Stage("after", [sys.executable, "-c", "print('should not run')"], lambda: "never")]
+    assert cli.main([]) == 3
+    out, err = capfd.readouterr()
+    tail = err[err.index("--- last lines of"):err.index("\n---\n")].splitlines()[1:]
+    assert len(tail) == 20 and tail[-1] == "warning 29" and "log line 29" in err and "log line 10\n" not in err
+    assert "broken/log.txt" in err and "resume with python tools/demo.py --from broken" in err
+    assert "should not run" not in out and not (tmp_path / "experiments" / "after").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -512,63 +513,90 @@ def test_cli_beam_lm_without_lm_is_a_one_line_error(cli, tmp_path, capsys):
                                 "(tools/train_ngram_lm.py --unit token)"
 
 
+SAVED = dict(beam_size=16, alpha=0.8, beta=4.0)
+
+
 @pytest.fixture
-def demo_files(cli, monkeypatch, tmp_path):
-    """The demo's ASR model and LM as the CLI's defaults, in a temp dir (empty files: only paths are compared)."""
-    model, lm = tmp_path / "demo_asr.nemo", tmp_path / "demo_lm.arpa"
-    model.write_bytes(b"x")
-    lm.write_text("\\data\\\n")
-    monkeypatch.setattr(cli, "DEFAULT_ASR_MODEL", model)
-    monkeypatch.setattr(cli, "DEMO_LM", lm)
+def saved_decoding(tmp_path):
+    """A model (an empty file: only paths matter here) with an LM and a decoding.json naming it beside it."""
+    from duet.asr.decoding import DecodingSettings
+    from duet.decoding_file import decoding_file_for, write_decoding_file
+
+    model, lm = tmp_path / "models" / "mine.nemo", tmp_path / "lms" / "mine.arpa"
+    for path in (model, lm):
+        path.parent.mkdir()
+        path.write_bytes(b"x")
+    write_decoding_file(decoding_file_for(model), DecodingSettings("beam_lm", ngram_lm=str(lm), **SAVED))
+    assert '"lm": "../lms/mine.arpa"' in decoding_file_for(model).read_text()  # relative to the file's folder
     return model, lm
 
 
 def resolved(cli, argv):
     args = cli.get_parser().parse_args(["a.flac", *argv])
-    cli.resolve_asr_decoding(args)
-    return args.ctc_decoding, args.beam_size, args.lm, args.alpha, args.beta
+    source = cli.resolve_asr_decoding(args)
+    return args.ctc_decoding, args.beam_size, args.lm and str(Path(args.lm).resolve()), args.alpha, args.beta, source
 
 
-def test_default_decoding_is_the_demo_pipelines_for_the_demo_model(cli, demo_files, monkeypatch, tmp_path):
-    model, lm = demo_files
-    demo = ("beam_lm", cli.PIPELINE_BEAM, str(lm), cli.PIPELINE_ALPHA, cli.PIPELINE_BETA)
-    assert resolved(cli, ["--asr-model", str(model)]) == demo
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam_lm"]) == demo
-    # the same file by a relative path or a link is the demo's model too
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "link.nemo").symlink_to(model)
-    assert resolved(cli, ["--asr-model", "demo_asr.nemo"]) == resolved(cli, ["--asr-model", "link.nemo"]) == demo
-    # options given are kept, the others come from the demo's
-    assert resolved(cli, ["--asr-model", str(model), "--beam-size", "8"]) == ("beam_lm", 8, *demo[2:])
-    assert resolved(cli, ["--asr-model", str(model), "--alpha", "0.3", "--beta", "1"]) == (*demo[:3], 0.3, 1.0)
-    # another LM is the user's choice, at the library's defaults unless given
-    assert resolved(cli, ["--asr-model", str(model), "--lm", "my.arpa"]) == ("beam_lm", None, "my.arpa", None, None)
-    # greedy: another model (the LM fits the demo's tokenizer only), streaming, or asked for
-    other = model.with_name("mine.nemo")
-    assert resolved(cli, ["--asr-model", str(other)]) == ("greedy", None, None, None, None)
+def test_default_decoding_is_the_model_folders_decoding_json(cli, saved_decoding, monkeypatch, tmp_path):
+    model, lm = saved_decoding
+    saved_file = str(model.parent / "decoding.json")
+    saved = ("beam_lm", 16, str(lm), 0.8, 4.0, saved_file)
+    assert resolved(cli, ["--asr-model", str(model)]) == saved
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam_lm"]) == saved
+    # found by a relative path too
+    monkeypatch.chdir(model.parent)
+    assert resolved(cli, ["--asr-model", "mine.nemo"])[:5] == saved[:5]
+    # options given replace the file's values, and the source says so
+    assert resolved(cli, ["--asr-model", str(model), "--beam-size", "8"]) == ("beam_lm", 8, *saved[2:5],
+                                                                                f"{saved_file}, --beam-size given")
+    assert resolved(cli, ["--asr-model", str(model), "--alpha", "0.3", "--beta", "1"])[:5] == (*saved[:3], 0.3, 1.0)
+    # another LM is the user's choice, at the library's weights unless given
+    other_lm = str(tmp_path / "my.arpa")
+    assert resolved(cli, ["--asr-model", str(model), "--lm", other_lm]) == ("beam_lm", None, other_lm, None, None,
+                                                                           None)
+    # greedy: streaming, or asked for; another strategy asked for sets the file aside
     assert resolved(cli, ["--asr-model", str(model), "--stream"])[0] == "greedy"
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"])[0] == "greedy"
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"])[:3] == ("beam", None, None)
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"]) == ("greedy", *[None] * 5)
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"]) == ("beam", *[None] * 5)
 
 
-def test_default_decoding_is_greedy_without_the_demos_lm(cli, demo_files):
-    model, lm = demo_files
-    lm.unlink()
-    assert resolved(cli, ["--asr-model", str(model)])[0] == "greedy"
+def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding, tmp_path):
+    model, _ = saved_decoding
+    (model.parent / "decoding.json").unlink()
+    assert resolved(cli, ["--asr-model", str(model)]) == ("greedy", *[None] * 5)
     # options only beam search reads are refused, saying why greedy is the default here
     from duet.asr.decoding import DecodingInputError
 
-    with pytest.raises(DecodingInputError, match="--alpha needs --asr-decoding beam or beam_lm: .* greedily by default "
-                                                  r"\(there is no demo LM"):
+    with pytest.raises(DecodingInputError, match=r"--alpha needs --asr-decoding beam or beam_lm: .* greedily by "
+                                                 r"default \(there is no .*decoding.json\)"):
         resolved(cli, ["--asr-model", str(model), "--alpha", "0.5"])
 
 
-def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, demo_files, monkeypatch, capsys):
-    model, lm = demo_files
+@pytest.mark.parametrize("content, message", [
+    ('{"strategy": "beam_lm", "beam_size": 16, "lm": "../lms/none.arpa"}', "its LM ../lms/none.arpa is not there"),
+    ('{"strategy": "beam_lm", "beem_size": 16, "lm": "../lms/mine.arpa"}', "unknown key 'beem_size'"),
+    ('{"strategy": "beam", "alpha": 0.5}', "'alpha' is not used by strategy beam"),
+    ('{"strategy": "beam", "beam_size": 0}', "'beam_size' must be a number >= 1, got 0"),
+    ('{"strategy": "viterbi"}', "'strategy' must be one of greedy, beam, beam_lm, got 'viterbi'"),
+    ('{"strategy": "beam_lm",', "not valid JSON"),
+])
+def test_a_broken_decoding_json_is_a_one_line_error_naming_it(cli, saved_decoding, capsys, content, message):
+    model, _ = saved_decoding
+    saved_file = model.parent / "decoding.json"
+    saved_file.write_text(content)
+    (model.parent / "slm").mkdir()
+    assert cli.main([str(model.parent / "a.flac"), "--asr-model", str(model), "--slm-model",
+                     str(model.parent / "slm")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pipeline: error: {saved_file}: {message}") and "\n" not in err, err
+
+
+def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, saved_decoding, monkeypatch, capsys):
+    model, lm = saved_decoding
     seen = {}
 
-    def fake_load(cls, asr_path, slm_path, asr_decoding=None, **kwargs):
-        seen["decoding"] = asr_decoding
+    def fake_load(cls, asr_path, slm_path, asr_decoding=None, asr_decoding_source=None, **kwargs):
+        seen["decoding"], seen["source"] = asr_decoding, asr_decoding_source
         raise AsrInputError("stop here")  # reported as a one-line error: nothing else to run
 
     from duet.asr.evaluate import AsrInputError
@@ -578,7 +606,38 @@ def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, demo_files, monkey
     (model.parent / "slm").mkdir()
     slm = str(model.parent / "slm")
     assert cli.main([str(model.parent / "a.flac"), "--asr-model", str(model), "--slm-model", slm]) == 2
-    expected = f"beam{cli.PIPELINE_BEAM}+LM(a={cli.PIPELINE_ALPHA:g},b={cli.PIPELINE_BETA:g})"
-    assert seen["decoding"].describe() == expected
-    assert seen["decoding"].ngram_lm == str(lm)
+    assert seen["decoding"].describe() == "beam16+LM(a=0.8,b=4)"
+    assert Path(seen["decoding"].ngram_lm).resolve() == lm and seen["source"] == str(model.parent / "decoding.json")
     assert capsys.readouterr().err.strip() == "pipeline: error: stop here"
+
+
+def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(cli, fake_slm, micro_model_and_manifest,
+                                                                              micro_token_lm, tmp_path, capfd):
+    """A real model copied anywhere, with its LM and decoding.json: the file is used; options override it."""
+    import shutil
+
+    from duet.asr.decoding import DecodingSettings
+    from duet.decoding_file import write_decoding_file
+    from tests.asr_helpers import transcripts_with
+
+    model, model_path, _, entries = micro_model_and_manifest
+    paths = [e["audio_filepath"] for e in entries[:2]]
+    folder = tmp_path / "anywhere" / "asr"
+    folder.mkdir(parents=True)
+    copy, lm = folder / "model.nemo", folder / "token.arpa"
+    shutil.copy(model_path, copy)
+    shutil.copy(micro_token_lm, lm)
+    fused = DecodingSettings("beam_lm", beam_size=6, ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)
+    write_decoding_file(folder / "decoding.json", replace(fused, ngram_lm=str(lm)))
+
+    def run(*options):
+        code = cli.main([*paths, "--asr-model", str(copy), *fake_slm, "--json", *options])
+        results = [json.loads(line) for line in capfd.readouterr().out.strip().splitlines()]
+        assert code == 0 and [r["error"] for r in results] == [None, None]
+        return {r["asr_decoding"] for r in results}, [r["transcript"] for r in results]
+
+    assert run() == ({f"beam6+LM(a=0.8,b=1.5) from {folder / 'decoding.json'}"},
+                     [t.strip() for t in transcripts_with(model, fused, paths)])
+    greedy = [t.strip() for t in transcripts_with(model, DecodingSettings(), paths)]
+    assert greedy != run()[1], "the LM should change this random model's output: otherwise the test cannot tell"
+    assert run("--asr-decoding", "greedy") == ({"greedy"}, greedy)

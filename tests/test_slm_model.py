@@ -1,12 +1,15 @@
 """Tiny-model behaviour: generation strategies, ablation variants (exact sizes, same function), learning."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from slm.ablation import default_variants, drop_layers, prune_heads, short_finetune, shrink_ffn
 from slm.data import format_alpaca_example, tokenize_example
-from slm.generate import as_flags, decoding_kwargs, generate_responses, respond
+from slm.generate import generate_responses, respond
+from slm.generation import GenerationSettings
 from slm.modeling import build_scratch_model, count_parameters, train_bpe_tokenizer
 
 ROWS = [{"instruction": f"set a timer for {n} minutes", "input": "", "output": f"OK, timer set for {n} minutes."}
@@ -99,37 +102,24 @@ def test_shrunk_ffn_saves_and_reloads(model, tmp_path):
     assert count_parameters(GPT2LMHeadModel.from_pretrained(tmp_path)) == count_parameters(shrink_ffn(model, 48))
 
 
-def test_decoding_options_are_validated():
-    assert decoding_kwargs("greedy")["do_sample"] is False
-    assert decoding_kwargs("beam", num_beams=3)["num_beams"] == 3
-    sample = decoding_kwargs("sample", temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.2)
-    assert (sample["do_sample"], sample["top_k"], sample["top_p"], sample["repetition_penalty"]) == (True, 20, 0.9, 1.2)
-    for bad in (dict(strategy="nucleus"), dict(strategy="beam", num_beams=1), dict(strategy="sample", temperature=0),
-                dict(max_new_tokens=0), dict(repetition_penalty=0), dict(top_k=-1), dict(top_p=0), dict(top_p=1.5)):
-        with pytest.raises(ValueError):
-            decoding_kwargs(**bad)
-    with pytest.raises(ValueError) as error:  # checked whatever the strategy: a typo is never silently ignored
-        decoding_kwargs("greedy", top_p=2)
-    assert as_flags(error.value) == "--top-p must be in (0, 1], got 2"
-
-
 def test_training_teaches_answers_and_stopping(model, tokenizer):
     """150 steps on 12 rows: loss falls; greedy answers take the trained form and stop at EOS."""
     rows = [tokenize_example(r, tokenizer, 128) for r in ROWS]
     losses = short_finetune(model, rows, tokenizer.eos_token_id, steps=150, learning_rate=3e-3, batch_size=12,
                             mask_prompt=True, seed=0, log=lambda _: None)
     assert sum(losses[-10:]) / 10 < 0.2 * sum(losses[:10]) / 10
-    answers = generate_responses(model, tokenizer, ROWS, batch_size=12, max_new_tokens=20)
+    greedy = GenerationSettings(max_new_tokens=20, repetition_penalty=1.0)
+    answers = generate_responses(model, tokenizer, ROWS, greedy, batch_size=12)
     for row, answer in zip(ROWS, answers):
         # the right kind of answer, and it ends where the training answers end (the model learned to stop)
         assert answer.startswith("OK, timer set for" if "timer" in row["instruction"] else "Playing"), answer
         assert answer.endswith(".") and answer.count(".") == 1, answer
     # left-padded batches give the same answers as one prompt at a time
-    assert [respond(model, tokenizer, r["instruction"], max_new_tokens=20) for r in ROWS] == answers
-    assert respond(model, tokenizer, ROWS[0]["instruction"], strategy="beam", num_beams=3, max_new_tokens=20)
+    assert [respond(model, tokenizer, r["instruction"], settings=greedy) for r in ROWS] == answers
+    assert respond(model, tokenizer, ROWS[0]["instruction"], settings=replace(greedy, strategy="beam", num_beams=3))
     torch.manual_seed(0)
-    sampled = respond(model, tokenizer, ROWS[0]["instruction"], strategy="sample", temperature=0.8, top_k=5,
-                      max_new_tokens=20)
+    sampled = respond(model, tokenizer, ROWS[0]["instruction"],
+                      settings=GenerationSettings("sample", temperature=0.8, top_k=5, max_new_tokens=20))
     assert isinstance(sampled, str) and sampled
 
 

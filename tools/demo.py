@@ -6,8 +6,13 @@ Usage:
   python tools/demo.py --list          # the stages and the exact command each one runs
   python tools/demo.py --only asr
   python tools/demo.py --from slm
+  python tools/demo.py --only lm --verbose    # show the stage's own output live, as well as in its log
 
-Stages, each one of the toolkit's own entry scripts run as a user would (the command is printed):
+Each stage prints its command, a line that counts the seconds while it runs, and its result in one line. The
+command's own output (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g.
+experiments/asr/log.txt; --verbose shows it live too. A failing stage prints the last 20 lines of its log.
+
+Stages, each one of the toolkit's own entry scripts run as a user would:
   manifests  samples/LibriSpeech -> manifests/{train,dev,test}-clean.json
   tokenizer  a new 256-piece BPE tokenizer trained on the sample's training text
   realmix    (only where ../shared/real_speech exists) 260 utterances of speechocean762/train, the base's own
@@ -17,7 +22,8 @@ Stages, each one of the toolkit's own entry scripts run as a user would (the com
   lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence)
   lm         a token 6-gram LM (KenLM) on that text, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
-  pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances
+  pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances;
+             the decoding is saved as experiments/demo_asr/decoding.json, which tools/pipeline.py then uses
   generalise the base and the fine-tuned model on every set of bench/asr_generalisation.py (the sample's
              test-clean, unseen synthetic voices, and the held-out real speech of ../shared/real_speech when it
              exists): WER before -> after, a real set more than 2 points worse flagged
@@ -30,13 +36,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_ASR_MODEL, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL, EXPERIMENTS,
-                       LM_ORDER, LM_SENTENCES, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA, Stage, asr_summary,
-                       generalisation_summary, pipeline_summary, slm_summary)
+from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL,
+                       EXPERIMENTS, LM_ORDER, LM_SENTENCES, Stage, asr_summary, demo_decoding, generalisation_summary,
+                       log_tail, pipeline_summary, slm_summary, write_demo_decoding)
 from duet.errors import cli
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.io import read_jsonl, write_jsonl_atomic
@@ -62,6 +69,14 @@ def write_assistant_requests(out: Path) -> None:
     """The test-clean utterances that are assistant requests (not read speech), as a manifest."""
     kinds = bundled_sample_kinds("test-clean")
     write_jsonl_atomic(out, [e for e in read_jsonl(MANIFESTS["test-clean"]) if kinds.get(e["text"]) == "assistant"])
+
+
+def prepare_pipeline(requests: Path):
+    """What the pipeline stage reads besides its command: the assistant requests and the demo model's decoding."""
+    def prepare() -> None:
+        write_assistant_requests(requests)
+        write_demo_decoding()
+    return prepare
 
 
 def stages() -> list[Stage]:
@@ -108,13 +123,12 @@ def stages() -> list[Stage]:
               lambda: slm_summary(slm_dir / "metrics.json"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
+        # no decoding options: the pipeline reads the decoding.json that prepare writes beside the model
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
-                           "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir),
-                           "--asr-decoding", "beam_lm", "--beam-size", str(PIPELINE_BEAM), "--lm", str(DEMO_LM),
-                           "--alpha", str(PIPELINE_ALPHA), "--beta", str(PIPELINE_BETA)],
-              lambda: pipeline_summary(answers, requests), prepare=lambda: write_assistant_requests(requests),
+                           "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir)],
+              lambda: pipeline_summary(answers, requests), prepare=prepare_pipeline(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
-              outputs=[answers], stdout_to=answers),
+              outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={"asr_decoding": asdict(demo_decoding())}),
         # one command per model: the base's scores are kept while the base is unchanged
         Stage("generalise-base", [*generalise, "--model", str(BASE_CHECKPOINT), "--out-dir", str(base_report.parent)],
               lambda: f"base scored on {len(json.loads(base_report.read_text())['rows'])} sets",
@@ -125,6 +139,21 @@ def stages() -> list[Stage]:
     ]
 
 
+class ProgressLine:
+    """The console line that counts a running stage's seconds, redrawn in place (on a terminal only)."""
+
+    def __call__(self, seconds: float) -> None:
+        print(f"\r  running ... {seconds:.0f} s", end="", flush=True)
+
+    def clear(self) -> None:
+        print("\r" + " " * 40 + "\r", end="", flush=True)
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it, as the stage commands are shown."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 @cli
 def main(argv: list[str] | None = None) -> int:
     names = [stage.name for stage in stages()]
@@ -133,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--only", nargs="+", choices=names, help="run just these stages")
     which.add_argument("--from", dest="start", choices=names, help="start at this stage")
     parser.add_argument("--list", action="store_true", help="print the stages and their commands")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show each stage's own output live (it always goes to experiments/<stage>/log.txt)")
     args = parser.parse_args(argv)
     selected = names[names.index(args.start):] if args.start else args.only or names
 
@@ -146,11 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
         if stage.up_to_date():
             print(f"{stage.name}: outputs are up to date (same command and inputs), skipped")
-        elif (code := stage.run()) != 0:
-            print(f"\ndemo: stage {stage.name!r} failed (exit {code}); fix it and resume with "
-                  f"python tools/demo.py --from {stage.name}", file=sys.stderr)
-            return code
+        else:
+            progress = ProgressLine() if not args.verbose and sys.stdout.isatty() else None
+            code = stage.run(verbose=args.verbose, on_tick=progress)
+            if progress:
+                progress.clear()
+            log = shown_path(stage.log_path)
+            if code != 0:
+                if stage.log_path.is_file():
+                    print("\n".join([f"--- last lines of {log}:", *log_tail(stage.log_path), "---"]),
+                          file=sys.stderr)
+                print(f"\ndemo: stage {stage.name!r} failed (exit {code}); its log: {log}; fix it and resume with "
+                      f"python tools/demo.py --from {stage.name}", file=sys.stderr)
+                return code
+            print(f"{stage.name}: done in {time.time() - start:.0f} s (log: {log})")
         rows.append((stage.name, f"{time.time() - start:.0f} s", stage.summarize()))
+        print(f"  {rows[-1][2]}", flush=True)
     if args.list:
         return 0
 

@@ -17,9 +17,13 @@ Usage:
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
-DEFAULT_SLM_MODEL below) and, for that ASR model, the demo's decoding: beam search with the token LM the
-demo built (duet.demo.DEMO_LM) at the width and weights tuned for it on dev-clean (--asr-decoding greedy
-turns it off). Any rate or channel count is read and resampled to the model's 16 kHz mono;
+DEFAULT_SLM_MODEL below). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
+otherwise, is read from decoding.json in the ASR model's folder, if there is one; the demo writes one beside
+its model (beam search with the demo's token LM at the width and weights tuned on dev-clean):
+  {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
+("lm" is relative to the file's folder). Options given replace its values, --asr-decoding greedy or --lm
+set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
+A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
 transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
 and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
@@ -42,8 +46,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from duet.demo import DEMO_ASR_MODEL, DEMO_LM, DEMO_SLM_MODEL, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError, cli
+from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
 DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
@@ -54,7 +59,6 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 def get_parser() -> argparse.ArgumentParser:
     from duet.asr.decoding import add_decoding_arguments
-    from slm.generate import STRATEGIES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
@@ -68,16 +72,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming ASR with partial transcripts (streaming models only)")
     add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
-        f"for the demo's ASR model, when the demo's LM exists and without --stream: beam_lm with that LM and "
-        f"--beam-size {PIPELINE_BEAM} --alpha {PIPELINE_ALPHA:g} --beta {PIPELINE_BETA:g} unless given; "
-        "with --lm: beam_lm; otherwise greedy"))
-    parser.add_argument("--strategy", choices=STRATEGIES, default="greedy", help="language model decoding")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=50)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--repetition-penalty", type=float, default=1.1)
+        "the decoding.json in the ASR model's folder (the demo writes one), each option given replacing its "
+        "value; with --lm: beam_lm; with --stream or no such file: greedy"))
+    add_generation_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
     parser.add_argument("--speak", type=Path, default=None,
                         help="write the spoken answer to this WAV (several files: <stem>_<name>.wav beside it, "
@@ -161,54 +158,63 @@ def main(argv: list[str] | None = None) -> int:
         json_out.close()
 
 
-def resolve_asr_decoding(args: argparse.Namespace) -> None:
-    """Fill in the ASR decoding left unsaid. The demo's own model, with its LM built: beam search + that LM
-    at the width and weights tuned for it (``--asr-decoding`` left out, or beam_lm without ``--lm``); options
-    given explicitly are kept. ``--lm`` alone means beam_lm with it. Anything else, and ``--stream``: greedy.
-    Beam options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
+def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
+    """Fill in the ASR decoding left unsaid; returns the decoding.json it came from (and the options given over
+    it), or None when the options alone decide.
+
+    Without --asr-decoding (or with the strategy the file names) and without --lm, the decoding.json in the
+    model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
+    the library's weights (the file's were tuned for its own LM). No file, and ``--stream``: greedy. Beam
+    options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
     from duet.asr.decoding import DECODING_OPTIONS, DecodingInputError
+    from duet.decoding_file import USED, decoding_file_for, read_decoding_file
 
     if args.stream:  # streaming decodes greedily; settings_from_args names any option it would ignore
         args.ctc_decoding = args.ctc_decoding or "greedy"
-        return
-    demo_model = DEMO_LM.is_file() and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve()
-    if args.ctc_decoding is None and args.lm is not None:
-        args.ctc_decoding = "beam_lm"
-    elif args.ctc_decoding in (None, "beam_lm") and args.lm is None and demo_model:
-        args.ctc_decoding, args.lm = "beam_lm", str(DEMO_LM)
-        for attr, value in (("beam_size", PIPELINE_BEAM), ("alpha", PIPELINE_ALPHA), ("beta", PIPELINE_BETA)):
-            if getattr(args, attr) is None:
+        return None
+    if args.lm is not None:
+        args.ctc_decoding = args.ctc_decoding or "beam_lm"
+        return None
+    saved_path = decoding_file_for(args.asr_model)
+    saved = (read_decoding_file(saved_path) if args.ctc_decoding in (None, "beam", "beam_lm") and saved_path.is_file()
+             else None)
+    given = [flag for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]
+    if saved is not None and saved.strategy != "greedy" and args.ctc_decoding in (None, saved.strategy):
+        args.ctc_decoding = saved.strategy
+        values = {"beam_size": saved.beam_size, "lm": saved.ngram_lm, "alpha": saved.alpha, "beta": saved.beta}
+        for attr, value in values.items():
+            if getattr(args, attr) is None and attr in USED[saved.strategy]:
                 setattr(args, attr, value)
-    elif args.ctc_decoding is None:
+        return f"{saved_path}, {', '.join(given)} given" if given else str(saved_path)
+    if args.ctc_decoding is None:
         args.ctc_decoding = "greedy"
-        given = [flag for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]  # --lm is unset here
         if given:
-            why = ("the demo's LM is for the demo's model" if DEMO_LM.is_file()
-                   else f"there is no demo LM at {DEMO_LM}")
+            why = f"{saved_path} says greedy" if saved is not None else f"there is no {saved_path}"
             raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "
                                      f"decodes greedily by default ({why})")
+    return None
 
 
 def run(args: argparse.Namespace, json_out) -> int:
     from duet.asr.decoding import settings_from_args
     from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
     from duet.pipeline import VoicePipeline
-    from slm.generate import decoding_from_args
 
     try:
-        decoding = decoding_from_args(args)  # bad language-model options fail here, not after the first file
-    except ValueError as e:
+        generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
+    except GenerationSettingsError as e:
         raise DuetError(f"language model decoding: {e}") from e
-    resolve_asr_decoding(args)
+    asr_decoding_source = resolve_asr_decoding(args)
     asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
     resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
                                  "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
-    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
+    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
                                           max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
-                                          asr_decoding=asr_decoding, stream=args.stream)
+                                          asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source,
+                                          stream=args.stream)
     if not args.json:
-        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {asr_decoding.describe()} decoding, "
-              f"SLM {args.slm_model})")
+        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {pipeline.describe_asr_decoding()} "
+              f"decoding, SLM {args.slm_model})")
         if args.stream:
             print(f"streaming: {streaming_latency(pipeline.asr_model).describe()}")
     failures = 0

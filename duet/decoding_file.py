@@ -1,0 +1,90 @@
+"""A model's chosen CTC decoding, saved as ``decoding.json`` in the model's folder.
+
+The demo writes one beside its fine-tuned model (beam search with its token LM, at the width and weights
+tuned for them); ``tools/pipeline.py`` reads the one beside whatever model it is given, when no decoding
+option says otherwise. The file::
+
+    {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
+
+``lm`` is relative to the file's folder, so the folder can be moved or copied with the LM beside it.
+Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from duet.asr.decoding import STRATEGIES, DecodingSettings
+from duet.errors import DuetError
+from duet.io import write_text_atomic
+
+DECODING_FILE_NAME = "decoding.json"
+# the file's keys and the DecodingSettings fields they fill
+KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta"}
+# the keys each strategy reads: one it would ignore is refused, never dropped silently
+USED = {"greedy": ("strategy",), "beam": ("strategy", "beam_size", "beta"), "beam_lm": tuple(KEYS)}
+
+
+class DecodingFileError(DuetError, ValueError):
+    """A decoding.json that cannot be used (bad JSON, unknown key, wrong value, missing LM), named in the message."""
+
+
+def decoding_file_for(model_path: str | os.PathLike) -> Path:
+    """Where a model's decoding.json is: in the folder that holds the model."""
+    return Path(model_path).parent / DECODING_FILE_NAME
+
+
+def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings) -> bool:
+    """Save ``settings`` to ``path`` (atomically), the LM as a path relative to the file's folder. The file is
+    left untouched when it already says the same; returns whether it was written."""
+    path = Path(path)
+    record = {"strategy": settings.strategy}
+    if settings.strategy != "greedy":
+        record |= {"beam_size": settings.beam_size, "beta": settings.beta}
+    if settings.strategy == "beam_lm":
+        record |= {"lm": os.path.relpath(Path(settings.ngram_lm).resolve(), path.parent.resolve()),
+                   "alpha": settings.alpha}
+    text = json.dumps(record, indent=1) + "\n"
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    write_text_atomic(path, text)
+    return True
+
+
+def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
+    """The settings saved in ``path``; anything wrong with it is a ``DecodingFileError`` naming the file."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DecodingFileError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except OSError as e:
+        raise DecodingFileError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not isinstance(record, dict):
+        raise DecodingFileError(f"{path}: expected a JSON object with the keys {', '.join(KEYS)}")
+    unknown = sorted(set(record) - set(KEYS))
+    if unknown:
+        raise DecodingFileError(f"{path}: unknown key {unknown[0]!r} (the keys are {', '.join(KEYS)})")
+    if record.get("strategy") not in STRATEGIES:
+        raise DecodingFileError(f"{path}: 'strategy' must be one of {', '.join(STRATEGIES)}, "
+                                f"got {record.get('strategy')!r}")
+    for key, kind, low in (("beam_size", int, 1), ("alpha", (int, float), 0), ("beta", (int, float), None)):
+        value = record.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
+                                  or (low is not None and value < low)):
+            rule = f"a number >= {low}" if low is not None else "a number"
+            raise DecodingFileError(f"{path}: {key!r} must be {rule}, got {value!r}")
+    ignored = sorted(set(record) - set(USED[record["strategy"]]))
+    if ignored:
+        raise DecodingFileError(f"{path}: {ignored[0]!r} is not used by strategy {record['strategy']}")
+    if record["strategy"] == "beam_lm":
+        if not isinstance(record.get("lm"), str):
+            raise DecodingFileError(f"{path}: strategy beam_lm needs 'lm', the token ARPA's path relative to "
+                                    "this file's folder")
+        lm = path.parent / record["lm"]
+        if not lm.is_file():
+            raise DecodingFileError(f"{path}: its LM {record['lm']} is not there ({lm} not found)")
+        record["lm"] = str(lm)
+    return DecodingSettings(**{KEYS[key]: value for key, value in record.items()})

@@ -1,0 +1,95 @@
+"""How the language model decodes: one typed settings class with the project's defaults, its command-line
+flags, and the one converter from parsed flags to settings.
+
+Every entry script that generates (``slm/generate.py``, ``tools/pipeline.py``, ``bench/pipeline_latency.py``)
+adds the flags with :func:`add_generation_arguments` and reads them with :func:`generation_settings_from_args`;
+library code (``slm.generate.respond``, ``duet.pipeline.VoicePipeline``) takes a :class:`GenerationSettings`.
+Each field is spelt as its flag with dashes (``max_new_tokens`` is ``--max-new-tokens``), and error messages
+name the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+from slm.errors import DuetError
+
+STRATEGIES = ("greedy", "beam", "sample")
+
+
+class GenerationSettingsError(DuetError, ValueError):
+    """A decoding value out of range, named by its flag (``--top-p must be in (0, 1], got 2``)."""
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Decoding settings for ``model.generate``. Every value is checked by :meth:`validate` whatever the strategy,
+    so a typo in an option the strategy does not read is still an error, never silently ignored.
+
+    The defaults are the voice pipeline's: the demo's answers (experiments/demo_pipeline/answers.jsonl and the
+    figures in RESULTS.md) were produced with them, so the demo behaves as before.
+    """
+
+    strategy: str = "greedy"
+    max_new_tokens: int = 64  # the assistant's answers are one sentence; 64 tokens bound a rambling one
+    num_beams: int = 4  # beam search width
+    temperature: float = 0.8  # sampling only
+    top_k: int = 50  # sampling: keep the k most likely tokens (0 = off)
+    top_p: float = 0.95  # sampling: nucleus mass (1.0 = off)
+    repetition_penalty: float = 1.1  # > 1 discourages repeats; applies to greedy and beam search too
+
+    def validate(self) -> "GenerationSettings":
+        """Return ``self`` when every value is usable; else raise ``GenerationSettingsError`` naming the flag."""
+        if self.strategy not in STRATEGIES:
+            raise GenerationSettingsError(f"--strategy must be one of {', '.join(STRATEGIES)}, got '{self.strategy}'")
+        for name, ok, rule in (("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
+                               ("repetition_penalty", self.repetition_penalty > 0, "> 0"),
+                               ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),
+                               ("top_p", 0 < self.top_p <= 1, "in (0, 1]")):
+            if not ok:
+                raise GenerationSettingsError(f"{flag(name)} must be {rule}, got {getattr(self, name):g}")
+        if self.strategy == "beam" and self.num_beams < 2:
+            raise GenerationSettingsError(f"beam search needs --num-beams >= 2, got {self.num_beams:g}")
+        if self.strategy == "sample" and self.temperature <= 0:
+            raise GenerationSettingsError(f"sampling needs --temperature > 0, got {self.temperature:g}")
+        return self
+
+    def generate_kwargs(self) -> dict:
+        """Keyword arguments for ``model.generate`` (KV cache on), after :meth:`validate`."""
+        self.validate()
+        kwargs = {"max_new_tokens": self.max_new_tokens, "repetition_penalty": self.repetition_penalty,
+                  "use_cache": True}
+        if self.strategy == "greedy":
+            return {**kwargs, "do_sample": False, "num_beams": 1}
+        if self.strategy == "beam":
+            return {**kwargs, "do_sample": False, "num_beams": self.num_beams, "early_stopping": True}
+        return {**kwargs, "do_sample": True, "temperature": self.temperature, "top_k": self.top_k,
+                "top_p": self.top_p}
+
+
+def flag(field_name: str) -> str:
+    """The command-line flag of a ``GenerationSettings`` field: ``top_p`` -> ``--top-p``."""
+    return "--" + field_name.replace("_", "-")
+
+
+HELP = {"strategy": "language model decoding", "num_beams": "beam search width",
+        "temperature": "sampling temperature", "top_k": "sampling: keep the k most likely tokens (0 = off)",
+        "top_p": "sampling: nucleus mass (1.0 = off)", "repetition_penalty": ">1 discourages repeats",
+        "max_new_tokens": "longest answer in tokens (generation also stops at EOS)"}
+
+
+def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per ``GenerationSettings`` field, defaulting to the field's default."""
+    group = parser.add_argument_group("language model decoding")
+    for field in fields(GenerationSettings):
+        extra = {"choices": STRATEGIES} if field.name == "strategy" else {"type": type(field.default)}
+        group.add_argument(flag(field.name), default=field.default, **extra,
+                           help=f"{HELP[field.name]} (default: {field.default})")
+
+
+def generation_settings_from_args(args: argparse.Namespace) -> GenerationSettings:
+    """The validated settings of the flags :func:`add_generation_arguments` added; a bad value is a
+    ``GenerationSettingsError`` naming its flag, before any model loads."""
+    return GenerationSettings(**{field.name: getattr(args, field.name) for field in fields(GenerationSettings)}) \
+        .validate()

@@ -1,0 +1,72 @@
+"""slm.generation: one set of language-model decoding defaults, the same flags in every script that generates,
+and a bad value refused by name."""
+
+import importlib.util
+import sys
+from dataclasses import fields
+
+import pytest
+
+from slm.generation import GenerationSettings, GenerationSettingsError, flag, generation_settings_from_args
+
+# each script's parser, with the positional arguments it needs to parse
+SCRIPTS = {"slm/generate.py": ["model", "hi"], "tools/pipeline.py": ["a.flac"], "bench/pipeline_latency.py": []}
+
+
+def script_module(repo_root, script):
+    name = "generation_flags_" + script.replace("/", "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, repo_root / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_that_generates_has_the_same_flags_and_defaults(repo_root, script):
+    parser = script_module(repo_root, script).get_parser()
+    args = parser.parse_args(SCRIPTS[script])
+    assert generation_settings_from_args(args) == GenerationSettings()
+    changed = parser.parse_args([*SCRIPTS[script], "--strategy", "sample", "--max-new-tokens", "7", "--num-beams",
+                                 "3", "--temperature", "0.5", "--top-k", "9", "--top-p", "0.5",
+                                 "--repetition-penalty", "1.3"])
+    assert generation_settings_from_args(changed) == GenerationSettings("sample", 7, 3, 0.5, 9, 0.5, 1.3)
+
+
+def test_the_defaults_are_the_pipelines_that_made_the_demos_answers():
+    assert GenerationSettings() == GenerationSettings("greedy", max_new_tokens=64, num_beams=4, temperature=0.8,
+                                                      top_k=50, top_p=0.95, repetition_penalty=1.1)
+
+
+def test_the_kwargs_follow_the_strategy():
+    assert GenerationSettings("greedy").generate_kwargs()["do_sample"] is False
+    assert GenerationSettings("beam", num_beams=3).generate_kwargs()["num_beams"] == 3
+    sample = GenerationSettings("sample", temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.2).generate_kwargs()
+    assert (sample["do_sample"], sample["top_k"], sample["top_p"], sample["repetition_penalty"]) == (True, 20, 0.9, 1.2)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(strategy="nucleus"), "--strategy must be one of greedy, beam, sample, got 'nucleus'"),
+    (dict(strategy="beam", num_beams=1), "beam search needs --num-beams >= 2, got 1"),
+    (dict(strategy="sample", temperature=0), "sampling needs --temperature > 0, got 0"),
+    (dict(max_new_tokens=0), "--max-new-tokens must be >= 1, got 0"),
+    (dict(repetition_penalty=0), "--repetition-penalty must be > 0, got 0"),
+    (dict(top_k=-1), "--top-k must be >= 0 (0 = off), got -1"),
+    (dict(top_p=0), "--top-p must be in (0, 1], got 0"),
+    (dict(top_p=1.5), "--top-p must be in (0, 1], got 1.5"),
+    (dict(strategy="greedy", top_p=2), "--top-p must be in (0, 1], got 2"),  # checked whatever the strategy
+])
+def test_validate_names_the_bad_value(bad, message):
+    with pytest.raises(GenerationSettingsError) as error:
+        GenerationSettings(**bad).validate()
+    assert str(error.value) == message
+    with pytest.raises(GenerationSettingsError):  # model.generate is never reached with it
+        GenerationSettings(**bad).generate_kwargs()
+
+
+def test_every_field_is_named_by_its_flag_in_slm_generate(repo_root, capsys):
+    generate = script_module(repo_root, "slm/generate.py")
+    for field in fields(GenerationSettings):
+        assert flag(field.name) in generate.get_parser().format_help()
+    assert generate.main(["no/such/model", "hi", "--top-p", "2"]) == 2  # refused before the model loads
+    assert capsys.readouterr().err.strip() == "generate: error: --top-p must be in (0, 1], got 2"
