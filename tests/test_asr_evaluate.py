@@ -12,6 +12,7 @@ pytest.importorskip("nemo.collections.asr")
 
 from duet.asr import evaluate  # noqa: E402
 from duet.asr.decoding import DecodingSettings  # noqa: E402
+from duet.text import normalize_text  # noqa: E402
 from tests.asr_helpers import REPO, transcripts_with  # noqa: E402
 
 SCRIPT = REPO / "nemo_recipes" / "evaluate_ctc.py"
@@ -229,7 +230,7 @@ def test_evaluate_cli_beam_lm_decodes_with_the_lm_and_records_it(micro_model_and
     paths = [e["audio_filepath"] for e in entries]
     fused = transcripts_with(model, DecodingSettings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5),
                              paths)
-    assert hyps == [evaluate.normalize_text(t) for t in fused]
+    assert hyps == [normalize_text(t) for t in fused]
     assert fused != transcripts_with(model, DecodingSettings("beam", beta=1.5), paths), "the LM was not used"
 
 
@@ -279,7 +280,7 @@ def test_evaluate_cli_stream_reports_lookahead_and_chunk_compute(tiny_streaming_
     assert "look-ahead 480 ms, chunk 560 ms" in stdout
     hyps = [json.loads(line)["hyp"] for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
     offline = evaluate.transcribe_files(tiny_streaming_model, [e["audio_filepath"] for e in entries])
-    assert hyps == [evaluate.normalize_text(t) for t in offline] and any(hyps)
+    assert hyps == [normalize_text(t) for t in offline] and any(hyps)
 
 
 def test_evaluate_cli_stream_refuses_an_offline_model(micro_model_and_manifest, capsys):

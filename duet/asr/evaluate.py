@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import re
 import tarfile
 import time
 import warnings
@@ -30,6 +29,7 @@ from tqdm import tqdm
 
 from duet.errors import DuetError, first_line
 from duet.io import read_jsonl, write_jsonl_atomic, write_text_atomic
+from duet.text import normalize_text
 
 log = logging.getLogger(__name__)
 
@@ -228,14 +228,6 @@ def _init_worker(model, audios) -> None:
 def _decode_in_worker(batch: list[int]) -> tuple[list[int], list[str]]:
     audios = _worker_state["audios"]
     return batch, _decode_batch(_worker_state["model"], [audios[i] for i in batch])
-
-
-_PUNCT = re.compile(r"[^\w\s']")
-
-
-def normalize_text(text: str) -> str:
-    """Lower case, punctuation except apostrophes removed, single spaces: applied to refs and hyps alike."""
-    return " ".join(_PUNCT.sub(" ", text.lower()).split())
 
 
 @dataclass
