@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
-from duet.asr import decoding, evaluate, generalisation
+from duet.asr import decoding, generalisation, inference
 from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     settings = decoding.settings_from_args(args, "--decoding")
     if args.batch_size < 1:
         raise DuetError(f"--batch-size must be at least 1, got {args.batch_size}")
-    evaluate.check_workers(args.workers, "--workers")
+    inference.check_workers(args.workers, "--workers")
     if not args.model.is_file():
         raise DuetError(f"--model: no such file: {args.model}")
     wanted = set(args.sets) if args.sets else None
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     unknown = sorted((wanted or set()) - {s.name for s in sets})
     if unknown:
         raise DuetError(f"--sets: unknown or excluded set(s): {', '.join(unknown)}")
-    model = evaluate.load_asr_model(args.model)
+    model = inference.load_asr_model(args.model)
     decoding.set_decoding(model, settings)
     out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
     start = time.time()

@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from duet.asr import decoding, evaluate, streaming
+from duet.asr import decoding, evaluate, inference, scoring, streaming
 from duet.errors import cli
 
 
@@ -67,13 +67,13 @@ def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
     streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32), "--workers": ("workers", None)})
-    evaluate.check_workers(args.workers, "--workers")
-    model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
+    inference.check_workers(args.workers, "--workers")
+    model = inference.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
     if args.stream:
         streaming.check_streaming_model(model)
     decoding.set_decoding(model, settings)
     if args.int8:
-        evaluate.quantize_linear_int8(model)
+        inference.quantize_linear_int8(model)
     if args.audio:
         return transcribe_only(model, args)
     if args.stream:
@@ -83,8 +83,8 @@ def main(argv=None) -> int:
                                              workers=args.workers)
     scored.summary.update(model=str(args.model), int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
-    utt_path, summary_path = evaluate.write_results(scored, out_dir, args.prefix)
-    print(evaluate.format_examples(scored.records, args.show))
+    utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)
+    print(scoring.format_examples(scored.records, args.show))
     s = scored.summary
     print(json.dumps(s, indent=2))
     print(
@@ -104,7 +104,7 @@ def transcribe_only(model, args) -> int:
     if args.stream:
         texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=True)
     else:
-        texts = evaluate.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True,
+        texts = inference.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True,
                                           workers=args.workers)
     for path, text in zip(args.audio, texts):
         print(f"{path}\t{text}")

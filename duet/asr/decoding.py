@@ -10,7 +10,7 @@ NeMo's other LM strategies need packages that are not usable here: ``beam`` need
 ``ctc_decoders`` (not on PyPI for Python 3.11), ``flashlight`` needs ``flashlight-text``, and
 ``pyctcdecode`` (word LM) pins ``numpy<2`` which conflicts with the rest of the environment.
 
-After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.evaluate`` (which calls
+After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.inference`` (which calls
 ``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``. Entry scripts take
 the settings as options through ``add_decoding_arguments`` / ``settings_from_args``
 (``nemo_recipes/evaluate_ctc.py --decoding``, ``tools/pipeline.py --asr-decoding``).
@@ -162,10 +162,10 @@ class CachedLogProbs:
 
 
 def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
-    """Run the model once over ``paths`` (longest first, like ``duet.asr.evaluate.transcribe_files``)."""
+    """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``)."""
     import torch
 
-    from duet.asr.evaluate import load_audio
+    from duet.asr.inference import load_audio
 
     sample_rate = int(model.cfg.sample_rate)
     device = next(model.parameters()).device

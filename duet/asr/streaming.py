@@ -22,7 +22,10 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from duet.asr.evaluate import AsrInputError, Scored, evaluate_manifest, load_audio
+from duet.asr.evaluate import evaluate_manifest
+from duet.asr.inference import load_audio
+from duet.asr.scoring import Scored
+from duet.errors import AsrInputError
 
 
 @dataclass
