@@ -37,7 +37,7 @@ from duet import REPO_ROOT
 from duet.asr.decoding import add_decoding_arguments, set_decoding, settings_from_args
 from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
 from duet.errors import DuetError, cli
-from duet.io import read_jsonl
+from duet.manifest import read_manifest
 from duet.pipeline import VoicePipeline
 
 
@@ -47,7 +47,7 @@ TEST_MANIFEST = REPO_ROOT / "manifests" / "test-clean.json"
 def make_clip(seconds: float, out: Path, manifest: Path = TEST_MANIFEST) -> Path:
     """Concatenate held-out test-clean utterances (0.3 s apart) to about ``seconds`` of audio."""
     parts, total = [], 0.0
-    for entry in read_jsonl(manifest):
+    for entry in read_manifest(manifest):
         if total >= seconds:
             break
         audio, sr = soundfile.read(entry["audio_filepath"], dtype="float32")

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from duet.asr import evaluate, scoring
 from duet.errors import AsrInputError
-from duet.io import write_jsonl_atomic
-from duet.manifest import ManifestOptions, build_split_manifest
+from duet.manifest import ManifestOptions, build_split_manifest, write_manifest
 from duet.real_speech import HELD_OUT_SETS, set_dir
 
 
@@ -52,7 +51,7 @@ def build_manifest(eval_set: EvalSet, out_dir: Path, jobs: int = 1) -> Path:
         reasons = "; ".join(str(p) for p in manifest.problems[:3]) or "no audio with transcripts"
         raise AsrInputError(f"{eval_set.name}: no usable utterance in {eval_set.split_dir} ({reasons})")
     path = out_dir / f"{eval_set.name.replace(' ', '_').replace('/', '_')}.json"
-    write_jsonl_atomic(path, manifest.entries)
+    write_manifest(path, manifest.entries)
     return path
 
 
