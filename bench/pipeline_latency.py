@@ -34,7 +34,8 @@ import soundfile
 import torch
 
 from duet import REPO_ROOT
-from duet.asr.decoding import add_decoding_arguments, set_decoding, settings_from_args
+from duet.asr.decoding import set_decoding
+from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
 from duet.errors import DuetError, cli
 from duet.manifest import read_manifest
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                              ("--threads", args.threads, 1)):
         if value < low:
             parser.error(f"{flag} must be >= {low:g}, got {value:g}")
-    asr_decoding = settings_from_args(args, "--asr-decoding")
+    asr_decoding = decoding_settings_from_args(args, "--asr-decoding")
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
                        ("--asr-tokenizer", args.asr_tokenizer)):
         if not path.exists():

@@ -53,7 +53,7 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 
 def get_parser() -> argparse.ArgumentParser:
-    from duet.asr.decoding import add_decoding_arguments
+    from duet.cli_args import add_decoding_arguments
     from slm.generate import STRATEGIES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -166,9 +166,10 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
     at the width and weights tuned for it (``--asr-decoding`` left out, or beam_lm without ``--lm``); options
     given explicitly are kept. ``--lm`` alone means beam_lm with it. Anything else, and ``--stream``: greedy.
     Beam options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
-    from duet.asr.decoding import DECODING_OPTIONS, DecodingInputError
+    from duet.asr.decoding import DecodingInputError
+    from duet.cli_args import DECODING_OPTIONS
 
-    if args.stream:  # streaming decodes greedily; settings_from_args names any option it would ignore
+    if args.stream:  # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
         args.ctc_decoding = args.ctc_decoding or "greedy"
         return
     demo_model = DEMO_LM.is_file() and args.asr_model.resolve() == DEFAULT_ASR_MODEL.resolve()
@@ -190,8 +191,9 @@ def resolve_asr_decoding(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
-    from duet.asr.decoding import settings_from_args
-    from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
+    from duet.asr.batching import OfflineBatching
+    from duet.asr.streaming import describe_report, streaming_latency
+    from duet.cli_args import decoding_settings_from_args, offline_batching_from_args
     from duet.pipeline import VoicePipeline
     from slm.generate import decoding_from_args
 
@@ -200,11 +202,12 @@ def run(args: argparse.Namespace, json_out) -> int:
     except ValueError as e:
         raise DuetError(f"language model decoding: {e}") from e
     resolve_asr_decoding(args)
-    asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
-    resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
-                                 "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
+    asr_decoding = decoding_settings_from_args(args, "--asr-decoding", streaming=args.stream)
+    batching = offline_batching_from_args(args, OfflineBatching(batch_size=8, max_chunk_seconds=20.0),
+                                          {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--max-chunk-seconds"},
+                                          streaming=args.stream)
     pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, slm_decoding=decoding,
-                                          max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
+                                          max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
                                           asr_decoding=asr_decoding, stream=args.stream)
     if not args.json:
         print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {asr_decoding.describe()} decoding, "

@@ -23,6 +23,7 @@ import soundfile as sf
 import torch
 from tqdm import tqdm
 
+from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
 __all__ = ["AsrInputError", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio",
@@ -199,12 +200,6 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
                                                   input_signal_length=lengths.to(device))
         hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
     return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
-
-
-def check_workers(workers: int | None, name: str = "workers") -> None:
-    """``workers`` (``None``: the default) must be at least 1; ``name`` is what the message calls it."""
-    if workers is not None and workers < 1:
-        raise AsrInputError(f"{name} must be 1 or more, got {workers}")
 
 
 # A forked worker's model and audio, inherited from the parent (never pickled).

@@ -59,21 +59,6 @@ class StreamingModelError(AsrInputError):
     """The model cannot stream (offline encoder config, non-greedy decoding)."""
 
 
-def resolve_batch_options(args, options: dict[str, tuple[str, object]]) -> None:
-    """Fill in the defaults of options that only offline decoding uses, or refuse them with ``--stream``.
-
-    ``options``: flag -> (attribute of ``args``, default). Streaming runs one file at a time through the
-    cache-aware step, so a batch size or chunk length given with ``--stream`` would be silently ignored;
-    it is a :class:`StreamingModelError` naming the flags instead.
-    """
-    given = [flag for flag, (attr, _) in options.items() if getattr(args, attr) is not None]
-    if getattr(args, "stream", False) and given:
-        raise StreamingModelError(f"{', '.join(given)} not used with --stream (files stream one at a time, whole)")
-    for attr, default in options.values():
-        if getattr(args, attr) is None:
-            setattr(args, attr, default)
-
-
 def check_streaming_model(model) -> None:
     """Raise ``StreamingModelError`` unless ``model`` has a cache-aware (chunked-limited, causal) encoder."""
     from nemo.collections.asr.parts.mixins.streaming import StreamingEncoder
