@@ -32,7 +32,10 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
-from duet.asr import decoding, evaluate, generalisation
+from duet.asr import decoding, generalisation, inference
+from duet.asr.batching import OfflineBatching
+from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
+                           offline_batching_from_args)
 from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
@@ -41,6 +44,7 @@ from duet.synth.tts import missing_engines
 
 UNSEEN_ROOT = REPO_ROOT / "data" / "unseen_voices" / "LibriSpeech"
 UNSEEN_UTTERANCES = 200
+DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -58,9 +62,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help="corpus folder of the unseen-voices set (built there when missing)")
     parser.add_argument("--out-dir", type=Path, default=None,
                         help="results folder (default bench/out/generalisation/<model name>)")
-    parser.add_argument("--batch-size", type=int, default=32, help="utterances per batch")
-    parser.add_argument("--workers", type=int, default=None, help="CPU decoding processes (default: torch threads)")
-    decoding.add_decoding_arguments(parser, "--decoding")
+    add_batching_arguments(parser, batch_size=DEFAULT_BATCHING.batch_size)
+    add_decoding_arguments(parser, "--decoding")
     return parser
 
 
@@ -80,10 +83,8 @@ def unseen_split(root: Path) -> Path:
 @cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    settings = decoding.settings_from_args(args, "--decoding")
-    if args.batch_size < 1:
-        raise DuetError(f"--batch-size must be at least 1, got {args.batch_size}")
-    evaluate.check_workers(args.workers, "--workers")
+    settings = decoding_settings_from_args(args, "--decoding")
+    batching = offline_batching_from_args(args, DEFAULT_BATCHING)
     if not args.model.is_file():
         raise DuetError(f"--model: no such file: {args.model}")
     wanted = set(args.sets) if args.sets else None
@@ -99,13 +100,13 @@ def main(argv=None) -> int:
     unknown = sorted((wanted or set()) - {s.name for s in sets})
     if unknown:
         raise DuetError(f"--sets: unknown or excluded set(s): {', '.join(unknown)}")
-    model = evaluate.load_asr_model(args.model)
+    model = inference.load_asr_model(args.model)
     decoding.set_decoding(model, settings)
     out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
     start = time.time()
     print(f"asr_generalisation: {args.model} ({settings.describe()}) on {len(sets)} sets", file=sys.stderr)
     rows = generalisation.score_sets(
-        model, sets, out_dir, batch_size=args.batch_size, workers=args.workers,
+        model, sets, out_dir, batch_size=batching.batch_size, workers=batching.workers,
         on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)",
                                   file=sys.stderr))
     report = {"model": str(args.model), "decoding": settings.describe(), "rows": rows,

@@ -13,7 +13,7 @@ run, on the bundled sample (samples/LibriSpeech):
 
 1. Transcription RTFx (audio s / wall s, reading the files included) on --splits (default test-clean and
    dev-clean: 140 utterances, 5.1 min): NeMo's ``model.transcribe(paths)`` with its defaults (batch 4,
-   file order) vs ours, ``duet.asr.evaluate.transcribe_files`` (duration-sorted batches of
+   file order) vs ours, ``duet.asr.inference.transcribe_files`` (duration-sorted batches of
    --batch-size, torch.inference_mode, the convolution front end channels-last and two utterances at a
    time, and the thread budget spent as that many forked processes decoding whole batches at one thread
    each), in fp32 and with int8 Linear layers (``quantize_linear_int8``). Each setting gets its own
@@ -130,14 +130,13 @@ def timed(fn):
 
 def sample_data(out: Path, splits: list[str]) -> tuple[dict[str, Path], Path]:
     """Manifests of train-clean, test-clean and ``splits`` and a 256-piece BPE tokenizer on train-clean."""
-    from duet.io import write_jsonl_atomic
-    from duet.manifest import build_split_manifest
+    from duet.manifest import build_split_manifest, write_manifest
     from duet.tokenizer import manifest_texts, train_tokenizer
 
     manifests = {}
     for split in sorted({"train-clean", "test-clean", *splits}):
         manifests[split] = out / f"{split}.json"
-        write_jsonl_atomic(manifests[split], build_split_manifest(SAMPLES_DIR / "LibriSpeech" / split).entries)
+        write_manifest(manifests[split], build_split_manifest(SAMPLES_DIR / "LibriSpeech" / split).entries)
     tokenizer = train_tokenizer(manifest_texts([manifests["train-clean"]]), out / "spe_bpe_v256", vocab_size=256)
     return manifests, tokenizer
 
@@ -163,19 +162,19 @@ def build_model(cfg, seed: int):
 
 
 def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
-    from duet.asr import evaluate
+    from duet.asr import inference
 
     def nemo_texts(model):
         return [h.text if hasattr(h, "text") else h for h in model.transcribe(paths)]
 
-    int8 = evaluate.quantize_linear_int8(build_model(cfg, args.seed).eval())
+    int8 = inference.quantize_linear_int8(build_model(cfg, args.seed).eval())
     settings = {
         "nemo": (build_model(cfg, args.seed).eval(), nemo_texts),
-        "ours_fp32": (build_model(cfg, args.seed), lambda m: evaluate.transcribe_files(m, paths, args.batch_size)),
-        "ours_int8": (int8, lambda m: evaluate.transcribe_files(m, paths, args.batch_size)),
+        "ours_fp32": (build_model(cfg, args.seed), lambda m: inference.transcribe_files(m, paths, args.batch_size)),
+        "ours_int8": (int8, lambda m: inference.transcribe_files(m, paths, args.batch_size)),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
-    workers = evaluate.decoding_processes(-(-len(paths) // args.batch_size))
+    workers = inference.decoding_processes(-(-len(paths) // args.batch_size))
     for name, (model, run) in settings.items():  # warm-up: allocator, oneDNN kernels, layouts
         texts[name] = run(model)
     for r in range(args.rounds):
@@ -196,13 +195,13 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
 
 
 def int8_wer(base: Path, manifest: Path, batch_size: int) -> dict:
-    from duet.asr import evaluate
+    from duet.asr import evaluate, inference
 
     wers = {}
     for name in ("fp32", "int8"):
-        model = evaluate.load_asr_model(base, device="cpu")
+        model = inference.load_asr_model(base, device="cpu")
         if name == "int8":
-            evaluate.quantize_linear_int8(model)
+            inference.quantize_linear_int8(model)
         wers[name] = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary["wer"]
     return wers
 
@@ -211,7 +210,7 @@ def training_loaders(model, cfg, num_buckets: int) -> dict:
     """NeMo's training loader for each setting: a change to the config's train_ds, loading in the main process."""
     from omegaconf import OmegaConf
 
-    from duet.asr.evaluate import read_manifest
+    from duet.manifest import read_manifest
 
     train_ds = cfg.model.train_ds
     mean_duration = statistics.mean(float(e["duration"]) for e in read_manifest(train_ds.manifest_filepath))
@@ -332,7 +331,7 @@ def main(argv=None) -> int:
     from lightning.pytorch import seed_everything
     from nemo.utils import logging as nemo_logging
 
-    from duet.asr.evaluate import read_manifest
+    from duet.manifest import read_manifest
 
     nemo_logging.setLevel(logging.ERROR)
     seed_everything(args.seed, verbose=False)

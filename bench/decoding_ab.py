@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 from duet import REPO_ROOT
-from duet.asr import decoding, evaluate
+from duet.asr import decoding, evaluate, inference, scoring
 from duet.errors import cli
 from duet.io import write_text_atomic
+from duet.manifest import read_manifest
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -65,7 +66,7 @@ def build_lm(model, train: str, order: int, out_dir: Path) -> Path:
 
 
 def grid_search(model, dev: str, lm: Path, alphas, betas, beam_size: int, batch_size: int) -> list[dict]:
-    entries = evaluate.read_manifest(dev)
+    entries = read_manifest(dev)
     paths = [e["audio_filepath"] for e in entries]
     cached = decoding.compute_log_probs(model, paths, batch_size=batch_size)
     ids, refs, durs = [Path(p).stem for p in paths], [e["text"] for e in entries], [e["duration"] for e in entries]
@@ -73,11 +74,11 @@ def grid_search(model, dev: str, lm: Path, alphas, betas, beam_size: int, batch_
     grid = list(itertools.product(alphas, betas))
     for n, (alpha, beta) in enumerate(grid, 1):
         decoding.set_decoding(model, strategy="beam_lm", beam_size=beam_size, ngram_lm=str(lm), alpha=alpha, beta=beta)
-        wer = evaluate.score(ids, refs, decoding.decode_log_probs(model, cached), durs).summary["wer"]
+        wer = scoring.score(ids, refs, decoding.decode_log_probs(model, cached), durs).summary["wer"]
         rows.append({"alpha": alpha, "beta": beta, "dev_wer": wer})
         print(f"grid {n}/{len(grid)}: alpha={alpha:g} beta={beta:g} dev WER {100 * wer:.2f}%", flush=True)
     decoding.set_decoding(model, strategy="greedy")
-    rows.append({"alpha": None, "beta": None, "dev_wer": evaluate.score(ids, refs, decoding.decode_log_probs(model, cached), durs).summary["wer"]})
+    rows.append({"alpha": None, "beta": None, "dev_wer": scoring.score(ids, refs, decoding.decode_log_probs(model, cached), durs).summary["wer"]})
     return rows
 
 
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    model = evaluate.load_asr_model(args.model)
+    model = inference.load_asr_model(args.model)
     lm = Path(args.lm) if args.lm else build_lm(model, args.train, args.order, out.parent / "lm")
     start = time.perf_counter()
     grid = grid_search(model, args.dev, lm, floats(args.alphas), floats(args.betas), args.beam_size, args.batch_size)

@@ -35,10 +35,11 @@ import soundfile
 import torch
 
 from duet import REPO_ROOT
-from duet.asr.decoding import add_decoding_arguments, set_decoding, settings_from_args
+from duet.asr.decoding import set_decoding
+from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
 from duet.errors import DuetError, cli
-from duet.io import read_jsonl
+from duet.manifest import read_manifest
 from duet.pipeline import VoicePipeline
 from slm.generation import add_generation_arguments, generation_settings_from_args
 
@@ -49,7 +50,7 @@ TEST_MANIFEST = REPO_ROOT / "manifests" / "test-clean.json"
 def make_clip(seconds: float, out: Path, manifest: Path = TEST_MANIFEST) -> Path:
     """Concatenate held-out test-clean utterances (0.3 s apart) to about ``seconds`` of audio."""
     parts, total = [], 0.0
-    for entry in read_jsonl(manifest):
+    for entry in read_manifest(manifest):
         if total >= seconds:
             break
         audio, sr = soundfile.read(entry["audio_filepath"], dtype="float32")
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                              ("--threads", args.threads, 1)):
         if value < low:
             parser.error(f"{flag} must be >= {low:g}, got {value:g}")
-    asr_decoding = settings_from_args(args, "--asr-decoding")
+    asr_decoding = decoding_settings_from_args(args, "--asr-decoding")
     generation = generation_settings_from_args(args)
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
                        ("--asr-tokenizer", args.asr_tokenizer)):

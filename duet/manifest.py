@@ -4,6 +4,8 @@ A *split* is any folder holding audio files (``.flac``/``.wav``) and LibriSpeech
 (``<spk>-<chap>.trans.txt`` with lines ``<utterance-id> <TEXT>``), at any depth. Each manifest line is
 ``{"audio_filepath": <absolute path>, "duration": <seconds, 3 decimals>, "text": <lower case>}``.
 
+:func:`read_manifest` and :func:`write_manifest` are the one place ASR manifests are read and written.
+
 Audio is read in place (no flac->wav conversion) and only its header is parsed (libsndfile through
 ``soundfile.info``), so a 28 k-file split takes seconds. Every utterance that cannot be used is
 reported as a :class:`Problem` naming its id and the reason.
@@ -22,7 +24,11 @@ from typing import Callable, Iterable
 
 import soundfile
 
+from duet.errors import AsrInputError
+from duet.io import numbered_jsonl, write_jsonl_atomic
+
 AUDIO_SUFFIXES = (".flac", ".wav")
+MANIFEST_KEYS = ("audio_filepath", "duration", "text")  # what NeMo needs of every line
 TRANSCRIPT_SUFFIX = ".trans.txt"
 
 
@@ -254,3 +260,38 @@ def manifest_is_current(manifest_path: Path, fingerprint: str) -> bool:
 
 def stamp_path(manifest_path: Path) -> Path:
     return manifest_path.with_name(f".{manifest_path.name}.stamp")
+
+
+def read_manifest(path: str | os.PathLike) -> list[dict]:
+    """The entries of a NeMo manifest, relative audio paths resolved against its folder (as NeMo does).
+
+    A line that is not a JSON object or lacks one of ``MANIFEST_KEYS`` is an :class:`AsrInputError` naming the
+    file and line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise AsrInputError(f"manifest not found: {path}")
+    entries = []
+    try:
+        for line_no, entry in numbered_jsonl(path):
+            if not isinstance(entry, dict):
+                raise AsrInputError(f"{path}:{line_no}: not a JSON object")
+            missing = [k for k in MANIFEST_KEYS if k not in entry]
+            if missing:
+                raise AsrInputError(f"{path}:{line_no}: lacks {', '.join(missing)}")
+            if not Path(entry["audio_filepath"]).is_absolute():
+                entry["audio_filepath"] = str(path.parent / entry["audio_filepath"])
+            entries.append(entry)
+    except ValueError as e:  # not JSON (AsrInputError is a ValueError too: it passes through unchanged)
+        raise AsrInputError(str(e)) from None
+    return entries
+
+
+def write_manifest(path: str | os.PathLike, entries: Iterable[dict]) -> int:
+    """Write ``entries`` as a NeMo manifest, atomically; an entry lacking one of ``MANIFEST_KEYS`` is an
+    :class:`AsrInputError` naming it (by position) before anything is written. Returns the number of lines."""
+    entries = list(entries)
+    for n, entry in enumerate(entries, 1):
+        missing = [k for k in MANIFEST_KEYS if k not in entry]
+        if missing:
+            raise AsrInputError(f"{path}: entry {n} to write lacks {', '.join(missing)}")
+    return write_jsonl_atomic(path, entries)

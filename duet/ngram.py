@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from duet.io import atomic_path, read_jsonl, write_text_atomic
+from duet.text import normalize_text
 from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,6 @@ def find_kenlm_tool(name: str) -> Path | None:
 def read_training_text(path: str | Path) -> list[str]:
     """Sentences from a NeMo manifest (``.json``/``.jsonl``: each line's ``text``) or a plain text file
     (one sentence per line), normalised like the WER scorer (lower case, no punctuation but apostrophes)."""
-    from duet.asr.evaluate import normalize_text
-
     path = Path(path)
     if not path.is_file():
         raise NgramInputError(f"text file not found: {path}")

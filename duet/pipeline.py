@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from duet.asr.decoding import DecodingSettings
-from duet.asr.evaluate import AsrInputError, load_audio, transcribe_audio
+from duet.asr.inference import AsrInputError, load_audio, transcribe_audio
 from slm.generation import GenerationSettings
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
@@ -118,7 +118,7 @@ class VoicePipeline:
         ``DecodingInputError`` / ``StreamingModelError``.
         """
         from duet.asr.decoding import set_decoding
-        from duet.asr.evaluate import load_asr_model
+        from duet.asr.inference import load_asr_model
         from slm.generate import load_model
 
         start = time.perf_counter()

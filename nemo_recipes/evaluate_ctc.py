@@ -37,8 +37,13 @@ import sys
 import time
 from pathlib import Path
 
-from duet.asr import decoding, evaluate, streaming
+from duet.asr import decoding, evaluate, inference, scoring, streaming
+from duet.asr.batching import OfflineBatching
+from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
+                           offline_batching_from_args)
 from duet.errors import cli
+
+DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -49,42 +54,38 @@ def get_parser() -> argparse.ArgumentParser:
     source.add_argument("--audio", nargs="+", type=Path, help="audio files to transcribe (no scoring)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where results go (default: beside the manifest's name under results/)")
     parser.add_argument("--prefix", default="eval", help="output file prefix (default: eval)")
-    parser.add_argument("--batch-size", type=int, default=None, help="utterances per batch (default: 32; not with --stream)")
     parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="CPU: processes decoding whole batches at one thread each (default: torch's thread "
-                             "count, i.e. OMP_NUM_THREADS or the physical cores; 1 = all in this process)")
+    add_batching_arguments(parser, batch_size=DEFAULT_BATCHING.batch_size, streaming=True)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming, chunk by chunk (models trained for it; greedy decoding)")
-    decoding.add_decoding_arguments(parser, "--decoding")
+    add_decoding_arguments(parser, "--decoding")
     return parser
 
 
 @cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    settings = decoding.settings_from_args(args, "--decoding", streaming=args.stream)
-    streaming.resolve_batch_options(args, {"--batch-size": ("batch_size", 32), "--workers": ("workers", None)})
-    evaluate.check_workers(args.workers, "--workers")
-    model = evaluate.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
+    settings = decoding_settings_from_args(args, "--decoding", streaming=args.stream)
+    batching = offline_batching_from_args(args, DEFAULT_BATCHING, streaming=args.stream)
+    model = inference.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
     if args.stream:
         streaming.check_streaming_model(model)
     decoding.set_decoding(model, settings)
     if args.int8:
-        evaluate.quantize_linear_int8(model)
+        inference.quantize_linear_int8(model)
     if args.audio:
-        return transcribe_only(model, args)
+        return transcribe_only(model, args, batching)
     if args.stream:
         scored = streaming.evaluate_manifest_streaming(model, args.manifest)
     else:
-        scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=args.batch_size,
-                                             workers=args.workers)
+        scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
+                                             workers=batching.workers)
     scored.summary.update(model=str(args.model), int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
-    utt_path, summary_path = evaluate.write_results(scored, out_dir, args.prefix)
-    print(evaluate.format_examples(scored.records, args.show))
+    utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)
+    print(scoring.format_examples(scored.records, args.show))
     s = scored.summary
     print(json.dumps(s, indent=2))
     print(
@@ -98,14 +99,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def transcribe_only(model, args) -> int:
+def transcribe_only(model, args, batching: OfflineBatching) -> int:
     """--audio: one "path<TAB>text" line per file on stdout, timings on stderr."""
     start = time.perf_counter()
     if args.stream:
         texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=True)
     else:
-        texts = evaluate.transcribe_files(model, args.audio, batch_size=args.batch_size, progress=True,
-                                          workers=args.workers)
+        texts = inference.transcribe_files(model, args.audio, batch_size=batching.batch_size, progress=True,
+                                           workers=batching.workers)
     for path, text in zip(args.audio, texts):
         print(f"{path}\t{text}")
     print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=sys.stderr)

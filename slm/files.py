@@ -54,16 +54,20 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a JSON Lines file; a malformed line raises ValueError naming the file and line number."""
-    records = []
+    return [record for _, record in numbered_jsonl(path)]
+
+
+def numbered_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) of every non-blank line, so that a caller checking the values can name
+    the line; a malformed line raises ValueError naming the file and line number."""
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                yield line_no, json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-    return records
 
 
 @contextlib.contextmanager

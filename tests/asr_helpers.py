@@ -92,7 +92,7 @@ def build_ctc_model(config_name: str, tokenizer_dir: Path, overrides: list[str] 
 def transcripts_with(model, settings, paths) -> list[str]:
     """``model``'s transcripts of ``paths`` decoded with ``settings`` (DecodingSettings); greedy again after."""
     from duet.asr.decoding import DecodingSettings, set_decoding
-    from duet.asr.evaluate import transcribe_files
+    from duet.asr.inference import transcribe_files
 
     set_decoding(model, settings)
     try:

@@ -34,14 +34,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def sample_manifests(tmp_path_factory) -> dict[str, Path]:
     """NeMo manifests of the bundled sample, built once per session (what tools/make_manifest.py writes)."""
-    from duet.io import write_jsonl_atomic
-    from duet.manifest import build_split_manifest
+    from duet.manifest import build_split_manifest, write_manifest
 
     out = tmp_path_factory.mktemp("manifests")
     paths = {}
     for split in ("train-clean", "dev-clean", "test-clean"):
         paths[split] = out / f"{split}.json"
-        write_jsonl_atomic(paths[split], build_split_manifest(SAMPLES / "LibriSpeech" / split).entries)
+        write_manifest(paths[split], build_split_manifest(SAMPLES / "LibriSpeech" / split).entries)
     return paths
 
 

@@ -1,4 +1,4 @@
-"""Evaluation path (duet/asr/evaluate.py, nemo_recipes/evaluate_ctc.py): scoring, batching, CLI outputs."""
+"""Evaluation path (duet/asr/inference.py, scoring.py, evaluate.py, nemo_recipes/evaluate_ctc.py): scoring, batching, CLI outputs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 pytest.importorskip("nemo.collections.asr")
 
-from duet.asr import evaluate  # noqa: E402
+from duet.asr import inference, scoring  # noqa: E402
 from duet.asr.decoding import DecodingSettings  # noqa: E402
+from duet.text import normalize_text  # noqa: E402
 from tests.asr_helpers import REPO, transcripts_with  # noqa: E402
 
 SCRIPT = REPO / "nemo_recipes" / "evaluate_ctc.py"
@@ -20,7 +21,7 @@ SCRIPT = REPO / "nemo_recipes" / "evaluate_ctc.py"
 def test_score_normalises_both_sides_and_counts_like_jiwer():
     refs = ["Hello, World!", "the cat sat", "it's  FINE"]
     hyps = ["hello world", "the bat sat down", "its fine"]
-    scored = evaluate.score(["a", "b", "c"], refs, hyps, [1.0, 1.0, 1.0])
+    scored = scoring.score(["a", "b", "c"], refs, hyps, [1.0, 1.0, 1.0])
     s = scored.summary
     # by hand: a) no error; b) cat->bat + inserted "down"; c) it's->its (apostrophe kept, so an error)
     assert (s["substitutions"], s["deletions"], s["insertions"], s["reference_words"]) == (2, 0, 1, 7)
@@ -28,12 +29,12 @@ def test_score_normalises_both_sides_and_counts_like_jiwer():
     assert s["wer"] == pytest.approx(jiwer.wer(["hello world", "the cat sat", "it's fine"], hyps))
     assert [r["wer"] for r in scored.records] == pytest.approx([0.0, 2 / 3, 0.5])
     assert scored.records[0]["ref"] == "hello world"
-    table = evaluate.format_examples(scored.records, n=1)
+    table = scoring.format_examples(scored.records, n=1)
     assert table.index("the cat sat") < table.index("hello world")  # worst block comes first
 
 
 def test_empty_reference_is_left_out_not_divided_by():
-    scored = evaluate.score(["a", "b"], ["", "one two"], ["noise", "one two"], [1.0, 1.0])
+    scored = scoring.score(["a", "b"], ["", "one two"], ["noise", "one two"], [1.0, 1.0])
     assert scored.records[0]["wer"] is None and scored.summary["scored_utterances"] == 1
     assert scored.summary["wer"] == 0.0
 
@@ -41,7 +42,7 @@ def test_empty_reference_is_left_out_not_divided_by():
 def test_sorted_batches_give_the_same_transcripts_as_nemo_transcribe(micro_model_and_manifest):
     model, _, _, entries = micro_model_and_manifest
     paths = [e["audio_filepath"] for e in entries]
-    ours = evaluate.transcribe_files(model, paths, batch_size=3)
+    ours = inference.transcribe_files(model, paths, batch_size=3)
     nemo = [h.text if hasattr(h, "text") else h for h in model.transcribe(paths, batch_size=1, verbose=False)]
     assert any(ours), "a random model should still emit some tokens"
     assert ours == nemo
@@ -54,7 +55,7 @@ def test_front_end_chunk_factor_leaves_chunks_of_two_and_is_even():
     model = SimpleNamespace(encoder=SimpleNamespace(change_subsampling_conv_chunking_factor=factors.append),
                             cfg=SimpleNamespace(encoder={}))
     for batch_size in (1, 2, 3, 4, 6, 7, 32, None):
-        evaluate.set_front_end_chunking(model, batch_size)
+        inference.set_front_end_chunking(model, batch_size)
     # NeMo cuts a batch of b into chunks of b // factor and accepts only 1 or an even factor
     assert factors == [1, 1, 1, 2, 2, 2, 16, 1]
 
@@ -76,7 +77,7 @@ def test_cpu_front_end_chunks_keep_the_transcripts_and_are_undone(micro_model_an
         lambda module, args: seen.append((module.subsampling_conv_chunking_factor,
                                           default_strides(module.conv[0].weight))))
     try:
-        ours = evaluate.transcribe_files(model, paths, batch_size=len(paths))  # 7 files: chunks of 3, 3 and 1
+        ours = inference.transcribe_files(model, paths, batch_size=len(paths))  # 7 files: chunks of 3, 3 and 1
     finally:
         hook.remove()
     assert seen == [(2, False)] and pre_encode.subsampling_conv_chunking_factor == 1  # chunked and channels-last ...
@@ -111,8 +112,8 @@ def test_evaluate_cli_names_a_missing_manifest(python, micro_model_and_manifest,
 def test_worker_processes_give_the_same_transcripts_in_input_order(micro_model_and_manifest):
     model, _, _, entries = micro_model_and_manifest
     paths = [e["audio_filepath"] for e in entries]
-    one = evaluate.transcribe_files(model, paths, batch_size=2, workers=1)
-    two = evaluate.transcribe_files(model, paths, batch_size=2, workers=2)  # 4 batches over 2 processes
+    one = inference.transcribe_files(model, paths, batch_size=2, workers=1)
+    two = inference.transcribe_files(model, paths, batch_size=2, workers=2)  # 4 batches over 2 processes
     assert any(one) and two == one
 
 
@@ -124,12 +125,12 @@ def test_batches_run_in_forked_workers_and_the_model_comes_back_as_it_was(micro_
     model, _, _, _ = micro_model_and_manifest
     # the fake decoder runs wherever the batch is decoded and reports that process, the batch's lengths and
     # whether the model it got was in eval mode and channels-last
-    monkeypatch.setattr(evaluate, "_decode_batch", lambda m, audios: [
+    monkeypatch.setattr(inference, "_decode_batch", lambda m, audios: [
         f"{os.getpid()} {len(a)} {m.training} {default_strides(m.encoder.pre_encode.conv[0].weight)}" for a in audios])
     audios = [np.zeros(n, dtype=np.float32) for n in (1600, 4800, 3200, 8000, 6400)]
     model.train()
     try:
-        texts = evaluate.transcribe_audio(model, audios, batch_size=2, workers=2)
+        texts = inference.transcribe_audio(model, audios, batch_size=2, workers=2)
         assert model.training  # back as it was ...
     finally:
         model.eval()
@@ -138,7 +139,7 @@ def test_batches_run_in_forked_workers_and_the_model_comes_back_as_it_was(micro_
     assert [int(t.split()[1]) for t in texts] == [len(a) for a in audios]  # input order
     assert {tuple(t.split()[2:]) for t in texts} == {("False", "False")}  # eval mode, channels-last in the workers
     assert str(os.getpid()) not in pids
-    single = evaluate.transcribe_audio(model, audios[:1], workers=2)
+    single = inference.transcribe_audio(model, audios[:1], workers=2)
     assert single[0].split()[0] == str(os.getpid())  # a single batch is not worth a process
 
 
@@ -150,9 +151,9 @@ def test_a_failing_worker_batch_raises_in_the_caller(micro_model_and_manifest, m
     def broken(m, audios):
         raise RuntimeError(f"batch of {len(audios)} failed")
 
-    monkeypatch.setattr(evaluate, "_decode_batch", broken)
+    monkeypatch.setattr(inference, "_decode_batch", broken)
     with pytest.raises(RuntimeError, match="batch of 2 failed"):
-        evaluate.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
+        inference.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
     assert default_strides(model.encoder.pre_encode.conv[0].weight)
 
 
@@ -163,15 +164,15 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(micro_model_and_manifest, mon
     import numpy as np
 
     model, _, _, _ = micro_model_and_manifest
-    monkeypatch.setattr(evaluate, "_decode_batch", lambda m, audios: os._exit(9))  # as if killed for memory
+    monkeypatch.setattr(inference, "_decode_batch", lambda m, audios: os._exit(9))  # as if killed for memory
     with pytest.raises(BrokenProcessPool):
-        evaluate.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
+        inference.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
 
 
 def test_workers_below_one_are_refused(micro_model_and_manifest, capsys):
     model, model_path, manifest, _ = micro_model_and_manifest
-    with pytest.raises(evaluate.AsrInputError, match="workers must be 1 or more, got 0"):
-        evaluate.transcribe_audio(model, [], workers=0)
+    with pytest.raises(inference.AsrInputError, match="workers must be 1 or more, got 0"):
+        inference.transcribe_audio(model, [], workers=0)
     code, _, err = run_evaluate(["--model", str(model_path), "--manifest", str(manifest), "--workers", "0"], capsys)
     assert code == 2 and err.strip().splitlines()[-1] == "evaluate_ctc: error: --workers must be 1 or more, got 0"
     code, _, err = run_evaluate(["--model", str(model_path), "--manifest", str(manifest), "--stream",
@@ -185,11 +186,11 @@ def test_cpu_workers_follow_the_torch_thread_budget(monkeypatch):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        assert evaluate.cpu_workers() == 1
+        assert inference.cpu_workers() == 1
         torch.set_num_threads(3)
-        assert evaluate.cpu_workers() == 3
+        assert inference.cpu_workers() == 3
         monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-        assert evaluate.cpu_workers() == 1  # other ranks already use the cores
+        assert inference.cpu_workers() == 1  # other ranks already use the cores
     finally:
         torch.set_num_threads(threads)
 
@@ -198,10 +199,10 @@ def test_int8_quantisation_replaces_linear_layers_and_still_transcribes(micro_mo
     import torch
 
     _, model_path, _, entries = micro_model_and_manifest
-    model = evaluate.load_asr_model(model_path, device="cpu")
-    evaluate.quantize_linear_int8(model)
+    model = inference.load_asr_model(model_path, device="cpu")
+    inference.quantize_linear_int8(model)
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
-    texts = evaluate.transcribe_files(model, [e["audio_filepath"] for e in entries], batch_size=4)
+    texts = inference.transcribe_files(model, [e["audio_filepath"] for e in entries], batch_size=4)
     assert len(texts) == len(entries)
 
 
@@ -229,7 +230,7 @@ def test_evaluate_cli_beam_lm_decodes_with_the_lm_and_records_it(micro_model_and
     paths = [e["audio_filepath"] for e in entries]
     fused = transcripts_with(model, DecodingSettings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5),
                              paths)
-    assert hyps == [evaluate.normalize_text(t) for t in fused]
+    assert hyps == [normalize_text(t) for t in fused]
     assert fused != transcripts_with(model, DecodingSettings("beam", beta=1.5), paths), "the LM was not used"
 
 
@@ -278,8 +279,8 @@ def test_evaluate_cli_stream_reports_lookahead_and_chunk_compute(tiny_streaming_
     assert 0 < st["chunk_compute_ms_median"] <= st["chunk_compute_ms_max"]
     assert "look-ahead 480 ms, chunk 560 ms" in stdout
     hyps = [json.loads(line)["hyp"] for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
-    offline = evaluate.transcribe_files(tiny_streaming_model, [e["audio_filepath"] for e in entries])
-    assert hyps == [evaluate.normalize_text(t) for t in offline] and any(hyps)
+    offline = inference.transcribe_files(tiny_streaming_model, [e["audio_filepath"] for e in entries])
+    assert hyps == [normalize_text(t) for t in offline] and any(hyps)
 
 
 def test_evaluate_cli_stream_refuses_an_offline_model(micro_model_and_manifest, capsys):

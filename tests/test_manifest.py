@@ -13,7 +13,9 @@ import soundfile
 
 import duet.librispeech as librispeech
 from duet.io import atomic_path, read_jsonl
-from duet.manifest import ManifestOptions, build_split_manifest, find_splits, spread_subset
+from duet.errors import AsrInputError
+from duet.manifest import (ManifestOptions, build_split_manifest, find_splits, read_manifest, spread_subset,
+                           write_manifest)
 from tests.audio_fixtures import write_chapter, write_tone
 
 import importlib.util
@@ -221,3 +223,26 @@ def test_bundled_sample_manifests(repo_root, python, tmp_path):
     assert len(read_jsonl(tmp_path / "train-clean.json")) >= 500
     line = (tmp_path / "test-clean.json").read_text().splitlines()[0]
     assert json.loads(line)["audio_filepath"].startswith(str(corpus.resolve()))
+
+
+def test_read_manifest_names_the_file_and_line_of_a_bad_line(tmp_path):
+    manifest = tmp_path / "m.json"
+    good = json.dumps({"audio_filepath": "a.flac", "duration": 1.0, "text": "hi"})
+    manifest.write_text(f"{good}\n\n{good[:-1]}\n")  # line 2 blank, line 3 cut short
+    with pytest.raises(AsrInputError, match=rf"^{manifest}:3: not valid JSON"):
+        read_manifest(manifest)
+    manifest.write_text(f"{good}\n" + json.dumps({"audio_filepath": "b.flac", "text": "x"}) + "\n")
+    with pytest.raises(AsrInputError, match=rf"^{manifest}:2: lacks duration$"):
+        read_manifest(manifest)
+    manifest.write_text(f"{good}\n[1, 2]\n")
+    with pytest.raises(AsrInputError, match=rf"^{manifest}:2: not a JSON object"):
+        read_manifest(manifest)
+
+
+def test_manifest_round_trip_resolves_relative_audio_against_its_folder(tmp_path):
+    entries = [{"audio_filepath": "sub/a.flac", "duration": 1.25, "text": "it's a test"}]
+    assert write_manifest(tmp_path / "m.json", entries) == 1
+    assert read_manifest(tmp_path / "m.json") == [{**entries[0], "audio_filepath": str(tmp_path / "sub/a.flac")}]
+    with pytest.raises(AsrInputError, match="entry 1 to write lacks text"):
+        write_manifest(tmp_path / "n.json", [{"audio_filepath": "a.flac", "duration": 1.0}])
+    assert not (tmp_path / "n.json").exists()

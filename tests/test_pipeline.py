@@ -310,7 +310,7 @@ def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder,
     """A corrupt .nemo, or a language-model folder with corrupt weights: one line naming it."""
     import shutil
 
-    from duet.asr import evaluate
+    from duet.asr import inference
 
     slm = tmp_path / "slm"
     shutil.copytree(tiny_slm_folder, slm)
@@ -322,7 +322,7 @@ def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder,
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"pipeline: error: {broken_asr}: cannot load it as a NeMo .nemo checkpoint")
 
-    monkeypatch.setattr(evaluate, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
+    monkeypatch.setattr(inference, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
     monkeypatch.setattr("duet.asr.decoding.set_decoding", lambda model, settings: settings)
     (slm / "model.safetensors").write_bytes(b"\0" * 100)
     assert cli.main(argv) == 2
@@ -439,7 +439,7 @@ def speech_file() -> str:
 
 def test_cli_stream_prints_partials_and_ends_on_the_offline_transcript(cli, fake_slm, tiny_streaming_model,
                                                                         tiny_streaming_nemo, speech_file, capsys):
-    from duet.asr.evaluate import transcribe_files
+    from duet.asr.inference import transcribe_files
 
     code = cli.main([speech_file, "--asr-model", str(tiny_streaming_nemo), *fake_slm, "--stream"])
     out = capsys.readouterr().out
@@ -599,7 +599,7 @@ def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, saved_decoding, mo
         seen["decoding"], seen["source"] = asr_decoding, asr_decoding_source
         raise AsrInputError("stop here")  # reported as a one-line error: nothing else to run
 
-    from duet.asr.evaluate import AsrInputError
+    from duet.errors import AsrInputError
     from duet.pipeline import VoicePipeline
 
     monkeypatch.setattr(VoicePipeline, "load", classmethod(fake_load))

@@ -123,7 +123,7 @@ def test_bundled_sample_schema_and_size(repo_root):
 def test_bundled_sample_never_teaches_the_speech_sample_held_out_sentences(repo_root):
     # the voice pipeline is scored on the speech sample's test-clean requests: the SLM must not have seen them
     from duet.synth.corpus import held_out_texts
-    from duet.synth.corpus_text import normalize_text
+    from duet.text import normalize_text
     from duet.synth.alpaca_sample import asr_form, make_examples
 
     held_out = set(held_out_texts())

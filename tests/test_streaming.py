@@ -52,7 +52,7 @@ def sample_file(tmp_path: Path) -> Path:
 
 
 def test_streaming_a_file_equals_offline_decoding_and_partials_come_early(model, tmp_path):
-    from duet.asr.evaluate import load_audio
+    from duet.asr.inference import load_audio
 
     path = sample_file(tmp_path)
     audio = load_audio(path, 16000)

@@ -38,11 +38,11 @@ from tqdm import tqdm
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.errors import DuetError, cli
-from duet.io import write_jsonl_atomic, write_text_atomic
+from duet.io import write_text_atomic
 from duet.librispeech import ARCHIVE_MD5, extract_split, fetch_archive
 from duet.manifest import (
     ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
-    spread_subset, stamp_path,
+    spread_subset, stamp_path, write_manifest,
 )
 
 MAX_PROBLEMS_SHOWN = 10
@@ -152,10 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             carved = hold_out_speakers(manifest.entries, args.dev_speakers) if args.dev_speakers else None
         except ValueError as e:
             raise DuetError(f"{split}: --dev-speakers: {e}") from e
-        write_jsonl_atomic(out_path, manifest.entries)
+        write_manifest(out_path, manifest.entries)
         if carved:
             for part, entries in zip(("train", "dev"), carved):
-                write_jsonl_atomic(args.out_dir / f"{split}.{part}.json", entries)
+                write_manifest(args.out_dir / f"{split}.{part}.json", entries)
             print(f"{split}: {args.dev_speakers} speakers ({len(carved[1])} utterances) held out -> "
                   f"{args.out_dir / f'{split}.dev.json'}, the rest -> {args.out_dir / f'{split}.train.json'}")
         write_text_atomic(stamp_path(out_path), fingerprint + "\n")

@@ -58,7 +58,7 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 
 def get_parser() -> argparse.ArgumentParser:
-    from duet.asr.decoding import add_decoding_arguments
+    from duet.cli_args import add_decoding_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
@@ -166,10 +166,11 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
     model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
     the library's weights (the file's were tuned for its own LM). No file, and ``--stream``: greedy. Beam
     options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
-    from duet.asr.decoding import DECODING_OPTIONS, DecodingInputError
+    from duet.asr.decoding import DecodingInputError
+    from duet.cli_args import DECODING_OPTIONS
     from duet.decoding_file import USED, decoding_file_for, read_decoding_file
 
-    if args.stream:  # streaming decodes greedily; settings_from_args names any option it would ignore
+    if args.stream:  # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
         args.ctc_decoding = args.ctc_decoding or "greedy"
         return None
     if args.lm is not None:
@@ -196,8 +197,9 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
-    from duet.asr.decoding import settings_from_args
-    from duet.asr.streaming import describe_report, resolve_batch_options, streaming_latency
+    from duet.asr.batching import OfflineBatching
+    from duet.asr.streaming import describe_report, streaming_latency
+    from duet.cli_args import decoding_settings_from_args, offline_batching_from_args
     from duet.pipeline import VoicePipeline
 
     try:
@@ -205,11 +207,12 @@ def run(args: argparse.Namespace, json_out) -> int:
     except GenerationSettingsError as e:
         raise DuetError(f"language model decoding: {e}") from e
     asr_decoding_source = resolve_asr_decoding(args)
-    asr_decoding = settings_from_args(args, "--asr-decoding", streaming=args.stream)
-    resolve_batch_options(args, {"--asr-batch-size": ("asr_batch_size", 8),
-                                 "--max-chunk-seconds": ("max_chunk_seconds", 20.0)})
+    asr_decoding = decoding_settings_from_args(args, "--asr-decoding", streaming=args.stream)
+    batching = offline_batching_from_args(args, OfflineBatching(batch_size=8, max_chunk_seconds=20.0),
+                                          {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--max-chunk-seconds"},
+                                          streaming=args.stream)
     pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
-                                          max_chunk_s=args.max_chunk_seconds, asr_batch_size=args.asr_batch_size,
+                                          max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
                                           asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source,
                                           stream=args.stream)
     if not args.json:

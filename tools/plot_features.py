@@ -38,7 +38,7 @@ def load_modules(model_path: Path | None, config_name: str):
     from nemo.collections.asr.models import ASRModel
 
     if model_path is not None:
-        from duet.asr.evaluate import load_asr_model
+        from duet.asr.inference import load_asr_model
 
         model = load_asr_model(model_path, device="cpu")
         return model.cfg.preprocessor, model.preprocessor, model.spec_augmentation
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
         raise DuetError(f"audio file not found: {args.audio}")
     if args.model is not None and not args.model.is_file():
         raise DuetError(f"model file not found: {args.model}")
-    from duet.asr.evaluate import load_audio
+    from duet.asr.inference import load_audio
 
     pre_cfg, preprocessor, spec_augment = load_modules(args.model, args.config_name)
     sample_rate = int(pre_cfg.sample_rate)

@@ -10,10 +10,10 @@ NeMo's other LM strategies need packages that are not usable here: ``beam`` need
 ``ctc_decoders`` (not on PyPI for Python 3.11), ``flashlight`` needs ``flashlight-text``, and
 ``pyctcdecode`` (word LM) pins ``numpy<2`` which conflicts with the rest of the environment.
 
-After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.evaluate`` (which calls
+After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.inference`` (which calls
 ``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``. Entry scripts take
-the settings as options through ``add_decoding_arguments`` / ``settings_from_args``
-(``nemo_recipes/evaluate_ctc.py --decoding``, ``tools/pipeline.py --asr-decoding``).
+the settings as options through ``duet.cli_args`` (``nemo_recipes/evaluate_ctc.py --decoding``,
+``tools/pipeline.py --asr-decoding``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,16 @@ class DecodingSettings:
     beta: float = 0.0  # bonus per emitted token; counters the LM's bias towards short outputs
     beam_threshold: float = 20.0  # hypotheses this far (log-prob) below the best are pruned
 
+    def validate(self) -> None:
+        """Raise ``DecodingInputError`` for an unknown strategy, a beam narrower than 1 or beam_lm without an LM
+        (whether the LM fits a model is checked when it is applied: :func:`decoding_config`)."""
+        if self.strategy not in STRATEGIES:
+            raise DecodingInputError(f"unknown decoding strategy {self.strategy!r}; choose from {STRATEGIES}")
+        if self.beam_size < 1:
+            raise DecodingInputError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.strategy == "beam_lm" and not self.ngram_lm:
+            raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
+
     def describe(self) -> str:
         if self.strategy == "greedy":
             return "greedy"
@@ -56,9 +66,7 @@ class DecodingSettings:
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
 
 
-def _check_lm(path: str | None, model) -> str:
-    if not path:
-        raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
+def _check_lm(path: str, model) -> str:
     lm = Path(path)
     if not lm.is_file():
         raise DecodingInputError(f"n-gram LM not found: {lm}")
@@ -79,10 +87,7 @@ def _check_lm(path: str | None, model) -> str:
 
 def decoding_config(model, settings: DecodingSettings):
     """The model's decoding config with ``settings`` applied (a copy; the model is not touched)."""
-    if settings.strategy not in STRATEGIES:
-        raise DecodingInputError(f"unknown decoding strategy {settings.strategy!r}; choose from {STRATEGIES}")
-    if settings.beam_size < 1:
-        raise DecodingInputError(f"beam_size must be >= 1, got {settings.beam_size}")
+    settings.validate()
     cfg = copy.deepcopy(model.cfg.decoding)
     with open_dict(cfg):
         if settings.strategy == "greedy":
@@ -99,50 +104,6 @@ def decoding_config(model, settings: DecodingSettings):
             "ngram_lm_alpha": settings.alpha if settings.strategy == "beam_lm" else 0.0,
         })
     return cfg
-
-
-# The number/path options of add_decoding_arguments and the argparse attributes they land in.
-DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))
-
-
-def add_decoding_arguments(parser, strategy_flag: str = "--decoding", strategy_default: str | None = None) -> None:
-    """The CTC decoding options of an entry script: ``strategy_flag`` (greedy/beam/beam_lm), ``--beam-size``,
-    ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults.
-    ``strategy_default`` describes a default the script resolves itself: the strategy is then ``None`` when
-    the flag is left out."""
-    d = DecodingSettings
-    group = parser.add_argument_group("CTC decoding")
-    group.add_argument(strategy_flag, dest="ctc_decoding", choices=STRATEGIES,
-                       default=None if strategy_default else d.strategy,
-                       help=f"greedy, beam search, or beam search + token n-gram LM "
-                            f"(default: {strategy_default or d.strategy})")
-    group.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: {d.beam_size})")
-    group.add_argument("--lm", default=None,
-                       help="token ARPA for beam_lm (tools/train_ngram_lm.py --unit token, the model's tokenizer)")
-    group.add_argument("--alpha", type=float, default=None, help=f"LM weight, beam_lm only (default: {d.alpha:g})")
-    group.add_argument("--beta", type=float, default=None,
-                       help=f"bonus per emitted token, beam and beam_lm (default: {d.beta:g})")
-
-
-def settings_from_args(args, strategy_flag: str = "--decoding", streaming: bool = False) -> DecodingSettings:
-    """``DecodingSettings`` from the options of :func:`add_decoding_arguments`; an option the chosen strategy
-    would ignore is a ``DecodingInputError`` naming it, never silently dropped."""
-    strategy = args.ctc_decoding
-    if strategy is None:  # add_decoding_arguments(strategy_default=...): the script resolves it first
-        raise ValueError(f"{strategy_flag} was left for the script to resolve, and it did not")
-    given = {name: getattr(args, attr) for name, attr in DECODING_OPTIONS}
-    used = {"greedy": (), "beam": ("--beam-size", "--beta"), "beam_lm": ("--beam-size", "--lm", "--alpha", "--beta")}
-    ignored = [name for name, value in given.items() if value is not None and name not in used[strategy]]
-    if streaming and strategy != "greedy":
-        raise DecodingInputError(f"--stream decodes greedily (NeMo's cache-aware step): "
-                                 f"drop {strategy_flag} {strategy}")
-    if ignored:
-        raise DecodingInputError(f"{', '.join(ignored)} not used by {strategy_flag} {strategy}")
-    if strategy == "beam_lm" and not args.lm:
-        raise DecodingInputError(f"{strategy_flag} beam_lm needs --lm <token ARPA> "
-                                 "(tools/train_ngram_lm.py --unit token)")
-    values = {"beam_size": args.beam_size, "ngram_lm": args.lm, "alpha": args.alpha, "beta": args.beta}
-    return DecodingSettings(strategy, **{k: v for k, v in values.items() if v is not None})
 
 
 def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> DecodingSettings:
@@ -162,10 +123,10 @@ class CachedLogProbs:
 
 
 def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
-    """Run the model once over ``paths`` (longest first, like ``duet.asr.evaluate.transcribe_files``)."""
+    """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``)."""
     import torch
 
-    from duet.asr.evaluate import load_audio
+    from duet.asr.inference import load_audio
 
     sample_rate = int(model.cfg.sample_rate)
     device = next(model.parameters()).device

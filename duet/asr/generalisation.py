@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from duet.asr import evaluate
-from duet.io import write_jsonl_atomic
-from duet.manifest import ManifestOptions, build_split_manifest
+from duet.asr import evaluate, scoring
+from duet.errors import AsrInputError
+from duet.manifest import ManifestOptions, build_split_manifest, write_manifest
 from duet.real_speech import HELD_OUT_SETS, set_dir
 
 
@@ -49,9 +49,9 @@ def build_manifest(eval_set: EvalSet, out_dir: Path, jobs: int = 1) -> Path:
     manifest = build_split_manifest(eval_set.split_dir, ManifestOptions(max_duration=60.0), jobs=jobs)
     if not manifest.entries:
         reasons = "; ".join(str(p) for p in manifest.problems[:3]) or "no audio with transcripts"
-        raise evaluate.AsrInputError(f"{eval_set.name}: no usable utterance in {eval_set.split_dir} ({reasons})")
+        raise AsrInputError(f"{eval_set.name}: no usable utterance in {eval_set.split_dir} ({reasons})")
     path = out_dir / f"{eval_set.name.replace(' ', '_').replace('/', '_')}.json"
-    write_jsonl_atomic(path, manifest.entries)
+    write_manifest(path, manifest.entries)
     return path
 
 
@@ -65,7 +65,7 @@ def score_sets(model, sets: list[EvalSet], out_dir: Path, batch_size: int = 32, 
         manifest = build_manifest(eval_set, out_dir / "manifests")
         scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False, workers=workers)
         prefix = manifest.stem
-        evaluate.write_results(scored, out_dir, prefix)
+        scoring.write_results(scored, out_dir, prefix)
         s = scored.summary
         row = {
             "set": eval_set.name, "distance": eval_set.distance, "utterances": s["utterances"],

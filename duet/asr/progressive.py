@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from duet.asr.evaluate import read_manifest
+from duet.manifest import read_manifest
 from duet.errors import DuetError
 
 __all__ = ["CtcLengthError", "CtcLengthReport", "check_ctc_lengths", "ctc_required_frames", "encoder_output_lengths"]

@@ -19,7 +19,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import grad_norm
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from duet.asr import evaluate
+from duet.asr import evaluate, scoring
 from duet.errors import DuetError, first_line
 from duet.io import write_text_atomic
 
@@ -277,7 +277,7 @@ def save_model(model, log_dir: Path, name: str) -> Path:
 def evaluate_test_set(model, manifest: str, log_dir: Path, tag: str, batch_size: int) -> dict:
     """Transcribe the test manifest, write ``<tag>_utterances.jsonl`` / ``<tag>_summary.json``; return the summary."""
     scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False)
-    _, summary_path = evaluate.write_results(scored, log_dir, tag)
+    _, summary_path = scoring.write_results(scored, log_dir, tag)
     s = scored.summary
     log.info("%s: WER %.2f%% CER %.2f%% on %d utterances -> %s", tag, 100 * s["wer"], 100 * s["cer"], s["utterances"], summary_path)
     return s

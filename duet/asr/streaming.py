@@ -22,7 +22,10 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from duet.asr.evaluate import AsrInputError, Scored, evaluate_manifest, load_audio
+from duet.asr.evaluate import evaluate_manifest
+from duet.asr.inference import load_audio
+from duet.asr.scoring import Scored
+from duet.errors import AsrInputError
 
 
 @dataclass
@@ -54,21 +57,6 @@ class StreamingLatency:
 
 class StreamingModelError(AsrInputError):
     """The model cannot stream (offline encoder config, non-greedy decoding)."""
-
-
-def resolve_batch_options(args, options: dict[str, tuple[str, object]]) -> None:
-    """Fill in the defaults of options that only offline decoding uses, or refuse them with ``--stream``.
-
-    ``options``: flag -> (attribute of ``args``, default). Streaming runs one file at a time through the
-    cache-aware step, so a batch size or chunk length given with ``--stream`` would be silently ignored;
-    it is a :class:`StreamingModelError` naming the flags instead.
-    """
-    given = [flag for flag, (attr, _) in options.items() if getattr(args, attr) is not None]
-    if getattr(args, "stream", False) and given:
-        raise StreamingModelError(f"{', '.join(given)} not used with --stream (files stream one at a time, whole)")
-    for attr, default in options.values():
-        if getattr(args, attr) is None:
-            setattr(args, attr, default)
 
 
 def check_streaming_model(model) -> None:

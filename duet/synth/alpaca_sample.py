@@ -15,7 +15,8 @@ from __future__ import annotations
 import random
 
 from duet.synth.corpus import held_out_texts
-from duet.synth.corpus_text import assistant_requests, normalize_text, number_to_words
+from duet.synth.corpus_text import assistant_requests, number_to_words
+from duet.text import normalize_text
 
 
 def asr_form(text: str) -> str:

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import random
 import re
-import string
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from duet.text import normalize_text
 from slm.spelling import number_to_words
 
 # ----------------------------------------------------------------------------------------------------
@@ -515,7 +515,6 @@ READ_TEMPLATES: tuple[str, ...] = (
 
 _SLOT_RE = re.compile(r"{([a-z_]+?)(\d*)}")
 _ARTICLE_RE = re.compile(r"\ba ([aeiou])")
-_ALLOWED = set(string.ascii_lowercase + "' ")
 
 
 @dataclass(frozen=True)
@@ -594,12 +593,6 @@ def generate_sentences(n: int, seed: int = 0, domain_fraction: float = 0.65,
 def assistant_requests(n: int, seed: int = 0, exclude: Iterable[str] = ()) -> list[Sentence]:
     """``n`` unique voice-assistant requests (``Sentence.intent`` names the intent, ``slots`` the values)."""
     return generate_sentences(n, seed=seed, domain_fraction=1.0, exclude=exclude)
-
-
-def normalize_text(text: str) -> str:
-    """Lower case, apostrophes kept, other punctuation dropped, single spaces."""
-    kept = "".join(c if c in _ALLOWED else " " for c in text.lower().replace("-", " "))
-    return " ".join(kept.split())
 
 
 def to_transcript(text: str) -> str:

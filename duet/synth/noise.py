@@ -23,7 +23,7 @@ import numpy as np
 import soundfile
 from lhotse import Recording, RecordingSet
 
-from duet.io import write_jsonl_atomic
+from duet.manifest import write_manifest
 from duet.synth.corpus_text import iter_sentences
 from duet.synth.tts import SAMPLE_RATE, synthesize
 from duet.synth.voices import generalisation_pool
@@ -83,7 +83,7 @@ def build_noise_set(out_dir: Path, seconds: float = 20.0, variants: int = 3) -> 
             _babble(path, seconds, rng, tmp)
             entries.append({"audio_filepath": str(path.resolve()), "duration": seconds, "text": ""})
     manifest = out_dir / "noise.json"
-    write_jsonl_atomic(manifest, entries)
+    write_manifest(manifest, entries)
     return manifest
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Iterable
 
 from duet.errors import DuetError
-from duet.synth.corpus_text import normalize_text, number_to_words, year_to_words
+from duet.synth.corpus_text import number_to_words, year_to_words
+from duet.text import normalize_text
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")

@@ -1,0 +1,36 @@
+"""How offline transcription batches audio: the typed settings of ``duet.asr.inference`` and the voice
+pipeline's long-file cutting. Kept apart from ``inference`` so that reading them costs no torch import
+(entry scripts build them while parsing options; importing torch takes seconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from duet.errors import AsrInputError
+
+
+def check_workers(workers: int | None, name: str = "workers") -> None:
+    """``workers`` (``None``: the default) must be at least 1; ``name`` is what the message calls it."""
+    if workers is not None and workers < 1:
+        raise AsrInputError(f"{name} must be 1 or more, got {workers}")
+
+
+@dataclass(frozen=True)
+class OfflineBatching:
+    """Batching of offline transcription. Streaming runs one file at a time, whole, and takes none of it."""
+
+    batch_size: int = 16  # utterances (or pieces of a long file) per forward pass
+    workers: int | None = None  # CPU decoding processes; None: duet.asr.inference.cpu_workers()
+    max_chunk_seconds: float | None = None  # longest piece of a long recording the model sees (voice pipeline)
+
+    def validate(self, names: Mapping[str, str] | None = None) -> None:
+        """Raise ``AsrInputError`` for a value out of range; ``names`` maps a field to what the message calls
+        it (an option's flag), the field's own name otherwise."""
+        names = names or {}
+        if self.batch_size < 1:
+            raise AsrInputError(f"{names.get('batch_size', 'batch_size')} must be 1 or more, got {self.batch_size}")
+        check_workers(self.workers, names.get("workers", "workers"))
+        if self.max_chunk_seconds is not None and self.max_chunk_seconds <= 0:
+            raise AsrInputError(f"{names.get('max_chunk_seconds', 'max_chunk_seconds')} must be > 0, "
+                                f"got {self.max_chunk_seconds:g}")

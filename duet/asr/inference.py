@@ -1,0 +1,216 @@
+"""Transcribe audio with a NeMo CTC model: load a ``.nemo``, read audio, quantise, batch, decode.
+
+The transcription path is ours, not ``model.transcribe()``: utterances are sorted by duration so each
+batch carries little padding, the forward pass runs under ``torch.inference_mode``, and on CPU the
+convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``), whole
+batches go to one-thread worker processes (``cpu_workers``) instead of splitting every small operation
+between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
+Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
+chose beam search) — is the model's own NeMo code. Scoring the transcripts: ``duet.asr.scoring``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import tarfile
+import warnings
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import soundfile as sf
+import torch
+from tqdm import tqdm
+
+from duet.asr.batching import check_workers
+from duet.errors import AsrInputError, first_line
+
+__all__ = ["AsrInputError", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio",
+           "quantize_linear_int8", "set_front_end_chunking", "transcribe_audio", "transcribe_files"]
+
+
+def load_asr_model(path_or_name: str | Path, device: str | None = None):
+    """Load an ``EncDecCTCModelBPE`` (or any NeMo ASR model) from a ``.nemo`` file, in eval mode."""
+    from nemo.collections.asr.models import ASRModel
+
+    path = Path(path_or_name)
+    if not path.is_file():
+        raise AsrInputError(f"model file not found: {path}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        model = ASRModel.restore_from(str(path), map_location=torch.device(device))
+    # not a tar archive, one without model_config.yaml, or truncated weights (torch's reader raises RuntimeError)
+    except (tarfile.TarError, FileNotFoundError, RuntimeError) as e:
+        raise AsrInputError(f"{path}: cannot load it as a NeMo .nemo checkpoint ({first_line(e)})") from e
+    model.eval()
+    return model
+
+
+def quantize_linear_int8(model):
+    """Dynamic int8 quantisation of every ``nn.Linear`` (weights int8, activations quantised per batch).
+
+    CPU only. In place; returns the model. Costs a little accuracy (measure it with ``duet.asr.evaluate.evaluate_manifest``).
+    """
+    with warnings.catch_warnings():
+        # torch marks torch.ao.quantization deprecated in favour of torchao, which is not installed here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return model
+
+
+def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    """Read an audio file as mono float32 at ``sample_rate`` (resampled with librosa when it differs)."""
+    try:
+        audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        raise AsrInputError(f"cannot read audio {path}: {e}") from None
+    audio = audio.mean(axis=1)
+    if sr != sample_rate:
+        import librosa
+
+        audio = librosa.resample(audio, orig_sr=sr, target_sr=sample_rate)
+    return audio
+
+
+#: Utterances per chunk of the convolution front end on CPU (:func:`set_front_end_chunking`).
+CPU_FRONT_END_CHUNK = 2
+
+
+def set_front_end_chunking(model, batch_size: int | None) -> None:
+    """Run the subsampling convolutions ``CPU_FRONT_END_CHUNK`` utterances at a time (None: the model's setting).
+
+    Uses NeMo's own ``subsampling_conv_chunking_factor`` (meant against running out of GPU memory): on
+    CPU the front end's 256-channel maps are memory-bound and run much faster in chunks that stay in
+    cache, while the encoder layers still see the whole batch (bench/asr_speed.py).
+    """
+    encoder = getattr(model, "encoder", None)
+    if not hasattr(encoder, "change_subsampling_conv_chunking_factor"):
+        return
+    if batch_size is None:
+        factor = model.cfg.encoder.get("subsampling_conv_chunking_factor", 1)
+    else:
+        # NeMo takes 1 (no chunks) or an even factor, and cuts the batch into chunks of batch // factor.
+        factor = max(1, batch_size // CPU_FRONT_END_CHUNK // 2 * 2)
+    encoder.change_subsampling_conv_chunking_factor(factor)
+
+
+def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
+                     workers: int | None = None) -> list[str]:
+    """CTC transcripts of ``paths``, in input order, with the model's current decoding
+    (``duet.asr.decoding.set_decoding``; greedy by default).
+
+    Files are decoded longest first in batches of ``batch_size``, so padding stays small and the
+    largest batch (the one that would run out of memory) comes first. ``workers`` (default
+    :func:`cpu_workers`) threads read the files and processes decode them (:func:`transcribe_audio`).
+    """
+    check_workers(workers)
+    sample_rate = int(model.cfg.sample_rate)
+    # libsndfile decodes outside the GIL, so threads read files in parallel (on GPU too)
+    with ThreadPoolExecutor(cpu_workers() if workers is None else workers) as pool:
+        audios = list(pool.map(lambda path: load_audio(path, sample_rate), paths))
+    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers)
+
+
+def cpu_workers() -> int:
+    """Default ``workers``: the decoding processes of :func:`transcribe_audio` on CPU (one torch thread
+    each) and the file-reading threads of :func:`transcribe_files`.
+
+    ``torch.get_num_threads()`` is what the user allowed (all physical cores unless ``OMP_NUM_THREADS`` or
+    ``torch.set_num_threads`` said otherwise), so the budget stays the same; it is just spent on whole
+    batches instead of splitting every small matrix product between threads. While a process group is
+    up (a caller scoring inside a DDP run) there is one: the other ranks already use the cores. (The
+    recipe itself scores outside the process group, before ``fit`` and after ``leave_distributed``.)
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return 1
+    if "fork" not in mp.get_all_start_methods():  # workers inherit the loaded model; without fork, reload it
+        return 1
+    return max(1, torch.get_num_threads())
+
+
+def decoding_processes(n_batches: int, workers: int | None = None) -> int:
+    """Processes :func:`transcribe_audio` decodes ``n_batches`` CPU batches with: ``workers`` (default
+    :func:`cpu_workers`), never more than there are batches; 1 means in the calling process."""
+    return max(1, min(cpu_workers() if workers is None else workers, n_batches))
+
+
+def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
+                     workers: int | None = None) -> list[str]:
+    """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
+    in input order.
+
+    Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
+    On CPU, with more than one batch, ``workers`` forked processes (default :func:`cpu_workers`) decode
+    whole batches at one torch thread each; the transcripts are the same as with one process. A worker
+    that dies (e.g. killed for memory) is an error here, not a hang. The model leaves in the default
+    (contiguous) layout and its previous train/eval mode.
+    """
+    check_workers(workers)
+    device = next(model.parameters()).device
+    on_cpu = device.type == "cpu"
+    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    workers = decoding_processes(len(batches), workers) if on_cpu else 1
+    texts: list[str] = [""] * len(audios)
+    was_training = model.training
+    model.eval()
+    if on_cpu:
+        # oneDNN runs the 2-D convolutions of FastConformer's subsampling front end far faster on NHWC
+        # tensors (bench/asr_speed.py); only 4-D weights change layout, the transcripts are identical.
+        model.to(memory_format=torch.channels_last)
+    try:
+        if workers > 1:
+            # forked children inherit the model and the audio as they are (nothing is pickled but batch
+            # indices and texts); leaving the block joins them, so their CPU time shows in os.times()
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
+                                     initargs=(model, audios)) as pool:
+                done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
+                for future in tqdm(done, total=len(batches), desc="transcribe", unit="batch", disable=not progress):
+                    batch, hyps = future.result()  # a worker's exception (or death) is raised here
+                    for i, text in zip(batch, hyps):
+                        texts[i] = text
+        else:
+            for batch in tqdm(batches, desc="transcribe", unit="batch", disable=not progress):
+                for i, text in zip(batch, _decode_batch(model, [audios[i] for i in batch])):
+                    texts[i] = text
+    finally:
+        if on_cpu:
+            set_front_end_chunking(model, None)
+            # back to the default layout, whatever it was: a model that goes on to train must match its
+            # other DDP ranks (gloo broadcasts the weights of rank 0, which alone transcribes the test set
+            # before fitting); recipe.training_layout sets the training layout inside fit
+            model.to(memory_format=torch.contiguous_format)
+        model.train(was_training)
+    return texts
+
+
+def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
+    """One padded batch through the model and its CTC decoding."""
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        if device.type == "cpu":
+            set_front_end_chunking(model, len(audios))
+        lengths = torch.tensor([len(a) for a in audios], dtype=torch.long)
+        signal = torch.zeros(len(audios), int(lengths.max()))
+        for row, audio in enumerate(audios):
+            signal[row, : len(audio)] = torch.from_numpy(audio)
+        log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
+                                                  input_signal_length=lengths.to(device))
+        hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
+    return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
+
+
+# A forked worker's model and audio, inherited from the parent (never pickled).
+_worker_state: dict = {}
+
+
+def _init_worker(model, audios) -> None:
+    torch.set_num_threads(1)
+    _worker_state.update(model=model, audios=audios)
+
+
+def _decode_in_worker(batch: list[int]) -> tuple[list[int], list[str]]:
+    audios = _worker_state["audios"]
+    return batch, _decode_batch(_worker_state["model"], [audios[i] for i in batch])

@@ -1,0 +1,94 @@
+"""Command-line options that several entry scripts share, and their conversion into the library's typed
+settings (:class:`~duet.asr.decoding.DecodingSettings`, :class:`~duet.asr.batching.OfflineBatching`).
+
+The one library module that reads an ``argparse.Namespace``; every other module takes the settings. An
+option the chosen mode would ignore is an error naming it, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from duet.asr.batching import OfflineBatching
+from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
+from duet.errors import AsrInputError
+
+# The number/path options of add_decoding_arguments and the argparse attributes they land in.
+DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))
+# OfflineBatching field -> option of add_batching_arguments.
+BATCHING_OPTIONS = {"batch_size": "--batch-size", "workers": "--workers"}
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str = "--decoding",
+                           strategy_default: str | None = None) -> None:
+    """The CTC decoding options of an entry script: ``strategy_flag`` (greedy/beam/beam_lm), ``--beam-size``,
+    ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults.
+    ``strategy_default`` describes a default the script resolves itself: the strategy is then ``None`` when
+    the flag is left out."""
+    d = DecodingSettings
+    group = parser.add_argument_group("CTC decoding")
+    group.add_argument(strategy_flag, dest="ctc_decoding", choices=STRATEGIES,
+                       default=None if strategy_default else d.strategy,
+                       help=f"greedy, beam search, or beam search + token n-gram LM "
+                            f"(default: {strategy_default or d.strategy})")
+    group.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: {d.beam_size})")
+    group.add_argument("--lm", default=None,
+                       help="token ARPA for beam_lm (tools/train_ngram_lm.py --unit token, the model's tokenizer)")
+    group.add_argument("--alpha", type=float, default=None, help=f"LM weight, beam_lm only (default: {d.alpha:g})")
+    group.add_argument("--beta", type=float, default=None,
+                       help=f"bonus per emitted token, beam and beam_lm (default: {d.beta:g})")
+
+
+def decoding_settings_from_args(args: argparse.Namespace, strategy_flag: str = "--decoding",
+                                streaming: bool = False) -> DecodingSettings:
+    """``DecodingSettings`` from the options of :func:`add_decoding_arguments`, validated; an option the chosen
+    strategy would ignore is a ``DecodingInputError`` naming it."""
+    strategy = args.ctc_decoding
+    if strategy is None:  # add_decoding_arguments(strategy_default=...): the script resolves it first
+        raise ValueError(f"{strategy_flag} was left for the script to resolve, and it did not")
+    given = {name: getattr(args, attr) for name, attr in DECODING_OPTIONS}
+    used = {"greedy": (), "beam": ("--beam-size", "--beta"), "beam_lm": ("--beam-size", "--lm", "--alpha", "--beta")}
+    ignored = [name for name, value in given.items() if value is not None and name not in used[strategy]]
+    if streaming and strategy != "greedy":
+        raise DecodingInputError(f"--stream decodes greedily (NeMo's cache-aware step): "
+                                 f"drop {strategy_flag} {strategy}")
+    if ignored:
+        raise DecodingInputError(f"{', '.join(ignored)} not used by {strategy_flag} {strategy}")
+    if strategy == "beam_lm" and not args.lm:
+        raise DecodingInputError(f"{strategy_flag} beam_lm needs --lm <token ARPA> "
+                                 "(tools/train_ngram_lm.py --unit token)")
+    values = {"beam_size": args.beam_size, "ngram_lm": args.lm, "alpha": args.alpha, "beta": args.beta}
+    settings = DecodingSettings(strategy, **{k: v for k, v in values.items() if v is not None})
+    settings.validate()
+    return settings
+
+
+def add_batching_arguments(parser: argparse.ArgumentParser, batch_size: int, streaming: bool = False) -> None:
+    """``--batch-size`` (default ``batch_size``) and ``--workers`` of offline transcription. Both stay ``None``
+    when left out, so that :func:`offline_batching_from_args` can tell them from defaults (and, with
+    ``streaming``, refuse them with ``--stream``)."""
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"utterances per batch (default: {batch_size}{'; not with --stream' if streaming else ''})")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="CPU: processes decoding whole batches at one thread each (default: torch's thread "
+                             "count, i.e. OMP_NUM_THREADS or the physical cores; 1 = all in this process)")
+
+
+def offline_batching_from_args(args: argparse.Namespace, defaults: OfflineBatching,
+                               options: dict[str, str] | None = None, streaming: bool = False) -> OfflineBatching:
+    """``defaults`` with the options given on the command line, validated (messages name the options).
+
+    ``options``: ``OfflineBatching`` field -> its flag (default :data:`BATCHING_OPTIONS`); the argparse
+    attribute is the flag's name. Streaming runs one file at a time, whole, so with ``streaming`` any of
+    them given is an ``AsrInputError`` naming the flags instead of being silently ignored.
+    """
+    options = options or BATCHING_OPTIONS
+    given = {field: getattr(args, flag.lstrip("-").replace("-", "_")) for field, flag in options.items()}
+    given = {field: value for field, value in given.items() if value is not None}
+    if streaming and given:
+        raise AsrInputError(f"{', '.join(options[f] for f in given)} not used with --stream "
+                            "(files stream one at a time, whole)")
+    batching = dataclasses.replace(defaults, **given)
+    batching.validate(names=options)
+    return batching
