@@ -70,16 +70,47 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def pick_device_and_precision(precision: str) -> tuple[str, bool]:
-    """``auto``: bf16 on a GPU that supports it, fp32 otherwise (bf16 autocast was slower on our CPUs).
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+
+def training_precision(requested: str, cuda_capability: tuple[int, int] | None) -> str:
+    """``bf16``, ``fp16`` or ``fp32`` for ``train.precision`` on a GPU of this compute capability (None: CPU).
+
+    ``auto``: bf16 only where the GPU runs it natively (capability 8.0 and later: A100, L4, H100); V100 and
+    T4 only emulate bf16, far slower than their fp16, so they train in fp16 mixed precision (with the
+    Trainer's loss scaling); fp32 on the CPU (bf16 autocast was slower on our CPUs).
+    ``torch.cuda.is_bf16_supported()`` counts emulation, so it cannot decide this.
+    """
+    if requested not in PRECISIONS:
+        raise ValueError(f"train.precision must be one of {', '.join(PRECISIONS)}, got '{requested}'")
+    if requested == "fp16" and cuda_capability is None:
+        raise ValueError("train.precision=fp16 needs a GPU (use fp32 or bf16 on the CPU)")
+    if requested != "auto":
+        return requested
+    if cuda_capability is None:
+        return "fp32"
+    return "bf16" if tuple(cuda_capability) >= (8, 0) else "fp16"
+
+
+def precision_arguments(precision: str) -> dict[str, bool]:
+    """The ``TrainingArguments`` flags for a :func:`training_precision` result."""
+    return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
+
+
+def pick_device_and_training_precision(requested: str) -> tuple[str, str]:
+    """This process's device and its :func:`training_precision`.
 
     Under torchrun / accelerate each process takes the GPU of its ``LOCAL_RANK``, so the evaluations
     around training do not all land on GPU 0.
     """
-    cuda = torch.cuda.is_available()
-    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu"
-    if precision == "auto":
-        return device, bool(cuda and torch.cuda.is_bf16_supported())
-    if precision not in ("bf16", "fp32"):
-        raise ValueError(f"train.precision must be auto, bf16 or fp32, got '{precision}'")
-    return device, precision == "bf16"
+    if not torch.cuda.is_available():
+        return "cpu", training_precision(requested, None)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    return f"cuda:{local_rank}", training_precision(requested, torch.cuda.get_device_capability(local_rank))
+
+
+def pick_device_and_precision(precision: str) -> tuple[str, bool]:
+    """This process's device and whether it trains in bf16 (see :func:`pick_device_and_training_precision`,
+    which also says when fp16 is the better choice)."""
+    device, chosen = pick_device_and_training_precision(precision)
+    return device, chosen == "bf16"
