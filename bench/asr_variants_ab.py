@@ -8,7 +8,7 @@ Usage:
   # train the tiny config from scratch instead (no checkpoint needed; its optimiser is already Noam)
   python bench/asr_variants_ab.py --from-scratch --config-name fastconformer_tiny --max-steps 300
   # a full-size config from scratch takes the report's schedule as an extra override
-  python bench/asr_variants_ab.py --from-scratch --config-name fastconformer_small -- asr_optim@model.optim=noam_scratch
+  python bench/asr_variants_ab.py --from-scratch --config-name fastconformer_small -- asr_optim=noam_scratch
 
   # only check that every variant keeps the CTC output at least as long as each transcript
   python bench/asr_variants_ab.py --check-only --base samples/checkpoints/base.nemo

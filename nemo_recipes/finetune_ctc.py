@@ -12,7 +12,14 @@ Usage:
   overridden as key=value, unknown keys are errors. The model comes from init_from_nemo_model (a .nemo
   file), init_from_pretrained_model (an NGC/HF name, needs internet) or, with neither, is trained from
   scratch (add asr_optim=noam_scratch for the report's schedule). If model.tokenizer.dir differs from
-  the checkpoint's tokenizer the vocabulary is switched before training.
+  the checkpoint's tokenizer the vocabulary is switched before training; model.tokenizer.dir=null keeps
+  the checkpoint's own. A checkpoint keeps its architecture (a warning names the encoder keys where it
+  differs from the config's); the config's ctc_reduction, skip_nan_grad, log_prediction and interctc apply.
+
+  Hardware (trainer.* and num_workers left null): every visible GPU with DDP, bf16 mixed precision
+  where the GPU runs it natively (else fp16), min(8, cores / GPUs) loader workers per process; on CPU one
+  process in fp32 with one worker. The test set is scored on the training device by global rank 0
+  (before training, while the other ranks wait to start; a resumed run reuses its first score).
 
   Outputs in experiments/<name>/ (exp_manager.exp_dir): checkpoints/ (best by val_wer, last),
   <name>.nemo, TensorBoard and csv_logs/, test_before_/test_after_{summary.json,utterances.jsonl},
@@ -26,6 +33,7 @@ import time
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+import duet.asr.resmha  # noqa: F401  (registers ResMHA's encoder class, which NeMo would refuse as a _target_)
 from duet.asr import recipe
 from duet.errors import cli
 
@@ -54,13 +62,18 @@ def run(cfg: DictConfig) -> dict:
     trainer, log_dir = recipe.build_trainer(cfg)
     if trainer.is_global_zero:
         recipe.write_resolved_config(cfg, log_dir)
+    recipe.check_manifests(cfg.model)
+    recipe.fill_loader_workers(cfg.model, trainer)
     model = recipe.load_base_model(cfg, trainer)
     from_checkpoint = bool(cfg.init_from_nemo_model or cfg.init_from_pretrained_model)
     test_manifest = cfg.model.test_ds.manifest_filepath
     summary = {"name": cfg.name, "log_dir": str(log_dir), "from_checkpoint": from_checkpoint}
     test_bs = cfg.model.test_ds.batch_size
+    if from_checkpoint:
+        summary["architecture_differences"] = recipe.warn_if_other_architecture(model, cfg)
+        recipe.apply_training_settings(model, cfg.model)
     if from_checkpoint and test_manifest and cfg.evaluate_before_fit and trainer.is_global_zero:
-        summary["test_before"] = recipe.evaluate_test_set(model, test_manifest, log_dir, "test_before", test_bs)
+        summary["test_before"] = recipe.score_before_fit(model, trainer, test_manifest, log_dir, test_bs)
     if from_checkpoint:
         transfer = recipe.match_tokenizer(model, cfg.model.tokenizer, cfg.transfer_decoder)
         summary["vocabulary_changed"], summary["decoder_transfer"] = transfer is not None, transfer
@@ -73,7 +86,8 @@ def run(cfg: DictConfig) -> dict:
     summary["model"] = str(recipe.save_model(model, log_dir, cfg.name))
     summary["global_step"] = trainer.global_step
     if test_manifest:
-        summary["test_after"] = recipe.evaluate_test_set(model, test_manifest, log_dir, "test_after", test_bs)
+        summary["test_after"] = recipe.evaluate_test_set(model, test_manifest, log_dir, "test_after", test_bs,
+                                                         recipe.evaluation_device(trainer))
     summary["wall_seconds"] = round(time.time() - start, 1)
     recipe.write_run_summary(log_dir, summary)
     wer = lambda key: f"{100 * summary[key]['wer']:.2f}%" if key in summary else "n/a"  # noqa: E731

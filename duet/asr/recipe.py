@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.utilities import grad_norm
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from duet.asr import evaluate, scoring
@@ -30,24 +30,59 @@ class RecipeError(DuetError, ValueError):
     """A configuration or input problem the user can fix; the entry script prints it as one line."""
 
 
+def requested_gpu_count(devices) -> int:
+    """How many GPUs ``trainer.devices`` asks for, read by Lightning's own parser.
+
+    ``None``/``"auto"`` = every visible GPU; ``-1``/``"-1"`` = all; ``2``/``"2"`` = two; ``"0,1"`` or
+    ``[0, 1]`` = those indices. A string is never measured with ``len()`` (``"auto"`` is not four GPUs).
+    """
+    if devices is None or devices == "auto":
+        return CUDAAccelerator.auto_device_count()
+    return len(CUDAAccelerator.parse_devices(devices) or [])
+
+
+def mixed_precision_for(cuda_capability: tuple[int, int] | None) -> str:
+    """Lightning ``precision`` for a GPU of this compute capability (None = no GPU: fp32).
+
+    bf16 only where the tensor cores run it natively (Ampere, capability 8.0, and later): V100 (7.0) and
+    T4 (7.5) only emulate bf16, far slower than their fp16, so they get fp16 mixed precision (Lightning
+    adds the loss scaler). ``torch.cuda.is_bf16_supported()`` counts emulation, so it cannot decide this.
+    """
+    if cuda_capability is None:
+        return "32-true"
+    return "bf16-mixed" if tuple(cuda_capability) >= (8, 0) else "16-mixed"
+
+
+def loader_workers_for(cpu_count: int, processes_per_node: int, on_gpu: bool) -> int:
+    """Data-loader workers per training process for a ``num_workers: null`` in the config.
+
+    On GPU, FLAC decoding and feature extraction run in the workers and one would starve the GPU: the
+    node's cores are shared by its processes, at most 8 each (more only adds start-up time and memory).
+    On CPU the workers compete with training for the same few cores: one.
+    """
+    if not on_gpu:
+        return 1
+    return max(1, min(8, cpu_count // max(1, processes_per_node)))
+
+
 def resolve_trainer_config(trainer_cfg: DictConfig) -> dict:
     """Lightning ``Trainer`` kwargs with every ``null`` hardware key filled in for this machine.
 
-    GPU: all visible devices, DDP when there are several, bf16 mixed precision (fp16 on GPUs without
-    bf16), synchronised batch norm. CPU: one process, fp32 (CPU DDP must be asked for explicitly, with
-    ``sync_batchnorm=false``). Values set in the config or on the command line are kept.
+    GPU: all visible devices, DDP when there are several, bf16 mixed precision on GPUs that run it
+    natively, fp16 mixed precision on older ones (:func:`mixed_precision_for`), synchronised batch norm.
+    CPU: one process, fp32 (CPU DDP must be asked for explicitly, with ``sync_batchnorm=false``).
+    Values set in the config or on the command line are kept.
     """
     resolved = OmegaConf.to_container(trainer_cfg, resolve=True)
     wants_gpu = resolved.get("accelerator") in (None, "auto", "gpu", "cuda")
     if wants_gpu and torch.cuda.is_available():
-        devices = resolved.get("devices") or torch.cuda.device_count()
-        n_devices = torch.cuda.device_count() if devices == -1 else devices
-        multi = (n_devices if isinstance(n_devices, int) else len(n_devices)) * resolved.get("num_nodes", 1) > 1
+        devices = resolved.get("devices")
+        multi = requested_gpu_count(devices) * resolved.get("num_nodes", 1) > 1
         defaults = {
             "accelerator": "gpu",
-            "devices": devices,
+            "devices": "auto" if devices is None else devices,
             "strategy": "ddp" if multi else "auto",
-            "precision": "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed",
+            "precision": mixed_precision_for(torch.cuda.get_device_capability()),
             "sync_batchnorm": multi,
         }
     else:
@@ -58,6 +93,15 @@ def resolve_trainer_config(trainer_cfg: DictConfig) -> dict:
     if resolved["accelerator"] == "cpu" and resolved["sync_batchnorm"]:
         raise RecipeError("trainer.sync_batchnorm=true needs GPUs; use trainer.sync_batchnorm=false on CPU")
     return resolved
+
+
+def fill_loader_workers(model_cfg: DictConfig, trainer) -> None:
+    """Replace ``num_workers: null`` of the train/validation/test loaders with :func:`loader_workers_for`."""
+    on_gpu = not isinstance(trainer.accelerator, CPUAccelerator)
+    workers = loader_workers_for(os.cpu_count() or 1, trainer.num_devices, on_gpu)
+    for split in ("train_ds", "validation_ds", "test_ds"):
+        if model_cfg[split].get("num_workers", 0) is None:
+            model_cfg[split].num_workers = workers
 
 
 def build_trainer(cfg: DictConfig):
@@ -77,12 +121,16 @@ def build_trainer(cfg: DictConfig):
 
 
 class GradNormLogger(pl.Callback):
-    """Logs the total L2 norm of the gradients (before clipping) as ``grad_norm``, per step and per epoch."""
+    """Logs the total L2 norm of the gradients (before clipping) as ``grad_norm``, per step and per epoch.
+
+    One fused norm over all gradients: a norm per tensor read back one by one would stop the GPU once per
+    parameter tensor on every step.
+    """
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        norms = grad_norm(pl_module, norm_type=2)
-        if "grad_2.0_norm_total" in norms:
-            pl_module.log("grad_norm", norms["grad_2.0_norm_total"], on_step=True, on_epoch=True)
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if grads:
+            pl_module.log("grad_norm", torch.nn.utils.get_total_norm(grads, norm_type=2.0), on_step=True, on_epoch=True)
 
 
 def load_base_model(cfg: DictConfig, trainer):
@@ -117,11 +165,70 @@ def load_base_model(cfg: DictConfig, trainer):
         model.set_trainer(trainer)
     else:
         log.info("No init_from_* key: training %s from scratch", cfg.name)
+        if cfg.model.tokenizer.dir is None:
+            raise RecipeError("model.tokenizer.dir=null keeps a checkpoint's tokenizer; training from scratch "
+                              "needs a tokenizer folder (python tools/train_tokenizer.py)")
         return EncDecCTCModelBPE(cfg=cfg.model, trainer=trainer)
     if not isinstance(model, EncDecCTCModelBPE):
         source = nemo_path or pretrained_name
         raise RecipeError(f"{source} is a {type(model).__name__}; this recipe fine-tunes EncDecCTCModelBPE models")
     return model
+
+
+# Model-level keys of the recipe config that shape training but live outside the architecture; a
+# restored checkpoint brings its own values, which the config's replace (apply_training_settings).
+TRAINING_KEYS = ("ctc_reduction", "skip_nan_grad", "log_prediction", "interctc")
+
+# Encoder keys that tell architectures apart: a checkpoint differing in one is another model than the
+# config's name says (e.g. a Conformer fine-tuned with --config-name fastconformer_small).
+ARCHITECTURE_KEYS = ("subsampling", "subsampling_factor", "n_layers", "d_model", "conv_kernel_size")
+
+
+def apply_training_settings(model, model_cfg: DictConfig) -> None:
+    """Give a restored checkpoint the config's training keys (:data:`TRAINING_KEYS`).
+
+    NeMo reads them only in the model's constructor, so each is applied the way that constructor does:
+    the CTC loss is rebuilt with the config's ``ctc_reduction`` (and ``change_vocabulary`` later reads
+    it from ``model.cfg``), the NaN-gradient flag and the intermediate CTC losses are set up again.
+    A ``sample_rate`` other than the checkpoint's cannot be applied (its features were learnt at that
+    rate): refused, naming both.
+    """
+    from nemo.collections.asr.losses.ctc import CTCLoss
+
+    if model_cfg.get("sample_rate") is not None and model_cfg.sample_rate != model.cfg.get("sample_rate"):
+        raise RecipeError(f"model.sample_rate={model_cfg.sample_rate}: the checkpoint was trained at "
+                          f"{model.cfg.get('sample_rate')} Hz and cannot be fine-tuned at another rate")
+    with open_dict(model.cfg):
+        for key in TRAINING_KEYS:
+            if key in model_cfg:
+                model.cfg[key] = model_cfg[key]
+    model.loss = CTCLoss(num_classes=model.decoder.num_classes_with_blank - 1, zero_infinity=True,
+                         reduction=model.cfg.get("ctc_reduction", "mean_batch"))
+    model.wer.log_prediction = bool(model.cfg.get("log_prediction", False))
+    model.setup_optimization_flags()
+    model.setup_interctc(decoder_name="decoder", loss_name="loss", wer_name="wer")
+
+
+def encoder_differences(checkpoint_encoder: DictConfig, config_encoder: DictConfig) -> dict:
+    """``{key: (checkpoint's, config's)}`` for the :data:`ARCHITECTURE_KEYS` on which they differ."""
+    return {key: (checkpoint_encoder.get(key), config_encoder.get(key)) for key in ARCHITECTURE_KEYS
+            if checkpoint_encoder.get(key) != config_encoder.get(key)}
+
+
+def warn_if_other_architecture(model, cfg: DictConfig) -> dict:
+    """Warn when the checkpoint's encoder is not the one ``--config-name`` describes; return the differences.
+
+    The checkpoint's architecture is what trains (the config's encoder section is ignored), so the run
+    would carry a misleading name; the differences also go into ``finetune_summary.json``.
+    """
+    differences = encoder_differences(model.cfg.encoder, cfg.model.encoder)
+    if differences:
+        listed = ", ".join(f"{key} {ours} in the checkpoint, {theirs} in the config"
+                           for key, (ours, theirs) in differences.items())
+        log.warning("The checkpoint's encoder is not %s's (%s): the checkpoint's architecture is trained; pick "
+                    "the config that describes it (e.g. conformer_small for stt_en_conformer_ctc_small)",
+                    cfg.name, listed)
+    return differences
 
 
 def _tokenizer_proto(tokenizer_dir: str | Path) -> bytes:
@@ -136,11 +243,17 @@ def _tokenizer_proto(tokenizer_dir: str | Path) -> bytes:
 def match_tokenizer(model, tokenizer_cfg: DictConfig, transfer_decoder: bool = True) -> dict | None:
     """Switch the model to the configured tokenizer when it differs from the checkpoint's one.
 
+    ``tokenizer_cfg.dir`` null keeps the checkpoint's tokenizer (and its decoder) as they are.
+
     ``change_vocabulary`` rebuilds the CTC decoder (random init) and the loss for the new vocabulary,
     so it must run before training. With ``transfer_decoder`` the new decoder then starts from what the
     checkpoint's decoder knew (:func:`decoder_row_sources`). Returns None when nothing changed, else
     ``{"pieces": N, "copied": C, "composed": K}`` (rows copied / built from old pieces; 0/0 without transfer).
     """
+    if tokenizer_cfg.dir is None:
+        log.info("model.tokenizer.dir=null: keeping the checkpoint's tokenizer (%d pieces)",
+                 model.tokenizer.vocab_size)
+        return None
     new_proto = _tokenizer_proto(tokenizer_cfg.dir)
     current = getattr(getattr(model, "tokenizer", None), "tokenizer", None)
     if current is not None and hasattr(current, "serialized_model_proto") and current.serialized_model_proto() == new_proto:
@@ -207,18 +320,23 @@ def _check_manifest(key: str, path) -> None:
             raise RecipeError(f"{key}: manifest not found: {item}")
 
 
-def setup_data_and_training(model, model_cfg: DictConfig) -> None:
-    """Data loaders, SpecAugment and optimizer settings from the recipe config (checkpoint's are replaced).
-
-    The optimizer itself is built by Lightning's ``configure_optimizers`` from ``model.cfg.optim``,
-    after the train loader exists (the schedulers need the number of steps).
-    """
+def check_manifests(model_cfg: DictConfig) -> None:
+    """Every manifest (and noise list) the config names exists; before any model is built, because a model
+    built from scratch sets up its loaders in NeMo's constructor, which fails with a traceback."""
     _check_manifest("model.train_ds.manifest_filepath", model_cfg.train_ds.manifest_filepath)
     for i, source in enumerate(model_cfg.train_ds.get("input_cfg") or []):  # Lhotse's weighted sources
         _check_manifest(f"model.train_ds.input_cfg[{i}].manifest_filepath", source.get("manifest_filepath"))
     _check_manifest("model.validation_ds.manifest_filepath", model_cfg.validation_ds.manifest_filepath)
     _check_manifest("model.test_ds.manifest_filepath", model_cfg.test_ds.get("manifest_filepath"))
     _check_manifest("model.train_ds.noise_path", model_cfg.train_ds.get("noise_path"))
+
+
+def setup_data_and_training(model, model_cfg: DictConfig) -> None:
+    """Data loaders, SpecAugment and optimizer settings from the recipe config (checkpoint's are replaced).
+
+    The optimizer itself is built by Lightning's ``configure_optimizers`` from ``model.cfg.optim``,
+    after the train loader exists (the schedulers need the number of steps).
+    """
     model.setup_training_data(model_cfg.train_ds)
     lhotse = model_cfg.train_ds.get("use_lhotse", False)  # Lhotse datasets have no length: it samples endlessly
     if model._train_dl is None or (not lhotse and len(model._train_dl.dataset) == 0):
@@ -274,13 +392,56 @@ def save_model(model, log_dir: Path, name: str) -> Path:
     return path
 
 
-def evaluate_test_set(model, manifest: str, log_dir: Path, tag: str, batch_size: int) -> dict:
-    """Transcribe the test manifest, write ``<tag>_utterances.jsonl`` / ``<tag>_summary.json``; return the summary."""
-    scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False)
+def evaluation_device(trainer) -> torch.device:
+    """Where the recipe scores the test set: this process's training device (its GPU), else the CPU.
+
+    The base model is restored to the CPU and Lightning's teardown moves it back there after ``fit``,
+    so without this a GPU run would transcribe the whole test set on the CPU.
+    """
+    if isinstance(trainer.accelerator, CPUAccelerator):
+        return torch.device("cpu")
+    return trainer.strategy.root_device
+
+
+def evaluate_test_set(model, manifest: str, log_dir: Path, tag: str, batch_size: int,
+                      device: torch.device | str = "cpu") -> dict:
+    """Transcribe the test manifest on ``device``, write ``<tag>_utterances.jsonl`` / ``<tag>_summary.json``;
+    return the summary. The model goes back to the device it came from afterwards."""
+    home = next(model.parameters()).device
+    model.to(device)
+    try:
+        scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False)
+    finally:
+        model.to(home)
     _, summary_path = scoring.write_results(scored, log_dir, tag)
     s = scored.summary
-    log.info("%s: WER %.2f%% CER %.2f%% on %d utterances -> %s", tag, 100 * s["wer"], 100 * s["cer"], s["utterances"], summary_path)
+    log.info("%s: WER %.2f%% CER %.2f%% on %d utterances on %s -> %s", tag, 100 * s["wer"], 100 * s["cer"],
+             s["utterances"], device, summary_path)
     return s
+
+
+def saved_test_summary(log_dir: Path, tag: str, manifest: str) -> dict | None:
+    """The ``<tag>_summary.json`` an earlier attempt of this run wrote for ``manifest``, if any."""
+    path = Path(log_dir) / f"{tag}_summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    return summary if summary.get("manifest") == str(manifest) else None
+
+
+def score_before_fit(model, trainer, manifest: str, log_dir: Path, batch_size: int) -> dict:
+    """The base model's test score: scored once per run; a resumed run reuses what its first attempt wrote.
+
+    A resumed run (exp_manager found ``last.ckpt``) started from the same checkpoint, so its score
+    cannot have changed. Called on global rank 0 only: the other ranks go on into ``fit`` and wait
+    there for rank 0 to join the process group.
+    """
+    if trainer.ckpt_path is not None:
+        saved = saved_test_summary(log_dir, "test_before", manifest)
+        if saved is not None:
+            log.info("test_before: reusing %s/test_before_summary.json from this run's first attempt", log_dir)
+            return saved
+    return evaluate_test_set(model, manifest, log_dir, "test_before", batch_size, evaluation_device(trainer))
 
 
 def write_resolved_config(cfg: DictConfig, log_dir: Path) -> Path:
