@@ -23,9 +23,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf, open_dict
 
-from duet.ngram import read_lm_info
+from duet.ngram import nemo_token_lm, read_lm_info
 from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,8 @@ class DecodingSettings:
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
 
 
-def _check_lm(path: str, model) -> str:
+def _lm_for_beam_batch(path: str, model) -> str:
+    """The ARPA at ``path`` checked against ``model``'s tokenizer, as the NeMo file ``beam_batch`` loads fast."""
     lm = Path(path)
     if not lm.is_file():
         raise DecodingInputError(f"n-gram LM not found: {lm}")
@@ -82,7 +84,7 @@ def _check_lm(path: str, model) -> str:
                 f"{lm} was built for a {info['vocab_size']}-token tokenizer, the model has {vocab_size}: "
                 "rebuild it with the model's tokenizer"
             )
-    return str(lm)
+    return str(nemo_token_lm(lm, vocab_size))
 
 
 def decoding_config(model, settings: DecodingSettings):
@@ -99,10 +101,14 @@ def decoding_config(model, settings: DecodingSettings):
             "return_best_hypothesis": True,
             "beam_threshold": settings.beam_threshold,
             "beam_beta": settings.beta,
-            "allow_cuda_graphs": False,  # CUDA graphs only matter on GPU; off keeps CPU and GPU paths the same
-            "ngram_lm_model": _check_lm(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
+            "ngram_lm_model": _lm_for_beam_batch(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
             "ngram_lm_alpha": settings.alpha if settings.strategy == "beam_lm" else 0.0,
         })
+        # NeMo's default (on) wherever CUDA exists: it captures graphs only for CUDA tensors, so CPU decoding is
+        # the same either way. Off without CUDA, where asking for them only logs a "no conditional node support"
+        # warning on every strategy change. Set both ways: the model's config keeps the last value, and a model
+        # switched on a CPU machine may decode on a GPU later.
+        cfg.beam.allow_cuda_graphs = torch.cuda.is_available()
     return cfg
 
 
@@ -124,8 +130,6 @@ class CachedLogProbs:
 
 def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
     """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``)."""
-    import torch
-
     from duet.asr.inference import load_audio
 
     sample_rate = int(model.cfg.sample_rate)
