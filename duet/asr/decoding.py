@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
+from duet.asr.inference import audio_length, load_audio
 from duet.ngram import nemo_token_lm, read_lm_info
 from duet.errors import DuetError
 
@@ -129,18 +130,18 @@ class CachedLogProbs:
 
 
 def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
-    """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``)."""
-    from duet.asr.inference import load_audio
-
+    """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``, and like
+    it reading each batch's audio only when the batch runs)."""
     sample_rate = int(model.cfg.sample_rate)
     device = next(model.parameters()).device
-    audios = [load_audio(p, sample_rate) for p in paths]
-    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    sizes = [audio_length(p, sample_rate) for p in paths]
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)
     batches = []
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
+            audios = {i: load_audio(paths[i], sample_rate) for i in batch}
             lengths = torch.tensor([len(audios[i]) for i in batch])
             signal = torch.zeros(len(batch), int(lengths.max()))
             for row, i in enumerate(batch):
