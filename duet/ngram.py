@@ -18,6 +18,7 @@ decoder can refuse an LM built for another tokenizer.
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -221,11 +222,51 @@ def read_lm_info(arpa: str | Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+#: (ARPA path, its mtime_ns, vocabulary size) -> NeMo form of that ARPA, for this process
+_NEMO_FORM_OF_ARPA: dict[tuple[str, int, int], Path] = {}
+
+
+def nemo_token_lm(arpa: str | Path, vocab_size: int) -> Path:
+    """NeMo's own form (``NGramGPULanguageModel`` saved as ``.nemo``) of a token ARPA, built once per ARPA version.
+
+    NeMo's ``beam_batch`` parses an ARPA in Python each time a decoding strategy is set (minutes for a
+    LibriSpeech-size LM); the ``.nemo`` form restores as a state dict. It is written beside the ARPA as
+    ``<stem>.v<vocab>.<mtime_ns>.nemo``, so a rebuilt ARPA gets a fresh one (the stale one is removed); where the
+    ARPA's folder is read-only it goes to a temporary folder kept for this process.
+    """
+    from nemo.collections.asr.parts.submodules.ngram_lm import NGramGPULanguageModel  # NeMo takes 10-20 s to import
+
+    arpa = Path(arpa).resolve()
+    mtime_ns = arpa.stat().st_mtime_ns
+    key = (str(arpa), mtime_ns, vocab_size)
+    known = _NEMO_FORM_OF_ARPA.get(key)
+    if known is not None and known.is_file():
+        return known
+    prefix = f"{arpa.stem}.v{vocab_size}."
+    target = arpa.parent / f"{prefix}{mtime_ns}.nemo"
+    if not target.is_file():
+        lm = NGramGPULanguageModel.from_arpa(lm_path=arpa, vocab_size=vocab_size)
+        try:
+            with atomic_path(target) as tmp:
+                lm.save_to(str(tmp))
+        except OSError as err:
+            log.warning("cannot write %s (%s); keeping the LM's NeMo form in a temporary folder", target, err)
+            target = Path(tempfile.mkdtemp(prefix="duet-ngram-")) / target.name
+            lm.save_to(str(target))
+        else:
+            for stale in arpa.parent.glob(glob.escape(prefix) + "*.nemo"):
+                if stale != target:
+                    stale.unlink(missing_ok=True)
+        log.info("n-gram LM %s converted to NeMo's form: %s", arpa.name, target)
+    _NEMO_FORM_OF_ARPA[key] = target
+    return target
+
+
 def load_token_lm(arpa: str | Path, vocab_size: int):
     """NeMo's batched n-gram model (``NGramGPULanguageModel``, the one ``beam_batch`` fuses) from a token ARPA."""
-    from nemo.collections.asr.parts.submodules.ngram_lm import NGramGPULanguageModel
+    from nemo.collections.asr.parts.submodules.ngram_lm import NGramGPULanguageModel  # NeMo takes 10-20 s to import
 
-    return NGramGPULanguageModel.from_file(lm_path=str(arpa), vocab_size=vocab_size)
+    return NGramGPULanguageModel.from_file(lm_path=str(nemo_token_lm(arpa, vocab_size)), vocab_size=vocab_size)
 
 
 def score_token_sentences(lm, tokenizer, sentences: Sequence[str]):

@@ -4,6 +4,7 @@ Usage:
     python slm/ablate.py exp/slm_tiny                          # default grid, results in exp/slm_tiny/ablation/
     python slm/ablate.py exp/slm_tiny --refinetune-steps 100   # every row (baseline too) trains 100 more steps first
     python slm/ablate.py exp/slm_tiny --num-generate 150 --bertscore minilm --out exp/slm_tiny_ablation
+    python slm/ablate.py exp/slm_gpt2 --device cpu             # the GPU is used when there is one; force the CPU
 
 Each variant (and the unmodified baseline) is scored on the model's own held-out rows: the
 validation and test splits are rebuilt from the finetune_config.yaml saved with the model, so they
@@ -33,6 +34,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--refinetune-steps", type=int, default=0,
                         help="AdamW steps on the training split before scoring, for every variant and the baseline")
     parser.add_argument("--refinetune-lr", type=float, default=5e-4)
+    parser.add_argument("--device", default="auto",
+                        help="auto (default: the GPU when CUDA is available, else the CPU), cpu, cuda or cuda:N")
     parser.add_argument("--bertscore", default="none", help="none (default, faster), minilm, auto or a model folder")
     return parser
 
@@ -80,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     from slm.ablation import default_variants, short_finetune
     from slm.data import load_splits_for, tokenize_example
     from slm.evaluation import evaluate_model
-    from slm.generate import load_model
+    from slm.generate import load_model, pick_device
     from slm.modeling import count_parameters
 
     try:
-        tokenizer, model = load_model(args.model_dir, device="cpu")
+        tokenizer, model = load_model(args.model_dir, device=pick_device(args.device))
         cfg, splits = load_splits_for(args.model_dir)
     except (FileNotFoundError, ValueError) as e:
         raise DuetError(str(e)) from e

@@ -16,6 +16,7 @@ Decoding is ``transformers``' ``generate`` with ``use_cache=True``; it stops at 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -24,10 +25,35 @@ import torch
 
 from slm.data import format_alpaca_prompt
 from slm.errors import DuetError, cli, first_line
-from slm.generation import GenerationSettings, add_generation_arguments, generation_settings_from_args
+from slm.generation import (GenerationSettings, add_generation_arguments, generation_settings_from_args,
+                            new_tokens_that_fit)
+
+log = logging.getLogger(__name__)
+
 
 class SlmModelError(DuetError, ValueError):
     """A language-model folder that cannot be loaded (missing or corrupt files), named in the message."""
+
+
+class SlmDeviceError(DuetError, ValueError):
+    """A ``--device`` that names no usable device."""
+
+
+def pick_device(requested: str = "auto") -> str:
+    """``auto``: the GPU when CUDA is available (as the fine-tune does), else the CPU; anything else is used as
+    given (``cpu``, ``cuda``, ``cuda:1``), after checking that it exists."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise SlmDeviceError(f"--device {requested!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SlmDeviceError(f"--device {requested}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise SlmDeviceError(f"--device {requested}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return requested
 
 
 def load_model(path: str | Path, device: str | None = None):
@@ -51,7 +77,7 @@ def load_model(path: str | Path, device: str | None = None):
         raise SlmModelError(f"{path}: cannot load the model folder ({first_line(e)})") from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = model.to(pick_device(device or "auto"))
     model.eval()
     return tokenizer, model
 
@@ -65,14 +91,21 @@ def generate_responses(model, tokenizer, examples: Sequence[dict], settings: Gen
     kwargs = settings.generate_kwargs()
     prompts = [format_alpaca_prompt(e["instruction"], e.get("input", "")) for e in examples]
     tokenizer.padding_side = "left"
-    answers = []
+    context = getattr(model.config, "n_positions", None)
+    answers, capped = [], False
     model.eval()
     for start in range(0, len(prompts), batch_size):
         batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
                           add_special_tokens=False).to(model.device)
+        prompt_tokens = batch["input_ids"].shape[1]  # left padding counts: the answer starts after it
+        fitting = new_tokens_that_fit(prompt_tokens, settings.max_new_tokens, context)
+        if fitting < settings.max_new_tokens and not capped:
+            log.warning("answers capped at %d new tokens (not --max-new-tokens %d): a %d-token prompt and the "
+                        "model's %d-token context", fitting, settings.max_new_tokens, prompt_tokens, context)
+            capped = True
         with torch.no_grad():
             output = model.generate(**batch, pad_token_id=tokenizer.eos_token_id,
-                                    eos_token_id=tokenizer.eos_token_id, **kwargs)
+                                    eos_token_id=tokenizer.eos_token_id, **{**kwargs, "max_new_tokens": fitting})
         new_tokens = output[:, batch["input_ids"].shape[1]:]
         answers.extend(text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return answers

@@ -68,6 +68,24 @@ class GenerationSettings:
                 "top_p": self.top_p}
 
 
+class ContextLengthError(DuetError, ValueError):
+    """A prompt that leaves no room for an answer in the model's context, with both numbers."""
+
+
+def new_tokens_that_fit(prompt_tokens: int, max_new_tokens: int, context: int | None) -> int:
+    """``max_new_tokens``, capped so that prompt and answer fit the model's ``context`` positions (None: no limit).
+
+    Past its last position GPT-2 indexes outside its position table: an IndexError on the CPU, a device-side
+    assert that poisons the whole CUDA context on a GPU. A prompt that fills the context alone is refused.
+    """
+    if context is None or prompt_tokens + max_new_tokens <= context:
+        return max_new_tokens
+    if prompt_tokens >= context:
+        raise ContextLengthError(f"the prompt is {prompt_tokens} tokens and the model's context is {context}: "
+                                 "no room for an answer; shorten the instruction or its input")
+    return context - prompt_tokens
+
+
 def flag(field_name: str) -> str:
     """The command-line flag of a ``GenerationSettings`` field: ``top_p`` -> ``--top-p``."""
     return "--" + field_name.replace("_", "-")

@@ -193,3 +193,41 @@ def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path, sample_ma
     set_decoding(model, strategy="beam_lm", beam_size=4, ngram_lm=str(arpa), alpha=0.3, beta=2.0)
     fused = evaluate_manifest(model, subset, progress=False).summary["wer"]
     assert fused <= greedy, f"beam+LM WER {fused:.3f} > greedy {greedy:.3f}"
+
+
+@needs_lmplz
+def test_token_lm_is_parsed_once_per_arpa_version(tiny_model, tokenizer_dir, tmp_path, monkeypatch):
+    """NeMo parses an ARPA in Python on every strategy change; its .nemo form, cached beside it, loads instead."""
+    import os
+
+    from nemo.collections.asr.parts.submodules.ngram_lm import NGramGPULanguageModel
+
+    from duet import ngram
+
+    arpa = tmp_path / "lm_token3.arpa"
+    train_ngram_lm(DOMAIN[:40], arpa, order=3, unit="token", tokenizer_dir=tokenizer_dir, binary=False)
+    parsed = []
+    from_arpa = NGramGPULanguageModel.from_arpa.__func__
+    monkeypatch.setattr(NGramGPULanguageModel, "from_arpa",
+                        classmethod(lambda cls, **kw: parsed.append(kw["lm_path"]) or from_arpa(cls, **kw)))
+    settings = DecodingSettings("beam_lm", beam_size=2, ngram_lm=str(arpa))
+    for _ in range(2):
+        set_decoding(tiny_model, settings)
+    assert len(parsed) == 1
+    cached = sorted(tmp_path.glob("lm_token3.v64.*.nemo"))
+    assert len(cached) == 1 and tiny_model.cfg.decoding.beam.ngram_lm_model == str(cached[0])
+    monkeypatch.setattr(ngram, "_NEMO_FORM_OF_ARPA", {})  # as in a new process: the file beside the ARPA is reused
+    set_decoding(tiny_model, settings)
+    assert len(parsed) == 1
+    stat = arpa.stat()
+    os.utime(arpa, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a rebuilt ARPA is parsed again
+    set_decoding(tiny_model, settings)
+    assert len(parsed) == 2 and len(list(tmp_path.glob("lm_token3.v64.*.nemo"))) == 1
+    set_decoding(tiny_model, strategy="greedy")
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_beam_search_keeps_nemo_cuda_graphs_where_cuda_exists(tiny_model, monkeypatch, cuda):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    cfg = decoding_config(tiny_model, DecodingSettings("beam", beam_size=2))
+    assert cfg.beam.get("allow_cuda_graphs", True) is cuda

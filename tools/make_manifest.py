@@ -8,8 +8,12 @@ Usage:
   # a real LibriSpeech download (folder holding train-clean-100/, dev-clean/, ...)
   python tools/make_manifest.py --data-root /data/LibriSpeech --splits train-clean-100 dev-clean test-clean
 
-  # fetch splits from OpenSLR first (MD5-verified), into data/LibriSpeech/
+  # fetch splits from OpenSLR first (MD5-verified, resumed after a dropped connection), into data/LibriSpeech/
   python tools/make_manifest.py --download dev-clean test-clean
+
+  # ... into a corpus root of your own (splits already there are not fetched again), from a mirror
+  python tools/make_manifest.py --download train-clean-100 --data-root /data/LibriSpeech \
+      --base-url https://us.openslr.org/resources/12
 
   # any folder of audio + LibriSpeech-style <spk>-<chap>.trans.txt files is one split
   python tools/make_manifest.py --data-root my_recordings/ --out-dir manifests/
@@ -39,7 +43,9 @@ from tqdm import tqdm
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
-from duet.librispeech import ARCHIVE_MD5, extract_split, fetch_archive
+from duet.librispeech import (
+    ARCHIVE_MD5, BASE_URL_ENV, OPENSLR_BASE_URL, DownloadSettings, extract_split, fetch_archive, read_md5sums,
+)
 from duet.manifest import (
     ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
     spread_subset, stamp_path, write_manifest,
@@ -51,14 +57,23 @@ MAX_PROBLEMS_SHOWN = 10
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", type=Path, default=None,
-                        help="corpus root holding split folders, or one split folder "
-                             "(default: samples/LibriSpeech, or data/LibriSpeech with --download)")
+                        help="corpus root holding split folders, or one split folder (default: samples/LibriSpeech); "
+                             "with --download, the corpus root the splits are extracted into "
+                             "(default: <download-dir>/LibriSpeech)")
     parser.add_argument("--splits", nargs="+", default=None, help="split folder names (default: all found)")
     parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "manifests", help="where <split>.json goes")
     parser.add_argument("--download", nargs="+", default=None, metavar="SPLIT", choices=sorted(ARCHIVE_MD5),
-                        help="download these LibriSpeech splits from OpenSLR before building")
+                        help="download these LibriSpeech splits (unless already extracted under the corpus "
+                             "root) before building")
     parser.add_argument("--download-dir", type=Path, default=REPO_ROOT / "data",
-                        help="archives go here, audio to <download-dir>/LibriSpeech/<split>")
+                        help="archives (and partial downloads, resumed by the next run) go here; audio to "
+                             "<download-dir>/LibriSpeech/<split> unless --data-root is given")
+    parser.add_argument("--base-url", default=os.environ.get(BASE_URL_ENV) or OPENSLR_BASE_URL,
+                        help=f"where <split>.tar.gz is fetched from (default: ${BASE_URL_ENV} if set, "
+                             f"else {OPENSLR_BASE_URL})")
+    parser.add_argument("--md5sums", default=None, metavar="FILE_OR_URL",
+                        help="md5sum-format list ('<md5>  <split>.tar.gz' lines) replacing the published "
+                             "checksums, for a mirror that repacked the archives")
     parser.add_argument("--min-duration", type=float, default=ManifestOptions.min_duration, help="seconds")
     parser.add_argument("--max-duration", type=float, default=ManifestOptions.max_duration, help="seconds")
     parser.add_argument("--sample-rate", type=int, default=ManifestOptions.sample_rate,
@@ -76,22 +91,15 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def download(splits: list[str], download_dir: Path) -> Path:
-    corpus_root = download_dir / "LibriSpeech"
+def download(splits: list[str], download_dir: Path, corpus_root: Path, settings: DownloadSettings) -> None:
+    """Fetch and extract each split that ``corpus_root`` does not hold yet."""
     for split in splits:
-        bars = []  # created on the first chunk, so an unreachable server prints only the error line
-        def show(done: int, total: int | None) -> None:
-            if not bars:
-                bars.append(tqdm(desc=f"download {split}", total=total, unit="B", unit_scale=True))
-            bars[0].update(done - bars[0].n)
-        try:
-            archive = fetch_archive(split, download_dir, progress=show)
-        finally:
-            for bar in bars:
-                bar.close()
+        if (corpus_root / split).is_dir():
+            print(f"{split}: already extracted in {corpus_root}, not downloaded")
+            continue
+        archive = fetch_archive(split, download_dir, settings)
         print(f"{split}: {archive} (MD5 verified), extracting ...")
         extract_split(archive, corpus_root)
-    return corpus_root
 
 
 @cli
@@ -100,9 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_utterances is not None and args.max_utterances < 1:
         parser.error(f"--max-utterances must be at least 1, got {args.max_utterances}")
+    if args.md5sums and not args.download:
+        parser.error("--md5sums is only used with --download")
     options = ManifestOptions(args.min_duration, args.max_duration, args.sample_rate, args.verify_audio)
     if args.download:
-        args.data_root = args.data_root or download(args.download, args.download_dir)
+        args.data_root = args.data_root or args.download_dir / "LibriSpeech"
+        md5 = read_md5sums(args.md5sums) if args.md5sums else ARCHIVE_MD5
+        download(args.download, args.download_dir, args.data_root, DownloadSettings(args.base_url, md5))
         args.splits = args.splits or args.download
     data_root = args.data_root or SAMPLES_DIR / "LibriSpeech"
     if not data_root.is_dir():

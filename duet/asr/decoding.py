@@ -23,9 +23,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf, open_dict
 
-from duet.ngram import read_lm_info
+from duet.asr.inference import audio_length, load_audio
+from duet.ngram import nemo_token_lm, read_lm_info
 from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,8 @@ class DecodingSettings:
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
 
 
-def _check_lm(path: str, model) -> str:
+def _lm_for_beam_batch(path: str, model) -> str:
+    """The ARPA at ``path`` checked against ``model``'s tokenizer, as the NeMo file ``beam_batch`` loads fast."""
     lm = Path(path)
     if not lm.is_file():
         raise DecodingInputError(f"n-gram LM not found: {lm}")
@@ -82,7 +85,7 @@ def _check_lm(path: str, model) -> str:
                 f"{lm} was built for a {info['vocab_size']}-token tokenizer, the model has {vocab_size}: "
                 "rebuild it with the model's tokenizer"
             )
-    return str(lm)
+    return str(nemo_token_lm(lm, vocab_size))
 
 
 def decoding_config(model, settings: DecodingSettings):
@@ -99,10 +102,14 @@ def decoding_config(model, settings: DecodingSettings):
             "return_best_hypothesis": True,
             "beam_threshold": settings.beam_threshold,
             "beam_beta": settings.beta,
-            "allow_cuda_graphs": False,  # CUDA graphs only matter on GPU; off keeps CPU and GPU paths the same
-            "ngram_lm_model": _check_lm(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
+            "ngram_lm_model": _lm_for_beam_batch(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
             "ngram_lm_alpha": settings.alpha if settings.strategy == "beam_lm" else 0.0,
         })
+        # NeMo's default (on) wherever CUDA exists: it captures graphs only for CUDA tensors, so CPU decoding is
+        # the same either way. Off without CUDA, where asking for them only logs a "no conditional node support"
+        # warning on every strategy change. Set both ways: the model's config keeps the last value, and a model
+        # switched on a CPU machine may decode on a GPU later.
+        cfg.beam.allow_cuda_graphs = torch.cuda.is_available()
     return cfg
 
 
@@ -123,20 +130,18 @@ class CachedLogProbs:
 
 
 def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
-    """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``)."""
-    import torch
-
-    from duet.asr.inference import load_audio
-
+    """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``, and like
+    it reading each batch's audio only when the batch runs)."""
     sample_rate = int(model.cfg.sample_rate)
     device = next(model.parameters()).device
-    audios = [load_audio(p, sample_rate) for p in paths]
-    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    sizes = [audio_length(p, sample_rate) for p in paths]
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)
     batches = []
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
+            audios = {i: load_audio(paths[i], sample_rate) for i in batch}
             lengths = torch.tensor([len(audios[i]) for i in batch])
             signal = torch.zeros(len(batch), int(lengths.max()))
             for row, i in enumerate(batch):

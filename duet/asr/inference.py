@@ -16,7 +16,7 @@ import tarfile
 import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -26,7 +26,7 @@ from tqdm import tqdm
 from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
-__all__ = ["AsrInputError", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio",
+__all__ = ["AsrInputError", "audio_length", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio",
            "quantize_linear_int8", "set_front_end_chunking", "transcribe_audio", "transcribe_files"]
 
 
@@ -96,21 +96,35 @@ def set_front_end_chunking(model, batch_size: int | None) -> None:
     encoder.change_subsampling_conv_chunking_factor(factor)
 
 
+def audio_length(path: str | Path, sample_rate: int) -> int:
+    """Samples :func:`load_audio` will return for ``path``, from the file's header (no decoding)."""
+    try:
+        info = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        raise AsrInputError(f"cannot read audio {path}: {e}") from None
+    if info.samplerate == sample_rate:
+        return info.frames
+    return int(np.ceil(info.frames * (float(sample_rate) / info.samplerate)))  # librosa.resample's own formula
+
+
 def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
                      workers: int | None = None) -> list[str]:
     """CTC transcripts of ``paths``, in input order, with the model's current decoding
     (``duet.asr.decoding.set_decoding``; greedy by default).
 
     Files are decoded longest first in batches of ``batch_size``, so padding stays small and the
-    largest batch (the one that would run out of memory) comes first. ``workers`` (default
-    :func:`cpu_workers`) threads read the files and processes decode them (:func:`transcribe_audio`).
+    largest batch (the one that would run out of memory) comes first. Lengths come from the file headers and
+    each batch's audio is read when the batch is decoded, so memory holds a few batches, never the whole list
+    (a train-clean-100 manifest is ~23 GB of float32 audio). Reading: ``workers`` (default :func:`cpu_workers`)
+    threads a batch ahead of decoding on one process, or each decoding process reading its own batches
+    (:func:`transcribe_audio`).
     """
     check_workers(workers)
     sample_rate = int(model.cfg.sample_rate)
-    # libsndfile decodes outside the GIL, so threads read files in parallel (on GPU too)
-    with ThreadPoolExecutor(cpu_workers() if workers is None else workers) as pool:
-        audios = list(pool.map(lambda path: load_audio(path, sample_rate), paths))
-    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers)
+    paths = list(paths)
+    lengths = [audio_length(path, sample_rate) for path in paths]
+    return _transcribe(model, lengths, lambda index: load_audio(paths[index], sample_rate), batch_size, progress,
+                       workers, readers=cpu_workers() if workers is None else workers)
 
 
 def cpu_workers() -> int:
@@ -148,12 +162,22 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     (contiguous) layout and its previous train/eval mode.
     """
     check_workers(workers)
+    return _transcribe(model, [len(a) for a in audios], audios.__getitem__, batch_size, progress, workers, readers=1)
+
+
+def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray], batch_size: int, progress: bool,
+                workers: int | None, readers: int) -> list[str]:
+    """Batches of ``read(i)`` (the audio of item ``i``, ``lengths[i]`` samples) longest first through the model.
+
+    In one process, ``readers`` threads read the next batch while the current one is decoded (libsndfile
+    decodes outside the GIL), so at most two batches of audio are held; forked workers read their own batches.
+    """
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
-    order = sorted(range(len(audios)), key=lambda i: len(audios[i]), reverse=True)
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     workers = decoding_processes(len(batches), workers) if on_cpu else 1
-    texts: list[str] = [""] * len(audios)
+    texts: list[str] = [""] * len(lengths)
     was_training = model.training
     model.eval()
     if on_cpu:
@@ -162,19 +186,21 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
         model.to(memory_format=torch.channels_last)
     try:
         if workers > 1:
-            # forked children inherit the model and the audio as they are (nothing is pickled but batch
+            # forked children inherit the model and the reader as they are (nothing is pickled but batch
             # indices and texts); leaving the block joins them, so their CPU time shows in os.times()
             with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
-                                     initargs=(model, audios)) as pool:
+                                     initargs=(model, read)) as pool:
                 done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
                 for future in tqdm(done, total=len(batches), desc="transcribe", unit="batch", disable=not progress):
                     batch, hyps = future.result()  # a worker's exception (or death) is raised here
                     for i, text in zip(batch, hyps):
                         texts[i] = text
         else:
-            for batch in tqdm(batches, desc="transcribe", unit="batch", disable=not progress):
-                for i, text in zip(batch, _decode_batch(model, [audios[i] for i in batch])):
+            for batch, audios in tqdm(_read_ahead(batches, read, readers), total=len(batches), desc="transcribe",
+                                      unit="batch", disable=not progress):
+                for i, text in zip(batch, _decode_batch(model, audios)):
                     texts[i] = text
+                del audios  # before the generator reads the batch after next
     finally:
         if on_cpu:
             set_front_end_chunking(model, None)
@@ -184,6 +210,20 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
             model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
+
+
+def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int
+                ) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+    """Each batch with its audio, the next batch being read by ``readers`` threads while this one is used."""
+    if not batches:
+        return
+    with ThreadPoolExecutor(readers) as pool:
+        pending = [pool.submit(read, i) for i in batches[0]]
+        for k, batch in enumerate(batches):
+            audios = [future.result() for future in pending]
+            pending = [pool.submit(read, i) for i in batches[k + 1]] if k + 1 < len(batches) else []
+            yield batch, audios
+            del audios
 
 
 def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
@@ -202,15 +242,15 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
     return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
 
 
-# A forked worker's model and audio, inherited from the parent (never pickled).
+# A forked worker's model and audio reader, inherited from the parent (never pickled).
 _worker_state: dict = {}
 
 
-def _init_worker(model, audios) -> None:
+def _init_worker(model, read) -> None:
     torch.set_num_threads(1)
-    _worker_state.update(model=model, audios=audios)
+    _worker_state.update(model=model, read=read)
 
 
 def _decode_in_worker(batch: list[int]) -> tuple[list[int], list[str]]:
-    audios = _worker_state["audios"]
-    return batch, _decode_batch(_worker_state["model"], [audios[i] for i in batch])
+    read = _worker_state["read"]
+    return batch, _decode_batch(_worker_state["model"], [read(i) for i in batch])
