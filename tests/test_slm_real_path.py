@@ -122,6 +122,7 @@ def test_gpt2_alpaca_config_killed_resumed_and_evaluated(python, repo_root, tmp_
     assert not out.exists() and (partial / "finetune_config.yaml").is_file()
 
     resumed = subprocess.run(command, cwd=repo_root, env=env, capture_output=True, text=True, timeout=300)
+    (tmp_path / "resumed_run.log").write_text(resumed.stdout + resumed.stderr)  # kept by pytest for a post-mortem
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert "resuming" in resumed.stdout and "from checkpoint-2" in resumed.stdout
     assert "step 3/4" in resumed.stdout and "step 2/4" not in resumed.stdout
