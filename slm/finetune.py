@@ -115,8 +115,10 @@ def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path
     return tokenizer, model
 
 
-def make_training_args(cfg, output_dir: Path, bf16: bool, n_eval: int):
+def make_training_args(cfg, output_dir: Path, precision: str, n_eval: int):
     from transformers import TrainingArguments
+
+    from slm.modeling import precision_arguments  # torch at its top: ~9 s
 
     t = cfg.train
     return TrainingArguments(
@@ -129,7 +131,8 @@ def make_training_args(cfg, output_dir: Path, bf16: bool, n_eval: int):
         logging_strategy="steps", logging_steps=t.logging_steps, disable_tqdm=True, report_to="none",
         save_strategy="steps" if t.save_steps else "no", save_steps=t.save_steps or 500,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
-        include_num_input_tokens_seen="non_padding", bf16=bf16, use_cpu=not bf16 and not _cuda(),
+        include_num_input_tokens_seen="non_padding", **precision_arguments(precision),
+        use_cpu=precision == "fp32" and not _cuda(),
         remove_unused_columns=False, dataloader_num_workers=0,
         ddp_find_unused_parameters=False)  # GPT-2 uses every weight each step: skip DDP's extra graph walk
 
@@ -250,7 +253,7 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is
     from slm.files import write_jsonl_atomic, write_text_atomic
     from slm.data import AlpacaCollator, tokenize_example
     from slm.evaluation import evaluate_model, write_report
-    from slm.modeling import count_parameters, pick_device_and_precision
+    from slm.modeling import count_parameters, pick_device_and_training_precision
 
     # Data and model first: when either cannot be loaded (no hub, bad file) the user sees one error line,
     # not the config dump followed by it.
@@ -264,11 +267,11 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is
     if resume_from:
         log.info("resuming %s from %s", work_dir, resume_from.name)
     log.info("data %s: %s", cfg.data.source, ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
-    device, bf16 = pick_device_and_precision(cfg.train.precision)
+    device, precision = pick_device_and_training_precision(cfg.train.precision)
     model.to(device)
     n_params = count_parameters(model)
     log.info("model: %s, %.2f M parameters, vocab %d, %s", cfg.model.name_or_path or "GPT-2 from scratch",
-             n_params / 1e6, len(tokenizer), "bf16" if bf16 else "fp32")
+             n_params / 1e6, len(tokenizer), precision)
 
     tokenized = {name: [tokenize_example(row, tokenizer, cfg.data.max_length) for row in rows]
                  for name, rows in splits.items()}
@@ -296,7 +299,7 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is
             results["before"], records["before"] = evaluate("starting")
             write_text_atomic(before_file, json.dumps({"summary": results["before"], "records": records["before"]}))
 
-    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", bf16, n_eval),
+    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
                       train_dataset=datasets.Dataset.from_list(tokenized["train"]),
                       eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
                       data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),
@@ -316,7 +319,7 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is
         shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
     metrics = {"parameters": n_params, "train_rows": len(splits["train"]), "train_loss": train_output.training_loss,
                "train_steps": trainer.state.global_step, "train_seconds": round(train_seconds, 1),
-               "total_seconds": round(time.time() - started, 1), "device": device, "bf16": bf16,
+               "total_seconds": round(time.time() - started, 1), "device": device, "precision": precision,
                "torch_threads": torch.get_num_threads(), "loss_target": "answer only" if cfg.data.mask_prompt else "prompt + answer",
                **{label: summary for label, summary in results.items()}}
     write_text_atomic(work_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")

@@ -107,10 +107,3 @@ def pick_device_and_training_precision(requested: str) -> tuple[str, str]:
         return "cpu", training_precision(requested, None)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     return f"cuda:{local_rank}", training_precision(requested, torch.cuda.get_device_capability(local_rank))
-
-
-def pick_device_and_precision(precision: str) -> tuple[str, bool]:
-    """This process's device and whether it trains in bf16 (see :func:`pick_device_and_training_precision`,
-    which also says when fp16 is the better choice)."""
-    device, chosen = pick_device_and_training_precision(precision)
-    return device, chosen == "bf16"

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from slm.modeling import pick_device_and_precision, pick_device_and_training_precision, precision_arguments, training_precision
+from slm import finetune
+from slm.config import load_config
+from slm.modeling import pick_device_and_training_precision, precision_arguments, training_precision
 
 
 @pytest.mark.parametrize("capability, chosen", [((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"),
@@ -30,4 +32,13 @@ def test_a_v100_that_emulates_bf16_trains_in_fp16_on_its_local_rank(monkeypatch)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or (7, 0))
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert pick_device_and_training_precision("auto") == ("cuda:1", "fp16") and asked == [1]
-    assert pick_device_and_precision("auto") == ("cuda:1", False)
+
+
+@pytest.mark.parametrize("precision, bf16, fp16", [("fp16", False, True), ("fp32", False, False)])  # bf16: checked by
+# TrainingArguments against this CPU, so not constructible here
+def test_the_chosen_precision_reaches_the_trainer(precision, bf16, fp16, tmp_path, monkeypatch):
+    """The fine-tune hands the Trainer fp16 on a V100 (it used to know only bf16 or fp32)."""
+    monkeypatch.setattr(finetune, "_cuda", lambda: True)
+    cfg = load_config("slm_tiny_offline")
+    arguments = finetune.make_training_args(cfg, tmp_path, precision, n_eval=0)
+    assert (arguments.bf16, arguments.fp16, arguments.use_cpu) == (bf16, fp16, False)
