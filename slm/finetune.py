@@ -190,11 +190,20 @@ def partial_dir(final_dir: Path) -> Path:
 
 
 def last_checkpoint(work_dir: Path) -> Path | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete checkpoint. The Trainer writes a checkpoint in place and its trainer_state.json last,
+    so a job killed while saving (a 124M checkpoint with its optimiser state is 1.5 GB) leaves a newer folder
+    without one; resuming from that would fail, so it is passed over."""
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_utils import sort_checkpoints
 
     checkpoints = work_dir / "checkpoints"
-    found = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    return Path(found) if found else None
+    if not checkpoints.is_dir():
+        return None
+    for found in reversed(sort_checkpoints(str(checkpoints))):
+        if (Path(found) / TRAINER_STATE_NAME).is_file():
+            return Path(found)
+        log.warning("skipping %s: its save was interrupted", found)
+    return None
 
 
 def run(cfg) -> dict:

@@ -161,6 +161,21 @@ def test_a_stopped_run_keeps_its_folder_and_resumes_from_its_last_checkpoint(tmp
     assert "before" in metrics and "after" in metrics
 
 
+def test_resume_passes_over_a_checkpoint_whose_save_was_killed(tmp_path):
+    """A job killed while the Trainer writes checkpoint-4 leaves the folder without its trainer_state.json
+    (written last); resuming must start from checkpoint-2, not crash on the half-written one."""
+    checkpoints = tmp_path / "checkpoints"
+    for step, complete in ((2, True), (4, False)):
+        folder = checkpoints / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"")
+        if complete:
+            (folder / "trainer_state.json").write_text("{}")
+    assert finetune.last_checkpoint(tmp_path) == checkpoints / "checkpoint-2"
+    (checkpoints / "checkpoint-2" / "trainer_state.json").unlink()
+    assert finetune.last_checkpoint(tmp_path) is None
+
+
 def test_the_model_is_saved_before_the_final_evaluation(tmp_path, monkeypatch):
     out = tmp_path / "run"
     calls = []
