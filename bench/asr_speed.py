@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -54,9 +55,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from duet import REPO_ROOT, SAMPLES_DIR
+from duet.asr import evaluate, inference
 from duet.errors import cli
+from duet.io import write_text_atomic
+from duet.manifest import build_split_manifest, read_manifest, write_manifest
+from duet.tokenizer import manifest_texts, train_tokenizer
 
 DEFAULT_BASE = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 
@@ -130,9 +137,6 @@ def timed(fn):
 
 def sample_data(out: Path, splits: list[str]) -> tuple[dict[str, Path], Path]:
     """Manifests of train-clean, test-clean and ``splits`` and a 256-piece BPE tokenizer on train-clean."""
-    from duet.manifest import build_split_manifest, write_manifest
-    from duet.tokenizer import manifest_texts, train_tokenizer
-
     manifests = {}
     for split in sorted({"train-clean", "test-clean", *splits}):
         manifests[split] = out / f"{split}.json"
@@ -142,9 +146,6 @@ def sample_data(out: Path, splits: list[str]) -> tuple[dict[str, Path], Path]:
 
 
 def compose_small_config(tokenizer: Path, train_manifest: Path):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
         cfg = compose("fastconformer_small", [f"model.tokenizer.dir={tokenizer}",
                                               f"model.train_ds.manifest_filepath={train_manifest}",
@@ -155,6 +156,7 @@ def compose_small_config(tokenizer: Path, train_manifest: Path):
 
 def build_model(cfg, seed: int):
     """fastconformer_small with random weights, no data attached; the same ``seed`` gives the same weights."""
+    # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     from nemo.collections.asr.models import EncDecCTCModelBPE
 
     torch.manual_seed(seed)
@@ -162,8 +164,6 @@ def build_model(cfg, seed: int):
 
 
 def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
-    from duet.asr import inference
-
     def nemo_texts(model):
         return [h.text if hasattr(h, "text") else h for h in model.transcribe(paths)]
 
@@ -195,8 +195,6 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
 
 
 def int8_wer(base: Path, manifest: Path, batch_size: int) -> dict:
-    from duet.asr import evaluate, inference
-
     wers = {}
     for name in ("fp32", "int8"):
         model = inference.load_asr_model(base, device="cpu")
@@ -208,10 +206,6 @@ def int8_wer(base: Path, manifest: Path, batch_size: int) -> dict:
 
 def training_loaders(model, cfg, num_buckets: int) -> dict:
     """NeMo's training loader for each setting: a change to the config's train_ds, loading in the main process."""
-    from omegaconf import OmegaConf
-
-    from duet.manifest import read_manifest
-
     train_ds = cfg.model.train_ds
     mean_duration = statistics.mean(float(e["duration"]) for e in read_manifest(train_ds.manifest_filepath))
     changes = {
@@ -326,12 +320,10 @@ def main(argv=None) -> int:
             sys.exit(f"asr_speed: --splits: no sample split {split!r} in {SAMPLES_DIR / 'LibriSpeech'}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    import logging
 
+    # Lightning takes ~30 s to import: --help and argument errors answer before it loads
     from lightning.pytorch import seed_everything
     from nemo.utils import logging as nemo_logging
-
-    from duet.manifest import read_manifest
 
     nemo_logging.setLevel(logging.ERROR)
     seed_everything(args.seed, verbose=False)
@@ -358,8 +350,6 @@ def main(argv=None) -> int:
               "args": {k: str(v) for k, v in vars(args).items()}, "files": len(paths), "audio_s": audio_s,
               "transcription": trans, "int8_wer": wers, "training": train, "seconds": time.time() - started}
     if args.json:
-        from duet.io import write_text_atomic
-
         write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     speedup = trans["ours_int8"]["rtfx_wall"] / trans["nemo"]["rtfx_wall"]
     line = f"done in {result['seconds'] / 60:.1f} min: transcription {speedup:.2f}x NeMo's (int8, wall; target 2x)"

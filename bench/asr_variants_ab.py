@@ -39,7 +39,11 @@ import sys
 import time
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+
 from duet import REPO_ROOT
+from duet.asr import variants
+from duet.asr.variants import VARIANTS
 from duet.errors import cli
 from duet.io import write_text_atomic
 
@@ -73,17 +77,14 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def compose_recipe_config(config_name: str, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
         return compose(config_name, overrides=overrides)
 
 
 def variant_setup(args, variant: str, run_dir: Path) -> tuple[list[str], object, list[str]]:
     """Hydra overrides selecting ``variant``, the model config it trains, encoder keys not from the base."""
+    # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     from nemo.collections.asr.models import ASRModel
-
-    from duet.asr import variants
 
     if args.base:
         init = run_dir / "init" / f"{args.base.stem}_{variant.replace('+', '_')}.nemo"
@@ -98,6 +99,7 @@ def variant_setup(args, variant: str, run_dir: Path) -> tuple[list[str], object,
 
 
 def check_lengths(model_cfg, args) -> dict:
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     from duet.asr.progressive import check_ctc_lengths
 
     reports = {m.name: check_ctc_lengths(model_cfg, m, args.tokenizer) for m in (args.train, args.dev, args.test)}
@@ -118,6 +120,7 @@ def median_step_seconds(log_dir: Path) -> float | None:
 
 
 def count_parameters(nemo_path: Path) -> int:
+    # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     from nemo.collections.asr.models import ASRModel
 
     model = ASRModel.restore_from(str(nemo_path), map_location="cpu")
@@ -125,6 +128,7 @@ def count_parameters(nemo_path: Path) -> int:
 
 
 def run_variant(args, variant: str) -> dict:
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     from duet.asr.progressive import CtcLengthError
 
     name = f"ab_{variant.replace('+', '_')}"
@@ -205,7 +209,6 @@ def main(argv=None) -> int:
                        ("--tokenizer", args.tokenizer / "tokenizer.model")):
         if not path.is_file():
             sys.exit(f"asr_variants_ab: {flag}: not found: {path}")
-    from duet.asr.variants import VARIANTS
 
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:

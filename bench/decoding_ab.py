@@ -26,11 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from duet import REPO_ROOT
 from duet.asr import decoding, evaluate, inference, scoring
 from duet.errors import cli
 from duet.io import write_text_atomic
 from duet.manifest import read_manifest
+from duet.ngram import read_training_text, train_ngram_lm
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -56,8 +59,6 @@ def floats(text: str) -> list[float]:
 
 
 def build_lm(model, train: str, order: int, out_dir: Path) -> Path:
-    from duet.ngram import read_training_text, train_ngram_lm
-
     arpa = out_dir / f"{Path(train).stem}_token{order}.arpa"
     info = train_ngram_lm(read_training_text(train), arpa, order=order, unit="token", tokenizer=model.tokenizer,
                           text_source=train, binary=False)
@@ -111,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     model = inference.load_asr_model(args.model)
     lm = Path(args.lm) if args.lm else build_lm(model, args.train, args.order, out.parent / "lm")

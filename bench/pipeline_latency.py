@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 import torch
+from hydra import compose, initialize_config_dir
 
 from duet import REPO_ROOT
 from duet.asr.decoding import set_decoding
@@ -62,7 +63,7 @@ def make_clip(seconds: float, out: Path, manifest: Path = TEST_MANIFEST) -> Path
 
 
 def full_size_models(tokenizer_dir: Path, slm_tokenizer):
-    from hydra import compose, initialize_config_dir
+    # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     from nemo.collections.asr.models import EncDecCTCModelBPE
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -30,7 +30,10 @@ from pathlib import Path
 
 import torch
 
+from duet import SAMPLES_DIR
 from duet.errors import cli
+from duet.io import write_text_atomic
+from slm.data import format_alpaca_example, load_alpaca
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -81,8 +84,7 @@ def generation_speeds(model, prompt_tokens: int, new_tokens: int, repeats: int) 
 
 def sample_lengths() -> list[int]:
     """Token counts of the bundled sample's training texts (template + answer + EOS)."""
-    from duet import SAMPLES_DIR
-    from slm.data import format_alpaca_example, load_alpaca
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from slm.modeling import train_bpe_tokenizer
 
     rows = load_alpaca(str(SAMPLES_DIR / "alpaca_sample.json"))
@@ -92,6 +94,7 @@ def sample_lengths() -> list[int]:
 
 
 def training_speeds(model, lengths: list[int], batch_size: int, steps: int, pad_to: int) -> dict:
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     order = list(LengthGroupedSampler(batch_size, lengths=lengths, generator=torch.Generator().manual_seed(0)))
@@ -128,6 +131,7 @@ def training_speeds(model, lengths: list[int], batch_size: int, steps: int, pad_
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from transformers import GPT2Config, GPT2LMHeadModel
 
     if args.threads:
@@ -156,8 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     result = {"parameters": n_params, "threads": torch.get_num_threads(), "args": {k: str(v) for k, v in vars(args).items()},
               "generation": gen, "training": train, "seconds": time.time() - started}
     if args.json:
-        from duet.io import write_text_atomic
-
         write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     print(f"done in {result['seconds']:.0f} s: KV cache {gen['ratio']:.1f}x faster generation, "
           f"length grouping {train['ratio']:.1f}x more real training tokens/s")

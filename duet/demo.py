@@ -29,6 +29,9 @@ from duet import REPO_ROOT
 from duet.asr.decoding import DecodingSettings
 from duet.decoding_file import decoding_file_for, write_decoding_file
 from duet.io import atomic_path, read_jsonl, write_text_atomic
+from duet.synth.alpaca_sample import CORPUS_ANSWERS
+from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
+from slm.metrics import assistant_scores
 
 EXPERIMENTS = REPO_ROOT / "experiments"
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
@@ -205,9 +208,6 @@ def slm_summary(metrics_json: Path) -> str:
 def reference_answers(split: str = "test-clean") -> dict[str, str]:
     """{request text: the answer the Alpaca sample's generator gives it} for the bundled sample's requests
     whose template has a computed answer (``duet.synth.alpaca_sample.CORPUS_ANSWERS``)."""
-    from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-    from duet.synth.alpaca_sample import CORPUS_ANSWERS
-
     return {s.text: CORPUS_ANSWERS[s.template](s.slots) for s in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS)[split]
             if s.template in CORPUS_ANSWERS}
 
@@ -215,8 +215,6 @@ def reference_answers(split: str = "test-clean") -> dict[str, str]:
 def answer_scores(answers: list[dict], texts: dict[str, str]) -> dict:
     """``slm.metrics.assistant_scores`` of the pipeline's responses against the reference answers of what
     was actually said (``texts``: file -> spoken text), over the requests that have a reference answer."""
-    from slm.metrics import assistant_scores
-
     references = reference_answers()
     scored = [(texts[a["file"]], a["response"] or "") for a in answers if texts[a["file"]] in references]
     rows = [{"instruction": text, "input": "", "output": references[text]} for text, _ in scored]

@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from duet.errors import DuetError
 from duet.io import atomic_path, read_jsonl, write_text_atomic
 from duet.text import normalize_text
-from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ def read_training_text(path: str | Path) -> list[str]:
 
 def load_tokenizer(tokenizer_dir: str | Path):
     """NeMo's SentencePiece tokenizer from a folder holding ``tokenizer.model`` (as the ASR model uses it)."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.common.tokenizers import SentencePieceTokenizer
 
     model_path = Path(tokenizer_dir) / "tokenizer.model"
@@ -112,6 +113,7 @@ def load_tokenizer(tokenizer_dir: str | Path):
 
 def tokens_as_words(sentences: Sequence[str], tokenizer) -> list[str]:
     """Each sentence as NeMo's token-LM text: one character per token id (``chr(id + 100)``), space-separated."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.parts.submodules.ngram_lm.kenlm_utils import tokenize_str
 
     return [" ".join(chars) for chars in tokenize_str([[s] for s in sentences], tokenizer)]
@@ -271,6 +273,7 @@ def load_token_lm(arpa: str | Path, vocab_size: int):
 
 def score_token_sentences(lm, tokenizer, sentences: Sequence[str]):
     """Total natural-log probability of each sentence (with sentence end) under a token LM."""
+    # torch takes ~9 s to import: only the calls that use it pay for it
     import torch
 
     ids = [tokenizer.text_to_ids(s) for s in sentences]

@@ -21,10 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import librosa
 import numpy as np
 
-from duet.asr.decoding import DecodingSettings
-from duet.asr.inference import AsrInputError, load_audio, transcribe_audio
+from duet.asr.decoding import DecodingSettings, set_decoding
+from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
+from duet.asr.streaming import check_streaming_model, stream_transcribe, streaming_report
+from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
@@ -65,8 +68,6 @@ def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> 
 
     Speech without any pause longer than ``max_chunk_s`` is cut hard at that length.
     """
-    import librosa
-
     max_len = int(max_chunk_s * sample_rate)
     if max_len < 1:  # a zero-length chunk would never move past the start
         raise ValueError(f"max_chunk_s must be > 0, got {max_chunk_s}")
@@ -117,16 +118,10 @@ class VoicePipeline:
         streaming model before the language model loads: bad settings fail fast with
         ``DecodingInputError`` / ``StreamingModelError``.
         """
-        from duet.asr.decoding import set_decoding
-        from duet.asr.inference import load_asr_model
-        from slm.generate import load_model
-
         start = time.perf_counter()
         asr_model = load_asr_model(asr_path)
         asr_decoding = set_decoding(asr_model, asr_decoding or DecodingSettings())
         if stream:
-            from duet.asr.streaming import check_streaming_model
-
             check_streaming_model(asr_model)
         slm_tokenizer, slm_model = load_model(slm_path)
         pipeline = cls(asr_model, slm_model, slm_tokenizer, asr_decoding=asr_decoding, stream=stream, **kwargs)
@@ -152,8 +147,6 @@ class VoicePipeline:
         (``first_partial_s``, from the start of the ASR) and the audio it had consumed, look-ahead, chunk
         length and the median/max compute time per chunk.
         """
-        from duet.asr.streaming import stream_transcribe, streaming_report
-
         start = time.perf_counter()
         partials, first_partial_s = [], None
         for partial in stream_transcribe(self.asr_model, audio):
@@ -168,8 +161,6 @@ class VoicePipeline:
         return partials[-1].text.strip(), report
 
     def respond(self, transcript: str) -> str:
-        from slm.generate import respond
-
         return respond(self.slm_model, self.slm_tokenizer, transcript, settings=self.generation)
 
     def run(self, path: str | Path, on_partial: Callable | None = None) -> PipelineResult:

@@ -31,6 +31,7 @@ import sys
 import time
 
 import hydra
+import lightning.pytorch as pl
 from omegaconf import DictConfig, OmegaConf
 
 import duet.asr.resmha  # noqa: F401  (registers ResMHA's encoder class, which NeMo would refuse as a _target_)
@@ -53,8 +54,6 @@ def fit(cfg: DictConfig) -> int:
 
 
 def run(cfg: DictConfig) -> dict:
-    import lightning.pytorch as pl
-
     start = time.time()
     OmegaConf.resolve(cfg)
     log.info("Config:\n%s", OmegaConf.to_yaml(cfg))

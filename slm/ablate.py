@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from slm.errors import DuetError, cli
+from slm.files import save_png_atomic, write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -41,12 +42,10 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def plot_params_vs_metric(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # pyplot takes ~3.5 s to import: --help and argument errors answer before it loads
     import matplotlib.pyplot as plt
 
-    from slm.files import save_png_atomic
+    plt.switch_backend("Agg")  # files only: no display is needed or assumed
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "perplexity", "validation perplexity (answer tokens)"),
@@ -79,7 +78,7 @@ def markdown_table(results: dict) -> str:
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    from slm.files import write_text_atomic
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     from slm.ablation import default_variants, short_finetune
     from slm.data import load_splits_for, tokenize_example
     from slm.evaluation import evaluate_model

@@ -14,6 +14,8 @@ import copy
 
 import torch
 
+from slm.data import AlpacaCollator
+
 
 def drop_layers(model, keep: list[int]):
     """Keep only the transformer blocks whose indices are in ``keep`` (in order)."""
@@ -104,8 +106,6 @@ def default_variants(config) -> dict[str, tuple]:
 def short_finetune(model, rows: list[dict], pad_token_id: int, steps: int, learning_rate: float, batch_size: int,
                    seed: int, mask_prompt: bool = False, log=print) -> list[float]:
     """A few AdamW steps on tokenised rows to let a pruned model recover; returns the step losses."""
-    from slm.data import AlpacaCollator
-
     collate = AlpacaCollator(pad_token_id, mask_prompt=mask_prompt)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.1)

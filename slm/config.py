@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from slm import REPO_ROOT
@@ -24,10 +27,6 @@ class ConfigError(DuetError, ValueError):
 
 
 def load_config(config_name: str = DEFAULT_CONFIG, overrides: list[str] | None = None) -> DictConfig:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-
     overrides = list(overrides or [])
     for override in overrides:
         if override.startswith("+") or "=" not in override:

@@ -67,6 +67,7 @@ def load_alpaca(source: str) -> list[dict]:
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
         return validate_examples(rows, str(path))
+    # datasets takes ~3 s to import: only the calls that use it pay for it
     import datasets
 
     rows = datasets.load_dataset(source, split="train").to_list()

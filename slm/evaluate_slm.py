@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bertscore", default="auto", help="auto, minilm, none or a local model folder")
     args = parser.parse_args(argv)
 
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     from slm.data import load_alpaca, load_splits_for
     from slm.evaluation import assistant_text, bertscore_text, evaluate_model, write_report
     from slm.generate import load_model

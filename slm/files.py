@@ -95,6 +95,7 @@ def native_output_to(log_path: str | os.PathLike) -> Iterator[None]:
 
 def save_png_atomic(fig, path: str | os.PathLike, dpi: int = 120) -> None:
     """Lay out a matplotlib figure, write it as PNG through a temporary file, and close it."""
+    # pyplot takes ~3.5 s to import: only the calls that use it pay for it
     import matplotlib.pyplot as plt
 
     fig.tight_layout()

@@ -34,8 +34,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from slm.errors import DuetError, cli, first_line
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
+from slm.errors import DuetError, cli, first_line
+from slm.files import write_jsonl_atomic, write_text_atomic
 
 log = logging.getLogger("slm.finetune")
 OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
@@ -76,6 +77,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def load_splits(cfg) -> dict[str, list[dict]]:
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     from slm.data import load_alpaca, split_examples
 
     from slm.modeling import HubUnreachable
@@ -95,6 +97,7 @@ def load_splits(cfg) -> dict[str, list[dict]]:
 def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path | None = None):
     """Pretrained GPT-2 (hub name / folder) or, with ``model.name_or_path: null``, a fresh tiny one (whose
     tokenizer, on a resume, is the one saved with the checkpoint; the weights come from the checkpoint)."""
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from transformers import AutoTokenizer
 
     from slm.data import format_alpaca_example
@@ -116,6 +119,7 @@ def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path
 
 
 def make_training_args(cfg, output_dir: Path, precision: str, n_eval: int):
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from transformers import TrainingArguments
 
     from slm.modeling import precision_arguments  # torch at its top: ~9 s
@@ -138,12 +142,14 @@ def make_training_args(cfg, output_dir: Path, precision: str, n_eval: int):
 
 
 def _cuda() -> bool:
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     import torch
 
     return torch.cuda.is_available()
 
 
 def make_progress_callback():
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from transformers import TrainerCallback
 
     class ProgressLines(TrainerCallback):
@@ -196,6 +202,7 @@ def last_checkpoint(work_dir: Path) -> Path | None:
     """The newest complete checkpoint. The Trainer writes a checkpoint in place and its trainer_state.json last,
     so a job killed while saving (a 124M checkpoint with its optimiser state is 1.5 GB) leaves a newer folder
     without one; resuming from that would fail, so it is passed over."""
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import sort_checkpoints
 
@@ -211,11 +218,13 @@ def last_checkpoint(work_dir: Path) -> Path | None:
 
 def run(cfg) -> dict:
     """Train and evaluate; returns the metrics written to metrics.json (empty on ranks other than 0)."""
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     import transformers
 
     started = time.time()
     transformers.set_seed(cfg.seed)
     if cfg.train.threads:
+        # torch takes ~9 s to import: --help and argument errors answer before it loads
         import torch
 
         torch.set_num_threads(cfg.train.threads)
@@ -245,12 +254,12 @@ def run(cfg) -> dict:
 
 def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is_rank_zero: bool,
                         progress: dict) -> dict:
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     import datasets
     import torch
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback
 
-    from slm.files import write_jsonl_atomic, write_text_atomic
     from slm.data import AlpacaCollator, tokenize_example
     from slm.evaluation import evaluate_model, write_report
     from slm.modeling import count_parameters, pick_device_and_training_precision

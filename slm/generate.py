@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors import SafetensorError
 
 from slm.data import format_alpaca_prompt
 from slm.errors import DuetError, cli, first_line
@@ -61,7 +62,7 @@ def load_model(path: str | Path, device: str | None = None):
 
     A folder that is not one, or whose files are missing or corrupt, is an ``SlmModelError`` naming it.
     """
-    from safetensors import SafetensorError
+    # transformers takes ~2.6 s to import: only the calls that use it pay for it
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
     path = Path(path)

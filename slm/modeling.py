@@ -12,6 +12,7 @@ import os
 from typing import Iterable
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from slm.errors import DuetError, first_line
@@ -25,8 +26,6 @@ class HubUnreachable(DuetError, RuntimeError):
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
     """Byte-level BPE with GPT-2's pre-tokeniser and ``<|endoftext|>`` as its only special token."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

@@ -310,8 +310,6 @@ def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder,
     """A corrupt .nemo, or a language-model folder with corrupt weights: one line naming it."""
     import shutil
 
-    from duet.asr import inference
-
     slm = tmp_path / "slm"
     shutil.copytree(tiny_slm_folder, slm)
     broken_asr = tmp_path / "broken.nemo"
@@ -322,8 +320,8 @@ def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder,
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"pipeline: error: {broken_asr}: cannot load it as a NeMo .nemo checkpoint")
 
-    monkeypatch.setattr(inference, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
-    monkeypatch.setattr("duet.asr.decoding.set_decoding", lambda model, settings: settings)
+    monkeypatch.setattr(pipeline_module, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
+    monkeypatch.setattr(pipeline_module, "set_decoding", lambda model, settings: settings)
     (slm / "model.safetensors").write_bytes(b"\0" * 100)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -419,9 +417,7 @@ def test_cli_names_a_missing_model(cli, tmp_path, capsys):
 @pytest.fixture
 def fake_slm(monkeypatch, tmp_path):
     """The language model replaced by an echo (the ASR is real); returns the --slm-model arguments."""
-    import slm.generate
-
-    monkeypatch.setattr(slm.generate, "load_model", lambda path: (None, None))
+    monkeypatch.setattr(pipeline_module, "load_model", lambda path: (None, None))
     monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: f"ok: {text}")
     (tmp_path / "slm").mkdir()
     return ["--slm-model", str(tmp_path / "slm")]

@@ -46,8 +46,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+from duet.asr.batching import OfflineBatching
+from duet.asr.decoding import DecodingInputError
+from duet.asr.streaming import describe_report, streaming_latency
+from duet.cli_args import (
+    DECODING_OPTIONS,
+    add_decoding_arguments,
+    decoding_settings_from_args,
+    offline_batching_from_args,
+)
+from duet.decoding_file import USED, decoding_file_for, read_decoding_file
 from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError, cli
+from duet.io import atomic_path, read_jsonl
+from duet.pipeline import VoicePipeline
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
@@ -58,8 +70,6 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 
 def get_parser() -> argparse.ArgumentParser:
-    from duet.cli_args import add_decoding_arguments
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
@@ -87,8 +97,6 @@ def speak(text: str, out_path: Path) -> str | None:
 
     espeak-ng writes a temporary file that is renamed into place, so a failure leaves no partial WAV.
     """
-    from duet.io import atomic_path
-
     engine = shutil.which(SPEAK_ENGINE)
     if engine is None:
         return SPEAK_ENGINE_MISSING
@@ -122,8 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     if args.manifest:
-        from duet.io import read_jsonl
-
         try:
             args.audio += [Path(entry["audio_filepath"]) for entry in read_jsonl(args.manifest)]
         except (OSError, ValueError, KeyError) as e:
@@ -166,10 +172,6 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
     model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
     the library's weights (the file's were tuned for its own LM). No file, and ``--stream``: greedy. Beam
     options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
-    from duet.asr.decoding import DecodingInputError
-    from duet.cli_args import DECODING_OPTIONS
-    from duet.decoding_file import USED, decoding_file_for, read_decoding_file
-
     if args.stream:  # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
         args.ctc_decoding = args.ctc_decoding or "greedy"
         return None
@@ -197,11 +199,6 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace, json_out) -> int:
-    from duet.asr.batching import OfflineBatching
-    from duet.asr.streaming import describe_report, streaming_latency
-    from duet.cli_args import decoding_settings_from_args, offline_batching_from_args
-    from duet.pipeline import VoicePipeline
-
     try:
         generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
     except GenerationSettingsError as e:

@@ -19,8 +19,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
 from duet import REPO_ROOT
 from duet.errors import DuetError, cli
+from duet.io import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -35,14 +39,15 @@ def get_parser() -> argparse.ArgumentParser:
 
 def load_modules(model_path: Path | None, config_name: str):
     """(preprocessor config, preprocessor, spec_augment) from a .nemo or from a recipe config."""
+    # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     from nemo.collections.asr.models import ASRModel
 
     if model_path is not None:
+        # torch takes ~9 s to import: --help and argument errors answer before it loads
         from duet.asr.inference import load_asr_model
 
         model = load_asr_model(model_path, device="cpu")
         return model.cfg.preprocessor, model.preprocessor, model.spec_augmentation
-    from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
         cfg = compose(config_name=config_name)
@@ -51,9 +56,9 @@ def load_modules(model_path: Path | None, config_name: str):
 
 
 def compute_panels(audio, sample_rate: int, pre_cfg, preprocessor, spec_augment, seed: int) -> dict:
+    # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     import torch
     from nemo.collections.asr.models import ASRModel
-    from omegaconf import OmegaConf, open_dict
 
     signal = torch.from_numpy(audio)[None]
     length = torch.tensor([signal.shape[1]])
@@ -71,21 +76,18 @@ def compute_panels(audio, sample_rate: int, pre_cfg, preprocessor, spec_augment,
         spec_augment.train()
         with torch.inference_mode():
             masked = spec_augment(input_spec=log_mel.clone(), length=feat_len)
-    return {"waveform": audio, "mel": mel[0].numpy(), "log_mel": log_mel[0].numpy(),
-            "masked": None if masked is None else masked[0].numpy(), "sample_rate": sample_rate}
+    return {"waveform": audio, "seconds": torch.arange(len(audio)).numpy() / sample_rate, "mel": mel[0].numpy(),
+            "log_mel": log_mel[0].numpy(), "masked": None if masked is None else masked[0].numpy(), "sample_rate": sample_rate}
 
 
 def plot_panels(panels: dict, title: str, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # pyplot takes ~3.5 s to import: --help and argument errors answer before it loads
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    from duet.io import save_png_atomic
+    plt.switch_backend("Agg")  # files only: no display is needed or assumed
 
     fig, axes = plt.subplots(4, 1, figsize=(10, 11))
-    t = np.arange(len(panels["waveform"])) / panels["sample_rate"]
+    t = panels["seconds"]
     axes[0].plot(t, panels["waveform"], linewidth=0.5)
     axes[0].set(title=f"waveform: {title}", xlabel="seconds", ylabel="amplitude", xlim=(0, t[-1]))
     images = [("mel spectrogram (power)", panels["mel"]), ("log-mel, normalised per feature (model input)", panels["log_mel"]),
@@ -108,6 +110,7 @@ def main(argv=None) -> int:
         raise DuetError(f"audio file not found: {args.audio}")
     if args.model is not None and not args.model.is_file():
         raise DuetError(f"model file not found: {args.model}")
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
     from duet.asr.inference import load_audio
 
     pre_cfg, preprocessor, spec_augment = load_modules(args.model, args.config_name)

@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from duet.errors import DuetError, cli
+from duet.io import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -48,13 +49,10 @@ def per_epoch_curves(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def plot_curves(curves: dict, title: str, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # pyplot takes ~3.5 s to import: --help and argument errors answer before it loads
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    from duet.io import save_png_atomic
+    plt.switch_backend("Agg")  # files only: no display is needed or assumed
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for ax, name in zip(axes.flat, ("train loss", "val loss", "best val loss so far", "grad norm")):
@@ -64,7 +62,7 @@ def plot_curves(curves: dict, title: str, out: Path) -> None:
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
         ax.set(title=name, xlabel="epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     save_png_atomic(fig, out)

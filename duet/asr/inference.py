@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_compl
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import librosa
 import numpy as np
 import soundfile as sf
 import torch
@@ -32,6 +33,7 @@ __all__ = ["AsrInputError", "audio_length", "check_workers", "cpu_workers", "dec
 
 def load_asr_model(path_or_name: str | Path, device: str | None = None):
     """Load an ``EncDecCTCModelBPE`` (or any NeMo ASR model) from a ``.nemo`` file, in eval mode."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import ASRModel
 
     path = Path(path_or_name)
@@ -68,8 +70,6 @@ def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
         raise AsrInputError(f"cannot read audio {path}: {e}") from None
     audio = audio.mean(axis=1)
     if sr != sample_rate:
-        import librosa
-
         audio = librosa.resample(audio, orig_sr=sr, target_sr=sample_rate)
     return audio
 

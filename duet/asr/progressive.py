@@ -18,11 +18,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import sentencepiece as spm
 import torch
 from omegaconf import DictConfig
 
-from duet.manifest import read_manifest
 from duet.errors import DuetError
+from duet.manifest import read_manifest
 
 __all__ = ["CtcLengthError", "CtcLengthReport", "check_ctc_lengths", "ctc_required_frames", "encoder_output_lengths"]
 
@@ -33,6 +34,7 @@ class CtcLengthError(DuetError, ValueError):
 
 def _subsampled_lengths(module, lengths: torch.Tensor) -> torch.Tensor:
     """Lengths after one of NeMo's time-subsampling modules, with the formula its ``forward`` uses."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.parts.submodules.subsampling import (
         ConvSubsampling,
         SubsamplingReductionModule,
@@ -112,8 +114,6 @@ def check_ctc_lengths(model_cfg: DictConfig, manifest: str | Path, tokenizer_dir
     come from NeMo's own length formulas. ``tokenizer_dir`` holds the SentencePiece ``tokenizer.model``
     the model is trained with. Returns the tightest utterance when everything fits.
     """
-    import sentencepiece as spm
-
     model_file = Path(tokenizer_dir) / "tokenizer.model"
     if not model_file.is_file():
         raise CtcLengthError(f"tokenizer not found: {model_file}")

@@ -15,8 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import lightning.pytorch as pl
+import sentencepiece as spm
 import torch
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from duet.asr import evaluate, scoring
@@ -111,7 +113,7 @@ def build_trainer(cfg: DictConfig):
     ``resume_if_exists``, points the trainer at ``last.ckpt`` of a previous run with the same name.
     A CSV logger and a gradient-norm callback are added for ``tools/plot_training.py``.
     """
-    from lightning.pytorch.loggers import CSVLogger
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.utils.exp_manager import exp_manager
 
     trainer = pl.Trainer(**resolve_trainer_config(cfg.trainer), callbacks=[GradNormLogger()])
@@ -140,6 +142,7 @@ def load_base_model(cfg: DictConfig, trainer):
     base checkpoint was made). Both keys set is an error. A pretrained name is fetched with NeMo's
     ``from_pretrained`` directly (no waiting for other ranks), so without internet it fails at once.
     """
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import ASRModel, EncDecCTCModelBPE
 
     nemo_path = cfg.get("init_from_nemo_model")
@@ -193,6 +196,7 @@ def apply_training_settings(model, model_cfg: DictConfig) -> None:
     A ``sample_rate`` other than the checkpoint's cannot be applied (its features were learnt at that
     rate): refused, naming both.
     """
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.losses.ctc import CTCLoss
 
     if model_cfg.get("sample_rate") is not None and model_cfg.sample_rate != model.cfg.get("sample_rate"):
@@ -232,8 +236,6 @@ def warn_if_other_architecture(model, cfg: DictConfig) -> dict:
 
 
 def _tokenizer_proto(tokenizer_dir: str | Path) -> bytes:
-    import sentencepiece as spm
-
     model_file = Path(tokenizer_dir) / "tokenizer.model"
     if not model_file.is_file():
         raise RecipeError(f"model.tokenizer.dir: {model_file} not found (make it with tools/train_tokenizer.py)")
@@ -347,6 +349,7 @@ def setup_data_and_training(model, model_cfg: DictConfig) -> None:
     model.setup_multiple_validation_data(model_cfg.validation_ds)
     if model_cfg.test_ds.get("manifest_filepath"):
         model.setup_multiple_test_data(model_cfg.test_ds)
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import ASRModel
 
     with open_dict(model.cfg):

@@ -14,6 +14,7 @@ timings reported per chunk are those of the encoder + decoder step, which is wha
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,14 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf, open_dict
+from tqdm import tqdm
 
 from duet.asr.evaluate import evaluate_manifest
 from duet.asr.inference import load_audio
 from duet.asr.scoring import Scored
 from duet.errors import AsrInputError
+from duet.io import atomic_path
 
 
 @dataclass
@@ -61,6 +65,7 @@ class StreamingModelError(AsrInputError):
 
 def check_streaming_model(model) -> None:
     """Raise ``StreamingModelError`` unless ``model`` has a cache-aware (chunked-limited, causal) encoder."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.parts.mixins.streaming import StreamingEncoder
 
     encoder = getattr(model, "encoder", None)
@@ -92,8 +97,6 @@ STREAMING_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "fastconfor
 
 def streaming_encoder_settings(att_context_size: list[int] | None = None) -> dict:
     """The encoder keys that make a FastConformer cache-aware, as set in ``configs/fastconformer_small_streaming.yaml``."""
-    from omegaconf import OmegaConf
-
     settings = OmegaConf.to_container(OmegaConf.load(STREAMING_CONFIG).model.encoder)
     if att_context_size is not None:
         settings["att_context_size"] = list(att_context_size)
@@ -110,12 +113,8 @@ def convert_to_streaming(nemo_path: str | Path, out_path: str | Path, att_contex
     it was trained with: fine-tune the result with the recipe (``init_from_nemo_model=<out_path>``)
     before using it. Returns ``(model, names of re-initialised encoder tensors)``.
     """
-    import copy
-
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import ASRModel
-    from omegaconf import open_dict
-
-    from duet.io import atomic_path
 
     nemo_path = Path(nemo_path)
     if not nemo_path.is_file():
@@ -181,6 +180,7 @@ def stream_transcribe(
 
     ``att_context_size`` picks one of the look-aheads a multi-look-ahead model was trained with.
     """
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.parts.utils.streaming_utils import CacheAwareStreamingAudioBuffer
 
     check_streaming_model(model)
@@ -274,8 +274,6 @@ def describe_report(report: dict) -> str:
 def transcribe_files_streaming(model, paths, progress: bool = False) -> tuple[list[str], list[Partial]]:
     """Stream each file in turn (batch 1, as a live stream would run); returns the final transcripts in
     input order and the partials of all files."""
-    from tqdm import tqdm
-
     texts, partials = [], []
     for path in tqdm(paths, desc="stream", unit="file", disable=not progress):
         text, parts = transcribe_streaming(model, path)
