@@ -36,7 +36,9 @@ def _read_manifest(path: Path) -> list[dict]:
 
 
 def _vocabulary(tokenizer_dir: Path) -> list[str]:
-    return [line.split("\t")[0] for line in (tokenizer_dir / "tokenizer.vocab").read_text(encoding="utf-8").splitlines()]
+    from nemo.collections.common.tokenizers import SentencePieceTokenizer
+
+    return list(SentencePieceTokenizer(str(tokenizer_dir / "tokenizer.model")).vocab)
 
 
 def _cache_pretrained_name(nemo_file: Path, cache_dir: Path) -> Path:
@@ -66,14 +68,16 @@ def stand_ins(python, tmp_path_factory):
     subprocess.run([python, str(REPO / "tools" / "make_manifest.py"), "--out-dir", str(root / "manifests")],
                    check=True, capture_output=True, cwd=REPO)
     manifests = {split: root / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
-    # the checkpoints' own tokenizer: all of the sample's text, as a released model's differs from a recipe's
-    own_tok = train_tokenizer(manifest_texts(list(manifests.values())), root / "own" / f"spe_bpe_v{VOCAB}", VOCAB)
+    # the checkpoints' own tokenizer: other text than the recipe's (train + dev), as a released model's would be
+    own_tok = train_tokenizer(manifest_texts([manifests["train-clean"], manifests["dev-clean"]]),
+                              root / "own" / f"spe_bpe_v{VOCAB}", VOCAB)
     # the switch: what a user runs, on the training manifest only
     subprocess.run([python, str(REPO / "tools" / "train_tokenizer.py"), "--manifests", str(manifests["train-clean"]),
                     "--vocab-size", str(VOCAB), "--out-root", str(root / "new")], check=True, capture_output=True,
                    cwd=REPO)
     new_tok = root / "new" / f"spe_bpe_v{VOCAB}"
-    assert _vocabulary(own_tok) != _vocabulary(new_tok)
+    own_vocabulary, new_vocabulary = _vocabulary(own_tok), _vocabulary(new_tok)
+    assert len(own_vocabulary) == len(new_vocabulary) == VOCAB and own_vocabulary != new_vocabulary
 
     def shortest(split: str, n: int) -> Path:
         entries = sorted(_read_manifest(manifests[split]), key=lambda e: e["duration"])[:n]
@@ -82,13 +86,17 @@ def stand_ins(python, tmp_path_factory):
     checkpoints = {}
     for config_name in ("conformer_small", "fastconformer_small"):
         path = root / f"{config_name}_standin.nemo"
-        build_ctc_model(config_name, own_tok).save_to(str(path))
+        model = build_ctc_model(config_name, own_tok)
+        encoder = model.cfg.encoder
+        assert (encoder.n_layers, encoder.d_model, encoder.n_heads) == (16, 176, 4)  # the issue's "full size"
+        model.save_to(str(path))
         checkpoints[config_name] = path
     cache_dir = root / "nemo_cache"
     cached = _cache_pretrained_name(checkpoints["conformer_small"], cache_dir)
     assert cached.is_relative_to(cache_dir) and cached.read_bytes() == checkpoints["conformer_small"].read_bytes()
     return {"train": shortest("train-clean", 4), "dev": shortest("dev-clean", 2), "test": shortest("test-clean", 2),
-            "own_tok": own_tok, "new_tok": new_tok, "checkpoints": checkpoints, "cache_dir": cache_dir}
+            "own_vocabulary": own_vocabulary, "new_vocabulary": new_vocabulary, "new_tok": new_tok,
+            "checkpoints": checkpoints, "cache_dir": cache_dir}
 
 
 def _finetune(python: str, setup: dict, config_name: str, exp_dir: Path, *init_and_tokenizer: str,
@@ -125,7 +133,7 @@ def test_full_size_finetune_keeps_the_checkpoint_tokenizer(python, stand_ins, co
     _, summary = _finetune(python, stand_ins, config_name, tmp_path,
                            f"init_from_nemo_model={stand_ins['checkpoints'][config_name]}", "model.tokenizer.dir=null")
     assert summary["vocabulary_changed"] is False and summary["architecture_differences"] == {}
-    assert _saved_vocabulary(summary["model"]) == _saved_vocabulary(str(stand_ins["checkpoints"][config_name]))
+    assert _saved_vocabulary(summary["model"]) == stand_ins["own_vocabulary"]
 
 
 @pytest.mark.parametrize("config_name", ["conformer_small", "fastconformer_small"])
@@ -134,11 +142,7 @@ def test_full_size_finetune_switches_to_a_new_1024_piece_tokenizer(python, stand
                            f"init_from_nemo_model={stand_ins['checkpoints'][config_name]}",
                            f"model.tokenizer.dir={stand_ins['new_tok']}")
     assert summary["vocabulary_changed"] is True and summary["decoder_transfer"]["pieces"] == VOCAB
-    vocabulary = _saved_vocabulary(summary["model"])
-    assert len(vocabulary) == VOCAB and vocabulary != _saved_vocabulary(str(stand_ins["checkpoints"][config_name]))
-    from nemo.collections.common.tokenizers import SentencePieceTokenizer
-
-    assert vocabulary == list(SentencePieceTokenizer(str(stand_ins["new_tok"] / "tokenizer.model")).vocab)
+    assert _saved_vocabulary(summary["model"]) == stand_ins["new_vocabulary"]
 
 
 def test_pretrained_name_from_nemo_cache_offline_under_the_fastconformer_config_warns(python, stand_ins, tmp_path):
@@ -154,4 +158,4 @@ def test_pretrained_name_from_nemo_cache_offline_under_the_fastconformer_config_
     assert differences["subsampling"] == ["striding", "dw_striding"]
     assert differences["subsampling_factor"] == [4, 8] and differences["conv_kernel_size"] == [31, 9]
     assert "The checkpoint's encoder is not fastconformer_small's" in output
-    assert _saved_vocabulary(summary["model"]) == _saved_vocabulary(str(stand_ins["checkpoints"]["conformer_small"]))
+    assert _saved_vocabulary(summary["model"]) == stand_ins["own_vocabulary"]
