@@ -10,11 +10,12 @@ Usage:
 
   Configs live in configs/ (fastconformer_small, conformer_small, fastconformer_tiny); any key can be
   overridden as key=value, unknown keys are errors. The model comes from init_from_nemo_model (a .nemo
-  file), init_from_pretrained_model (an NGC/HF name, needs internet) or, with neither, is trained from
-  scratch (add asr_optim=noam_scratch for the report's schedule). If model.tokenizer.dir differs from
-  the checkpoint's tokenizer the vocabulary is switched before training; model.tokenizer.dir=null keeps
-  the checkpoint's own. A checkpoint keeps its architecture (a warning names the encoder keys where it
-  differs from the config's); the config's ctc_reduction, skip_nan_grad, log_prediction and interctc apply.
+  file), init_from_pretrained_model (an NGC/HF name: downloaded on first use, then read from
+  $NEMO_CACHE_DIR) or, with neither, is trained from scratch (add asr_optim=noam_scratch for the
+  report's schedule). If model.tokenizer.dir differs from the checkpoint's tokenizer the vocabulary is
+  switched before training; model.tokenizer.dir=null keeps the checkpoint's own. A checkpoint keeps its
+  architecture (a warning names the encoder keys where it differs from the config's); the config's
+  ctc_reduction, skip_nan_grad, log_prediction and interctc apply.
 
   Hardware (trainer.* and num_workers left null): every visible GPU with DDP, bf16 mixed precision
   where the GPU runs it natively (else fp16), min(8, cores / GPUs) loader workers per process; on CPU one
