@@ -13,6 +13,12 @@ import duet.demo as demo
 from duet.demo import Stage
 
 
+@pytest.fixture(autouse=True)
+def stage_logs_in_tmp(tmp_path, monkeypatch):
+    """Stage logs go to experiments/<stage>/log.txt: keep these tests' logs out of the repository's folder."""
+    monkeypatch.setattr(demo, "EXPERIMENTS", tmp_path / "experiments")
+
+
 def _stage(tmp_path, run_dir, marker: str) -> Stage:
     out = tmp_path / "out.txt"
     code = f"open({str(out)!r}, 'w').write({marker!r})"
