@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU (about 12 minutes).
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU (about 16 minutes on 2 cores).
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
