@@ -241,7 +241,7 @@ def run(cfg) -> dict:
     setup_logging(work_dir / "finetune.log" if is_rank_zero else None)
     progress = {"training_started": resuming}
     try:
-        return _train_and_evaluate(cfg, work_dir, final_dir, started, is_rank_zero, progress)
+        return _train_and_evaluate(cfg, config_text, work_dir, final_dir, started, is_rank_zero, progress)
     except BaseException:
         if progress["training_started"]:
             # keep the checkpoints: the same command resumes from the last one
@@ -252,8 +252,8 @@ def run(cfg) -> dict:
         raise
 
 
-def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is_rank_zero: bool,
-                        progress: dict) -> dict:
+def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, started: float,
+                        is_rank_zero: bool, progress: dict) -> dict:
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     import datasets
     import torch
@@ -269,9 +269,9 @@ def _train_and_evaluate(cfg, work_dir: Path, final_dir: Path, started: float, is
     splits = load_splits(cfg)
     resume_from = last_checkpoint(work_dir)
     tokenizer, model = get_model_and_tokenizer(cfg, splits["train"], resume_from)
-    log.info("config:\n%s", OmegaConf.to_yaml(cfg, resolve=True).rstrip())
-    if is_rank_zero:
-        write_text_atomic(work_dir / "finetune_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    log.info("config:\n%s", config_text.rstrip())
+    if is_rank_zero:  # the resolved config run() compares a re-run against
+        write_text_atomic(work_dir / "finetune_config.yaml", config_text)
     progress["training_started"] = True
     if resume_from:
         log.info("resuming %s from %s", work_dir, resume_from.name)
