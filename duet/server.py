@@ -214,7 +214,9 @@ class RedecodeStream:
     (``transcribe``: the pipeline's own cut-at-pauses decoding), returning the new partial transcript; the
     final transcript (:meth:`finish`) is one more decode of everything. The cost grows with the square of the
     stream's length: the k-th decode covers k x ``interval_s`` seconds, so n intervals cost n(n+1)/2 interval's
-    worth of decoding; :meth:`report` gives the measured time per decode (the last one is the largest).
+    worth of decoding; :meth:`report` gives the measured time per decode (the last one is the largest). Once
+    a decode takes longer than ``interval_s``, the next waits for as much new audio as that decode took, so
+    the partials thin out instead of falling behind a live stream.
 
     The interface (``feed(pcm) -> partial text or None``, ``finish() -> final text``, ``report() -> dict``) is
     what a cache-aware incremental session would implement as well.
@@ -245,7 +247,10 @@ class RedecodeStream:
         None."""
         self.pieces.append(pcm)
         self.samples += len(pcm)
-        if self.samples - self.decoded_at < self.interval:
+        # at least as much new audio as the last decode took to run: decoding then keeps pace with a live stream
+        # (at the cost of fewer partials) instead of falling further behind with every decode
+        due = max(self.interval, int(self.decode_seconds[-1] * self.sample_rate)) if self.decode_seconds else self.interval
+        if self.samples - self.decoded_at < due:
             return None
         self.text = self._decode()
         return self.text

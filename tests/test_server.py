@@ -325,8 +325,10 @@ def test_redecode_stream_decodes_the_whole_buffer_every_interval():
     assert stream.finish() == f"{10 * SR // 4} samples" and decoded[-1] == 10 * SR // 4
     report = stream.report()
     assert report["decodes"] == 3 and report["audio_s"] == 2.5 and report["interval_s"] == 1.0
+    stream.decode_seconds[-1] = 3.0  # a slow decode: the next one waits for 3 s of new audio, not 1 s
+    assert [stream.feed(speech) for _ in range(12)].count(None) == 11 and decoded[-1] == 22 * SR // 4
     silent = RedecodeStream(transcribe, SR, interval_s=1.0)
-    assert silent.feed(np.zeros(2 * SR, dtype=np.float32)) == "" and silent.finish() == "" and len(decoded) == 3
+    assert silent.feed(np.zeros(2 * SR, dtype=np.float32)) == "" and silent.finish() == "" and len(decoded) == 4
 
 
 def test_server_settings_name_the_flag():

@@ -23,8 +23,9 @@ Requests over --max-audio-seconds or --max-upload-mb, corrupt or empty audio and
 4xx with {"error": "..."}; more than --queue-size requests at once, 503. All inference runs on one thread.
 
 Partial transcripts on the WebSocket come from decoding the whole buffer again every --stream-interval
-seconds of new audio with the offline model: each decode costs more as the recording grows (quadratic in
-its length overall; the final message reports the decodes and their median and last time).
+seconds of new audio with the offline model (or after as much audio as the last decode took, when that is
+longer, so that decoding keeps pace with a live stream): each decode costs more as the recording grows
+(quadratic in its length overall; the final message reports the decodes and their median and last time).
 """
 
 from __future__ import annotations
