@@ -158,9 +158,9 @@ class VoicePipeline:
         texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
         segments, begin = [], 0
         for chunk, text in zip(chunks, texts):
-            segments.append(Segment(round(begin / self.sample_rate, 3), round((begin + len(chunk)) / self.sample_rate, 3),
-                                    text.strip()))
-            begin += len(chunk)
+            end = begin + len(chunk)
+            segments.append(Segment(round(begin / self.sample_rate, 3), round(end / self.sample_rate, 3), text.strip()))
+            begin = end
         return segments
 
     def transcribe_streaming(self, audio: np.ndarray, on_partial: Callable | None = None) -> tuple[str, dict]:

@@ -66,7 +66,8 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
     the library's weights (the file's were tuned for its own LM). No file, and ``--stream`` (``args.stream`` of
     a script that has it): greedy. Beam options that greedy by default would ignore are a
     ``DecodingInputError`` saying why."""
-    if getattr(args, "stream", False):  # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
+    # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
+    if getattr(args, "stream", False):
         args.ctc_decoding = args.ctc_decoding or "greedy"
         return None
     if args.lm is not None:

@@ -184,7 +184,8 @@ def decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float, field: 
                              "-f", "f32le", "-ac", "1", "-ar", str(sample_rate), "-"], capture_output=True)
     if result.returncode != 0:
         reason = first_line(result.stderr.decode(errors="replace").strip().replace(str(path), "<upload>"))
-        raise RequestError(400, f"{field}: cannot decode the audio ({reason or f'ffmpeg exit code {result.returncode}'})")
+        reason = reason or f"ffmpeg exit code {result.returncode}"
+        raise RequestError(400, f"{field}: cannot decode the audio ({reason})")
     return np.frombuffer(result.stdout, dtype="<f4").astype(np.float32)
 
 
@@ -199,7 +200,8 @@ async def read_upload(upload: UploadFile, settings: ServerSettings, sample_rate:
             while chunk := await upload.read(1 << 20):
                 size += len(chunk)
                 if size > limit:
-                    raise RequestError(413, f"file: the upload is larger than the limit of {settings.max_upload_mb:g} MiB")
+                    raise RequestError(413, f"file: the upload is larger than the limit of "
+                                            f"{settings.max_upload_mb:g} MiB")
                 out.write(chunk)
         return await asyncio.to_thread(decode_audio_file, path, sample_rate, settings.max_audio_seconds)
 
@@ -249,7 +251,8 @@ class RedecodeStream:
         self.samples += len(pcm)
         # at least as much new audio as the last decode took to run: decoding then keeps pace with a live stream
         # (at the cost of fewer partials) instead of falling further behind with every decode
-        due = max(self.interval, int(self.decode_seconds[-1] * self.sample_rate)) if self.decode_seconds else self.interval
+        last = self.decode_seconds[-1] if self.decode_seconds else 0.0
+        due = max(self.interval, int(last * self.sample_rate))
         if self.samples - self.decoded_at < due:
             return None
         self.text = self._decode()
@@ -263,8 +266,8 @@ class RedecodeStream:
 
     def report(self) -> dict:
         times = self.decode_seconds
-        return {"decoder": "re-decode", "interval_s": self.interval_s, "audio_s": round(self.samples / self.sample_rate, 3),
-                "decodes": len(times),
+        return {"decoder": "re-decode", "interval_s": self.interval_s,
+                "audio_s": round(self.samples / self.sample_rate, 3), "decodes": len(times),
                 "decode_s_median": round(statistics.median(times), 4) if times else None,
                 "decode_s_last": round(times[-1], 4) if times else None}
 

@@ -187,10 +187,12 @@ def bad_requests(clips: list[Path], tmp_path: Path) -> list[tuple[str, dict, int
     nodata = tmp_path / "nodata.wav"
     soundfile.write(nodata, np.zeros(0, dtype=np.float32), SR)
     return [
-        ("/v1/audio/transcriptions", {"files": {"file": ("e.wav", b"", "audio/wav")}}, 400, "file: the upload is empty"),
+        ("/v1/audio/transcriptions", {"files": {"file": ("e.wav", b"", "audio/wav")}}, 400,
+         "file: the upload is empty"),
         ("/v1/audio/transcriptions", {"files": upload(corrupt)}, 400, "file: cannot decode the audio"),
         ("/v1/audio/transcriptions", {"files": upload(nodata)}, 400, "file: the audio is empty"),
-        ("/v1/audio/transcriptions", {"files": upload(long_clip)}, 413, "file: the audio is longer than the limit of 3 s"),
+        ("/v1/audio/transcriptions", {"files": upload(long_clip)}, 413,
+         "file: the audio is longer than the limit of 3 s"),
         ("/v1/audio/transcriptions", {"files": upload(big)}, 413, "larger than the upload limit of 0.2 MiB"),
         ("/v1/audio/transcriptions", {"json": {"file": "a.wav"}}, 400, "file: Field required"),
         ("/v1/audio/transcriptions", {"files": upload(clips[0]), "data": {"response_format": "srt"}}, 400,

@@ -16,8 +16,8 @@ Usage:
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
 
-Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
-DEFAULT_SLM_MODEL in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
+Defaults are the models tools/demo.py fine-tunes on the bundled sample (DEFAULT_ASR_MODEL and DEFAULT_SLM_MODEL
+in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
 otherwise, is read from decoding.json in the ASR model's folder, if there is one; the demo writes one beside
 its model (beam search with the demo's token LM at the width and weights tuned on dev-clean):
   {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
