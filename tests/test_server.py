@@ -342,6 +342,13 @@ def test_server_settings_name_the_flag():
             replace(ServerSettings(), **{field: value}).validate()
 
 
+def test_a_streaming_model_given_is_reported_as_not_used_yet(pipeline):
+    app = create_app(pipeline, ServerSettings(streaming_asr_model="streaming.nemo"))
+    with TestClient(app) as client:
+        note = client.get("/health").json()["stream_decoder"]
+    assert note.startswith("re-decode") and "the streaming model streaming.nemo is not used" in note
+
+
 # ---------------------------------------------------------------- tools/serve.py
 
 
