@@ -36,6 +36,15 @@ SILENCE_RMS = 0.003
 PAUSE_DB = 35.0
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One piece of a transcribed recording: where it lies (seconds) and what was heard in it."""
+
+    start: float
+    end: float
+    text: str
+
+
 @dataclass
 class PipelineResult:
     file: str
@@ -92,12 +101,14 @@ class VoicePipeline:
     ``asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` and ``asr_decoding_source`` the
     decoding.json it was read from, if any (both recorded in each result); ``generation`` is how the language
     model decodes; ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
+    ``asr_workers``: the CPU processes a long recording's batches are decoded in (a server passes 1: forking a
+    process with threads running is unsafe).
     """
 
     def __init__(self, asr_model, slm_model, slm_tokenizer, generation: GenerationSettings = GenerationSettings(),
                  max_chunk_s: float = 20.0, asr_batch_size: int = 8,
                  asr_decoding: DecodingSettings | None = None, stream: bool = False,
-                 asr_decoding_source: str | None = None):
+                 asr_decoding_source: str | None = None, asr_workers: int | None = None):
         self.asr_model = asr_model
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
@@ -107,6 +118,7 @@ class VoicePipeline:
         self.asr_decoding = asr_decoding
         self.asr_decoding_source = asr_decoding_source
         self.stream = stream
+        self.asr_workers = asr_workers  # CPU decoding processes (transcribe_audio's workers; None: its default)
         self.sample_rate = int(asr_model.cfg.sample_rate)
 
     @classmethod
@@ -136,9 +148,20 @@ class VoicePipeline:
         return self.asr_decoding.describe() + source
 
     def transcribe(self, audio: np.ndarray) -> tuple[str, int]:
+        segments = self.transcribe_segments(audio)
+        return " ".join(s.text for s in segments if s.text), len(segments)
+
+    def transcribe_segments(self, audio: np.ndarray) -> list[Segment]:
+        """The pieces :func:`split_at_pauses` cuts ``audio`` into, each with its place and transcript."""
         chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
-        texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size)
-        return " ".join(t.strip() for t in texts if t.strip()), len(chunks)
+        workers = {} if self.asr_workers is None else {"workers": self.asr_workers}
+        texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
+        segments, begin = [], 0
+        for chunk, text in zip(chunks, texts):
+            end = begin + len(chunk)
+            segments.append(Segment(round(begin / self.sample_rate, 3), round(end / self.sample_rate, 3), text.strip()))
+            begin = end
+        return segments
 
     def transcribe_streaming(self, audio: np.ndarray, on_partial: Callable | None = None) -> tuple[str, dict]:
         """Stream ``audio`` whole; ``on_partial`` gets each ``duet.asr.streaming.Partial`` as it arrives.
@@ -177,9 +200,16 @@ class VoicePipeline:
         except AsrInputError as e:
             result.error = str(e)
             return result
-        result.audio_seconds = round(len(audio) / self.sample_rate, 3)
         result.latency_s["audio_load"] = time.perf_counter() - start
+        return self.run_audio(audio, result, start, on_partial)
 
+    def run_audio(self, audio: np.ndarray, result: PipelineResult, start: float | None = None,
+                  on_partial: Callable | None = None) -> PipelineResult:
+        """Answer ``audio`` (mono float32 at the model's rate) into ``result``; ``start`` is the
+        ``time.perf_counter()`` the total latency counts from (default: now)."""
+        start = time.perf_counter() if start is None else start
+        result.asr_decoding = result.asr_decoding or self.describe_asr_decoding()
+        result.audio_seconds = round(len(audio) / self.sample_rate, 3)
         if len(audio) == 0 or is_silent(audio, self.sample_rate):
             result.transcript, result.note = "", "no speech found (silence); language model skipped"
         else:

@@ -104,3 +104,17 @@ def tiny_streaming_nemo(tiny_streaming_model, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("streaming") / "streaming.nemo"
     tiny_streaming_model.save_to(str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_slm_folder(tmp_path_factory) -> Path:
+    """A real (untrained, tiny) GPT-2 folder as slm/finetune.py writes one."""
+    from slm.modeling import build_scratch_model, train_bpe_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_slm")
+    tokenizer = train_bpe_tokenizer(["set a timer for five minutes", "play some jazz"] * 20, vocab_size=300)
+    # 512 positions: room for the Alpaca prompt around a transcript and a 64-token answer
+    build_scratch_model(tokenizer, n_layer=1, n_embd=16, n_head=2, n_positions=512, dropout=0.0, seed=0) \
+        .save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -17,7 +17,9 @@ import pytest
 import soundfile
 
 import duet.pipeline as pipeline_module
+import duet.speech_out as speech_out
 from duet.pipeline import VoicePipeline, is_silent, split_at_pauses
+from duet.pipeline_options import resolve_asr_decoding
 
 SR = 16000
 
@@ -264,19 +266,6 @@ def test_split_at_pauses_refuses_an_empty_chunk_length():
         split_at_pauses(utterance_with_pauses([1.0, 1.0]), SR, max_chunk_s=0.0)
 
 
-@pytest.fixture(scope="module")
-def tiny_slm_folder(tmp_path_factory) -> Path:
-    """A real (untrained, tiny) GPT-2 folder as slm/finetune.py writes one."""
-    from slm.modeling import build_scratch_model, train_bpe_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny_slm")
-    tokenizer = train_bpe_tokenizer(["set a timer for five minutes", "play some jazz"] * 20, vocab_size=300)
-    build_scratch_model(tokenizer, n_layer=1, n_embd=16, n_head=2, n_positions=64, dropout=0.0, seed=0) \
-        .save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.parametrize("damage, message", [
     ("truncated weights", "cannot load the model folder"),
     ("no weights", "cannot load the model folder"),
@@ -352,7 +341,7 @@ def test_a_failed_speak_leaves_no_file(cli, monkeypatch, tmp_path):
     assert error == f"{cli.SPEAK_ENGINE} failed: no voice" and list(out_dir.iterdir()) == []
     (out_dir / "taken.wav").mkdir()  # a folder where the WAV should go
     monkeypatch.setattr(cli.shutil, "which", lambda name: "espeak-ng-that-is-not-run")
-    monkeypatch.setattr(cli.subprocess, "run", lambda cmd, **kw: open(cmd[4], "w").write("RIFF")
+    monkeypatch.setattr(speech_out.subprocess, "run", lambda cmd, **kw: open(cmd[4], "w").write("RIFF")
                         and SimpleNamespace(returncode=0, stderr=""))
     assert cli.speak("hello", out_dir / "taken.wav").startswith(f"cannot write {out_dir / 'taken.wav'}")
     assert sorted(p.name for p in out_dir.iterdir()) == ["taken.wav"]
@@ -529,7 +518,7 @@ def saved_decoding(tmp_path):
 
 def resolved(cli, argv):
     args = cli.get_parser().parse_args(["a.flac", *argv])
-    source = cli.resolve_asr_decoding(args)
+    source = resolve_asr_decoding(args)
     return args.ctc_decoding, args.beam_size, args.lm and str(Path(args.lm).resolve()), args.alpha, args.beta, source
 
 

@@ -16,8 +16,8 @@ Usage:
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
 
-Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
-DEFAULT_SLM_MODEL below). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
+Defaults are the models tools/demo.py fine-tunes on the bundled sample (DEFAULT_ASR_MODEL and DEFAULT_SLM_MODEL
+in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
 otherwise, is read from decoding.json in the ASR model's folder, if there is one; the demo writes one beside
 its model (beam search with the demo's token LM at the width and weights tuned on dev-clean):
   {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
@@ -42,76 +42,29 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import DecodingInputError
 from duet.asr.streaming import describe_report, streaming_latency
-from duet.cli_args import (
-    DECODING_OPTIONS,
-    add_decoding_arguments,
-    decoding_settings_from_args,
-    offline_batching_from_args,
-)
-from duet.decoding_file import USED, decoding_file_for, read_decoding_file
-from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError, cli
-from duet.io import atomic_path, read_jsonl
-from duet.pipeline import VoicePipeline
-from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
-
-DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
-DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
-SPEAK_ENGINE = "espeak-ng"
-SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
-                        "(apt-get install espeak-ng, or bash tools/setup.sh)")
+from duet.io import read_jsonl
+from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
+from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
-    parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
-    parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
-    parser.add_argument("--asr-batch-size", type=int, default=None,
-                        help="pieces of audio per ASR batch (default: 8; not with --stream)")
-    parser.add_argument("--max-chunk-seconds", type=float, default=None,
-                        help="longest piece the ASR sees at once (default: 20; not with --stream)")
+    add_model_arguments(parser, streaming=True)
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming ASR with partial transcripts (streaming models only)")
-    add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
-        "the decoding.json in the ASR model's folder (the demo writes one), each option given replacing its "
-        "value; with --lm: beam_lm; with --stream or no such file: greedy"))
-    add_generation_arguments(parser)
+    add_decoding_options(parser, streaming=True)
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
     parser.add_argument("--speak", type=Path, default=None,
                         help="write the spoken answer to this WAV (several files: <stem>_<name>.wav beside it, "
                              "numbered when two inputs share a stem)")
     return parser
-
-
-def speak(text: str, out_path: Path) -> str | None:
-    """Voice ``text`` into ``out_path`` with espeak-ng; returns an error message naming the file, or None.
-
-    espeak-ng writes a temporary file that is renamed into place, so a failure leaves no partial WAV.
-    """
-    engine = shutil.which(SPEAK_ENGINE)
-    if engine is None:
-        return SPEAK_ENGINE_MISSING
-    try:
-        with atomic_path(out_path) as partial:
-            # "--" ends the options: an answer starting with "-" is text to say, not a flag
-            result = subprocess.run([engine, "-v", "en-us", "-w", str(partial), "--", text], capture_output=True,
-                                    text=True)
-            if result.returncode != 0 or partial.stat().st_size == 0:
-                raise RuntimeError(f"{SPEAK_ENGINE} failed: {result.stderr.strip() or f'exit code {result.returncode}'}")
-    except RuntimeError as e:
-        return str(e)
-    except OSError as e:  # e.g. the folder cannot be made or written
-        return f"cannot write {out_path}: {e.strerror or e}"
-    return None
 
 
 def speak_paths(audio: list[Path], speak_to: Path) -> list[Path]:
@@ -136,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--manifest {args.manifest}: {e}")
     if not args.audio:
         parser.error("no audio: give files or --manifest")
-    for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
-        if not path.exists():
-            raise DuetError(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {flag})")
+    check_model_paths(args)
     if args.max_chunk_seconds is not None and args.max_chunk_seconds <= 0:
         parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
     if args.asr_batch_size is not None and args.asr_batch_size < 1:
@@ -164,54 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         json_out.close()
 
 
-def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
-    """Fill in the ASR decoding left unsaid; returns the decoding.json it came from (and the options given over
-    it), or None when the options alone decide.
-
-    Without --asr-decoding (or with the strategy the file names) and without --lm, the decoding.json in the
-    model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
-    the library's weights (the file's were tuned for its own LM). No file, and ``--stream``: greedy. Beam
-    options that greedy by default would ignore are a ``DecodingInputError`` saying why."""
-    if args.stream:  # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
-        args.ctc_decoding = args.ctc_decoding or "greedy"
-        return None
-    if args.lm is not None:
-        args.ctc_decoding = args.ctc_decoding or "beam_lm"
-        return None
-    saved_path = decoding_file_for(args.asr_model)
-    saved = (read_decoding_file(saved_path) if args.ctc_decoding in (None, "beam", "beam_lm") and saved_path.is_file()
-             else None)
-    given = [flag for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]
-    if saved is not None and saved.strategy != "greedy" and args.ctc_decoding in (None, saved.strategy):
-        args.ctc_decoding = saved.strategy
-        values = {"beam_size": saved.beam_size, "lm": saved.ngram_lm, "alpha": saved.alpha, "beta": saved.beta}
-        for attr, value in values.items():
-            if getattr(args, attr) is None and attr in USED[saved.strategy]:
-                setattr(args, attr, value)
-        return f"{saved_path}, {', '.join(given)} given" if given else str(saved_path)
-    if args.ctc_decoding is None:
-        args.ctc_decoding = "greedy"
-        if given:
-            why = f"{saved_path} says greedy" if saved is not None else f"there is no {saved_path}"
-            raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "
-                                     f"decodes greedily by default ({why})")
-    return None
-
-
 def run(args: argparse.Namespace, json_out) -> int:
-    try:
-        generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
-    except GenerationSettingsError as e:
-        raise DuetError(f"language model decoding: {e}") from e
-    asr_decoding_source = resolve_asr_decoding(args)
-    asr_decoding = decoding_settings_from_args(args, "--asr-decoding", streaming=args.stream)
-    batching = offline_batching_from_args(args, OfflineBatching(batch_size=8, max_chunk_seconds=20.0),
-                                          {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--max-chunk-seconds"},
-                                          streaming=args.stream)
-    pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
-                                          max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
-                                          asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source,
-                                          stream=args.stream)
+    pipeline, load_s = load_pipeline(args)
     if not args.json:
         print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {pipeline.describe_asr_decoding()} "
               f"decoding, SLM {args.slm_model})")

@@ -3,7 +3,8 @@
 #
 # Creates .venv/ with duet and everything it needs; safe to re-run (seconds when nothing changed).
 #   1. Debian/Ubuntu packages for the synthetic corpus and `pipeline.py --speak` (sox, espeak-ng, flite,
-#      festival + English voices, WordNet's example sentences) when apt-get is usable; otherwise a note and
+#      festival + English voices, WordNet's example sentences) and tools/serve.py (ffmpeg for WebM uploads;
+#      chromium + chromium-driver, apart, for its page's browser test) when apt-get is usable; otherwise a note and
 #      carry on (the bundled samples/ need none of them). The other English voices of the generalisation
 #      pool (mbrola us1/us2/us3/en1, RHVoice, SVOX pico) live in Debian's contrib/non-free components:
 #      they are fetched through a private apt list (the system's sources stay as they are), best effort.
@@ -19,7 +20,10 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
-SYSTEM_PACKAGES="sox libsox-fmt-all flac espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts festvox-rablpc16k festvox-don wordnet-base"
+SYSTEM_PACKAGES="sox libsox-fmt-all flac espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts festvox-rablpc16k festvox-don wordnet-base ffmpeg"
+# the page's browser test (tests/test_server_browser.py); installed apart, since on Ubuntu chromium is a snap
+# wrapper that may not install, and that must not keep the packages above out
+BROWSER_PACKAGES="chromium chromium-driver"
 # contrib/non-free voices (duet/synth/voices.py); mbrola's voices are free for non-commercial use only
 EXTRA_VOICE_PACKAGES="mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-en1 rhvoice rhvoice-english libttspico-utils"
 STAMP="$VENV/.duet-setup"
@@ -28,7 +32,7 @@ want_stamp=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -d' ' -f1)
 install_system_packages() {
   [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
   missing=""
-  for cmd in sox espeak-ng flite text2wave; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
+  for cmd in sox espeak-ng flite text2wave ffmpeg; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
   [ -f /usr/share/wordnet/data.noun ] || missing="$missing wordnet"
   [ -z "$missing" ] && return 0
   if command -v apt-get >/dev/null 2>&1; then
@@ -39,10 +43,23 @@ install_system_packages() {
     fi
   fi
   echo "setup: note: could not install$missing (needs apt-get as root or passwordless sudo)." >&2
-  echo "setup: note: only tools/make_sample_corpus.py and 'pipeline.py --speak' need them; install them with your package manager." >&2
+  echo "setup: note: only tools/make_sample_corpus.py, 'pipeline.py --speak', MP3/WebM uploads to tools/serve.py and its browser test need them; install them with your package manager." >&2
 }
 
 install_system_packages
+
+install_browser() {
+  [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
+  command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || return 0
+  SUDO=""; [ "$(id -u)" != 0 ] && SUDO="sudo -n"
+  echo "setup: installing $BROWSER_PACKAGES (the server page's browser test)"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        $BROWSER_PACKAGES >/dev/null; }; then
+    echo "setup: note: could not install $BROWSER_PACKAGES; the browser test skips" >&2
+  fi
+}
+install_browser
 
 # The contrib/non-free voices through a private source list and state folder: nothing of the system's apt
 # configuration changes. Debian only (the suite name comes from /etc/os-release).

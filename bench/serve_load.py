@@ -1,0 +1,242 @@
+#!/usr/bin/env python
+r"""Load test of tools/serve.py: N concurrent clients post one clip for T seconds, then it stops by itself.
+
+Usage:
+  python bench/serve_load.py --clients 4 --seconds 30           # starts tools/serve.py (the demo's models)
+  python bench/serve_load.py --clients 8 --seconds 60 --endpoint transcriptions
+  python bench/serve_load.py --url http://127.0.0.1:8000 --clients 4 --seconds 30   # a server already running
+  python bench/serve_load.py --clients 4 --seconds 30 --stream-seconds 20   # then one 20 s WebSocket stream
+  # options after -- go to tools/serve.py (models, decoding, --queue-size ...):
+  python bench/serve_load.py --clients 4 --seconds 30 -- --asr-model my.nemo --slm-model my_gpt2/
+
+Without --url the server is started on a free 127.0.0.1 port (OMP_NUM_THREADS as this process has it) and
+stopped at the end. Each client is a thread with its own HTTP connection that posts --audio (default: a
+held-out sample utterance) to /v1/pipeline (or /v1/audio/transcriptions) again and again until --seconds
+have passed, after one warm-up request; requests already sent then finish. Printed and written as JSON
+(--json, default bench/out/serve_load.json): requests/s, p50/p95/max latency, failures (non-200 answers or
+errors: the exit code is 1 if there are any) and the server's resident memory (VmRSS) after the models
+loaded, after the warm-up and after the load.
+
+--stream-seconds S then sends the clip, repeated to S seconds, over the WebSocket (/v1/stream) in 0.25 s
+messages as fast as the server takes them, alone on the server, and reports what the final message says
+of the re-decoding: how many decodes, the median and the last (largest) decode time, and the time from
+the end of the audio to the final transcript and answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import librosa
+import soundfile
+
+import numpy as np
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, RejectConnection, Request, TextMessage
+
+from duet import REPO_ROOT
+from duet.errors import DuetError, cli
+from duet.io import write_text_atomic
+
+DEFAULT_AUDIO = REPO_ROOT / "samples" / "LibriSpeech" / "test-clean" / "7001" / "700101" / "7001-700101-0000.flac"
+ENDPOINTS = {"pipeline": "/v1/pipeline", "transcriptions": "/v1/audio/transcriptions"}
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default: 4)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long the load lasts (default: 30)")
+    parser.add_argument("--endpoint", choices=ENDPOINTS, default="pipeline", help="what each request asks for")
+    parser.add_argument("--audio", type=Path, default=DEFAULT_AUDIO, help="the clip every request posts")
+    parser.add_argument("--stream-seconds", type=float, default=0.0,
+                        help="after the load, one WebSocket stream of this many seconds (default: 0, none)")
+    parser.add_argument("--url", default=None, help="a running server (default: start tools/serve.py)")
+    parser.add_argument("--json", type=Path, default=REPO_ROOT / "bench" / "out" / "serve_load.json",
+                        help="where the figures go")
+    return parser
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rss_mb(pid: int | None) -> float | None:
+    """Resident memory of process ``pid`` in MiB (Linux /proc), or None."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def start_server(serve_args: list[str]) -> tuple[subprocess.Popen, str]:
+    """tools/serve.py on a free port; returns the process and its URL once /health answers."""
+    port = free_port()
+    log = open(REPO_ROOT / "bench" / "out" / "serve_load_server.log", "w")
+    process = subprocess.Popen([sys.executable, str(REPO_ROOT / "tools" / "serve.py"), "--port", str(port),
+                                *serve_args], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DuetError(f"tools/serve.py exited with code {process.returncode} (log: {log.name})")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise DuetError(f"tools/serve.py did not answer /health within 300 s (log: {log.name})")
+
+
+def run_load(url: str, endpoint: str, audio: bytes, name: str, clients: int, seconds: float) -> dict:
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def client() -> None:
+        with httpx.Client(base_url=url, timeout=120) as http:
+            while time.monotonic() < deadline:
+                start = time.perf_counter()
+                try:
+                    reply = http.post(endpoint, files={"file": (name, audio)})
+                    problem = None if reply.status_code == 200 else f"HTTP {reply.status_code}: {reply.text[:200]}"
+                except httpx.HTTPError as e:
+                    problem = f"{type(e).__name__}: {e}"
+                with lock:
+                    (failures.append(problem) if problem else latencies.append(time.perf_counter() - start))
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    ordered = sorted(latencies)
+
+    def quantile(q: float) -> float | None:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4) if ordered else None
+    return {"requests": len(latencies), "failures": len(failures), "failure_examples": failures[:5],
+            "wall_s": round(wall, 2), "requests_per_s": round(len(latencies) / wall, 2),
+            "latency_s": {"p50": quantile(0.5), "p95": quantile(0.95), "max": quantile(1.0),
+                          "mean": round(statistics.fmean(ordered), 4) if ordered else None}}
+
+
+def stream_once(url: str, audio_path: Path, seconds: float) -> dict:
+    """One WebSocket session: ``audio_path`` (16 kHz mono PCM16, repeated to ``seconds``) in 0.25 s messages,
+    then ``{"type": "end"}``; returns the final message without its text fields, plus the wall time."""
+    audio, rate = soundfile.read(str(audio_path), dtype="float32", always_2d=True)
+    audio = librosa.resample(audio.mean(axis=1), orig_sr=rate, target_sr=16000) if rate != 16000 else audio.mean(axis=1)
+    audio = np.resize(audio, int(seconds * 16000))
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    host, port = url.split("//", 1)[1].split(":")
+    connection = WSConnection(ConnectionType.CLIENT)
+    with socket.create_connection((host, int(port)), timeout=300) as sock:
+        sock.sendall(connection.send(Request(host=f"{host}:{port}", target="/v1/stream")))
+        text, final, accepted = "", None, False
+        start = time.perf_counter()
+
+        def read_events() -> None:
+            nonlocal text, final, accepted
+            connection.receive_data(sock.recv(65536) or None)
+            for event in connection.events():
+                if isinstance(event, AcceptConnection):
+                    accepted = True
+                elif isinstance(event, RejectConnection):
+                    raise DuetError("/v1/stream refused the WebSocket")
+                elif isinstance(event, TextMessage):
+                    text += event.data
+                    if event.message_finished:
+                        message, text = json.loads(text), ""
+                        if message["type"] in ("final", "error"):
+                            final = message
+                elif isinstance(event, CloseConnection) and final is None:
+                    raise DuetError("/v1/stream closed without a final message")
+        while not accepted:
+            read_events()
+        for at in range(0, len(pcm), 8000):  # 0.25 s of 16-bit samples
+            sock.sendall(connection.send(BytesMessage(data=pcm[at:at + 8000])))
+        ended = time.perf_counter()
+        sock.sendall(connection.send(TextMessage(data=json.dumps({"type": "end"}))))
+        while final is None:
+            read_events()
+    if final["type"] == "error":
+        raise DuetError(f"/v1/stream: {final['error']}")
+    return {"audio_s": seconds, "send_s": round(ended - start, 3), "wall_s": round(time.perf_counter() - start, 3),
+            "transcript_words": len(final["transcript"].split()), "latency_s": final["latency_s"], **final["stream"]}
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    serve_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = get_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if args.clients < 1 or args.seconds <= 0:
+        raise DuetError("--clients must be >= 1 and --seconds > 0")
+    if not args.audio.is_file():
+        raise DuetError(f"--audio {args.audio} does not exist")
+    audio = args.audio.read_bytes()
+    (REPO_ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
+    process = None
+    if args.url is None:
+        process, url = start_server(serve_args)
+    else:
+        url = args.url.rstrip("/")
+    pid = process.pid if process else None
+    try:
+        health = httpx.get(f"{url}/health", timeout=10).json()
+        memory = {"models_loaded": rss_mb(pid)}
+        endpoint = ENDPOINTS[args.endpoint]
+        warm = httpx.post(f"{url}{endpoint}", files={"file": (args.audio.name, audio)}, timeout=120)
+        if warm.status_code != 200:
+            raise DuetError(f"the warm-up request failed: HTTP {warm.status_code} {warm.text[:300]}")
+        memory["after_warm_up"] = rss_mb(pid)
+        result = run_load(url, endpoint, audio, args.audio.name, args.clients, args.seconds)
+        memory["after_load"] = rss_mb(pid)
+        stream = stream_once(url, args.audio, args.stream_seconds) if args.stream_seconds > 0 else None
+    finally:
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    report = {"url": url, "endpoint": endpoint, "clients": args.clients, "seconds": args.seconds,
+              "audio": str(args.audio), "audio_s": round(soundfile.info(str(args.audio)).duration, 3),
+              "server": {k: health.get(k) for k in
+              ("asr_model", "slm_model", "asr_decoding")}, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              "server_rss_mib": memory, "warm_up_answer": warm.json(), **result, "stream": stream}
+    write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+    lat = result["latency_s"]
+    print(f"{args.clients} clients x {args.seconds:g} s on {endpoint}: {result['requests']} requests "
+          f"({result['requests_per_s']:.2f}/s), p50 {lat['p50']} s, p95 {lat['p95']} s, max {lat['max']} s, "
+          f"{result['failures']} failures; server RSS {memory['models_loaded']} -> {memory['after_warm_up']} -> "
+          f"{memory['after_load']} MiB (loaded, warm, after); written to {args.json}")
+    if stream:
+        print(f"stream of {stream['audio_s']:g} s: {stream['decodes']} decodes, median {stream['decode_s_median']} s, "
+              f"last {stream['decode_s_last']} s; final transcript and answer {stream['latency_s']['after_end']} s "
+              f"after the end of the audio (wall {stream['wall_s']} s)")
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The voice pipeline's command-line options and how they become a loaded :class:`~duet.pipeline.VoicePipeline`,
+shared by ``tools/pipeline.py`` and ``tools/serve.py`` so that both answer with the same models, the same ASR
+decoding (the ``decoding.json`` beside the model included) and the same language-model decoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from duet.asr.batching import OfflineBatching
+from duet.asr.decoding import DecodingInputError
+from duet.cli_args import (
+    DECODING_OPTIONS,
+    add_decoding_arguments,
+    decoding_settings_from_args,
+    offline_batching_from_args,
+)
+from duet.decoding_file import USED, decoding_file_for, read_decoding_file
+from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.errors import DuetError
+from duet.pipeline import VoicePipeline
+from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
+
+DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
+DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
+# batching of the offline ASR: --asr-batch-size, --max-chunk-seconds
+DEFAULT_BATCHING = OfflineBatching(batch_size=8, max_chunk_seconds=20.0)
+BATCHING_OPTIONS = {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--max-chunk-seconds"}
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
+    """``--asr-model``, ``--slm-model``, ``--asr-batch-size`` and ``--max-chunk-seconds`` (``streaming``: the
+    script also has ``--stream``, which the batch options do not go with)."""
+    not_streaming = "; not with --stream" if streaming else ""
+    parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
+    parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
+    parser.add_argument("--asr-batch-size", type=int, default=None,
+                        help=f"pieces of audio per ASR batch (default: {DEFAULT_BATCHING.batch_size}{not_streaming})")
+    parser.add_argument("--max-chunk-seconds", type=float, default=None,
+                        help=f"longest piece the ASR sees at once (default: {DEFAULT_BATCHING.max_chunk_seconds:g}"
+                             f"{not_streaming})")
+
+
+def add_decoding_options(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
+    """The ASR decoding options (defaulting to the model folder's decoding.json) and the language model's."""
+    add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
+        "the decoding.json in the ASR model's folder (the demo writes one), each option given replacing its "
+        f"value; with --lm: beam_lm; with {'--stream or ' if streaming else ''}no such file: greedy"))
+    add_generation_arguments(parser)
+
+
+def check_model_paths(args: argparse.Namespace) -> None:
+    """A missing ``--asr-model``/``--slm-model`` is a one-line error saying how to get the demo's."""
+    for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
+        if not path.exists():
+            raise DuetError(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {flag})")
+
+
+def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
+    """Fill in the ASR decoding left unsaid; returns the decoding.json it came from (and the options given over
+    it), or None when the options alone decide.
+
+    Without --asr-decoding (or with the strategy the file names) and without --lm, the decoding.json in the
+    model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
+    the library's weights (the file's were tuned for its own LM). No file, and ``--stream`` (``args.stream`` of
+    a script that has it): greedy. Beam options that greedy by default would ignore are a
+    ``DecodingInputError`` saying why."""
+    # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
+    if getattr(args, "stream", False):
+        args.ctc_decoding = args.ctc_decoding or "greedy"
+        return None
+    if args.lm is not None:
+        args.ctc_decoding = args.ctc_decoding or "beam_lm"
+        return None
+    saved_path = decoding_file_for(args.asr_model)
+    saved = (read_decoding_file(saved_path) if args.ctc_decoding in (None, "beam", "beam_lm") and saved_path.is_file()
+             else None)
+    given = [flag for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]
+    if saved is not None and saved.strategy != "greedy" and args.ctc_decoding in (None, saved.strategy):
+        args.ctc_decoding = saved.strategy
+        values = {"beam_size": saved.beam_size, "lm": saved.ngram_lm, "alpha": saved.alpha, "beta": saved.beta}
+        for attr, value in values.items():
+            if getattr(args, attr) is None and attr in USED[saved.strategy]:
+                setattr(args, attr, value)
+        return f"{saved_path}, {', '.join(given)} given" if given else str(saved_path)
+    if args.ctc_decoding is None:
+        args.ctc_decoding = "greedy"
+        if given:
+            why = f"{saved_path} says greedy" if saved is not None else f"there is no {saved_path}"
+            raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "
+                                     f"decodes greedily by default ({why})")
+    return None
+
+
+def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
+    """Check every option, then load both models as they say; returns the pipeline and the load time in seconds.
+
+    Bad language-model options fail before anything loads, named by their flag."""
+    stream = getattr(args, "stream", False)
+    try:
+        generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
+    except GenerationSettingsError as e:
+        raise DuetError(f"language model decoding: {e}") from e
+    asr_decoding_source = resolve_asr_decoding(args)
+    asr_decoding = decoding_settings_from_args(args, "--asr-decoding", streaming=stream)
+    batching = offline_batching_from_args(args, DEFAULT_BATCHING, BATCHING_OPTIONS, streaming=stream)
+    return VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
+                              max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
+                              asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream)

@@ -1,0 +1,512 @@
+"""The voice pipeline over HTTP: an OpenAI-compatible transcription endpoint, the whole pipeline, the language
+model alone, a WebSocket that streams partial transcripts from a microphone, and a page that uses them.
+
+``create_app(pipeline, settings)`` builds the FastAPI app around an already loaded
+:class:`~duet.pipeline.VoicePipeline` (``tools/serve.py`` loads the models once, as ``tools/pipeline.py`` does;
+tests pass small in-memory ones). Every model call runs on one inference thread (:class:`InferenceWorker`), so
+requests never share a model call, and at most ``ServerSettings.queue_size`` requests wait for it or run on it:
+one more is answered 503. Language-model options are per request: each request answers with its own copy of
+the pipeline's settings, never by changing the pipeline's.
+
+Uploads are written to a temporary file and read by libsndfile (WAV, FLAC, OGG; any rate or channel count,
+resampled to the model's 16 kHz mono); what libsndfile cannot read (MP3, WebM/Opus from a browser's
+MediaRecorder) is decoded by ffmpeg. Bad requests get a 4xx JSON ``{"error": "..."}`` naming the field.
+
+The WebSocket (``/v1/stream``) takes 16 kHz mono PCM16 little-endian in binary messages, and a text message
+``{"type": "end"}`` when the recording ends; it sends ``{"type": "partial", ...}`` as audio arrives and one
+``{"type": "final", ...}`` with the transcript and the answer (see :class:`RedecodeStream` for how partials
+are made with an offline model, and what they cost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import dataclasses
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Callable
+
+import numpy as np
+import soundfile as sf
+from fastapi import FastAPI, File, Form, Request, UploadFile, WebSocket, WebSocketDisconnect
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from duet.asr.inference import load_audio
+from duet.errors import AsrInputError, DuetError, first_line
+from duet.pipeline import PipelineResult, VoicePipeline, is_silent
+from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
+from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
+
+WEB_FOLDER = Path(__file__).parent / "web"
+FFMPEG = "ffmpeg"
+RESPONSE_FORMATS = ("json", "text", "verbose_json")
+STREAM_SAMPLE_RATE = 16000  # what the WebSocket takes: 16 kHz mono PCM16 little-endian
+
+
+class ServerSettingsError(DuetError, ValueError):
+    """A server setting out of range, named by its command-line flag."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How ``tools/serve.py`` serves; each field is spelt as its flag with dashes (``--max-audio-seconds``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_audio_seconds: float = 600.0  # longest recording accepted (upload or stream)
+    max_upload_mb: float = 128.0  # largest upload in MiB: 10 min of 44.1 kHz stereo 16-bit WAV is 101
+    queue_size: int = 8  # requests waiting for or running on the inference thread; one more is answered 503
+    stream_interval: float = 1.0  # the WebSocket re-decodes its audio after this much more of it
+    streaming_asr_model: str | None = None  # a cache-aware model for the WebSocket (see stream_decoder_note)
+
+    def validate(self) -> "ServerSettings":
+        for name, ok, rule in (("port", 0 <= self.port <= 65535, "in 0..65535"),
+                               ("max_audio_seconds", self.max_audio_seconds > 0, "> 0"),
+                               ("max_upload_mb", self.max_upload_mb > 0, "> 0"),
+                               ("queue_size", self.queue_size >= 1, ">= 1"),
+                               ("stream_interval", self.stream_interval > 0, "> 0")):
+            if not ok:
+                raise ServerSettingsError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name):g}")
+        return self
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+
+class RequestError(DuetError):
+    """A request the server refuses, with its HTTP status; the message names the field."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class InferenceWorker:
+    """One thread that owns the models; at most ``capacity`` requests hold a slot (wait for it or run on it).
+
+    A request takes a slot with :meth:`slot` for its whole life (audio decoding included, which runs beside
+    the worker), then runs its model calls with :meth:`run`. The count is a plain locked integer, not an
+    asyncio primitive, so it holds whatever event loop the request runs on.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.active = 0
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="duet-inference")
+
+    def _try_take(self) -> bool:
+        with self._lock:
+            if self.active >= self.capacity:
+                return False
+            self.active += 1
+            return True
+
+    @contextlib.asynccontextmanager
+    async def slot(self, wait: bool = False):
+        """Hold one of the ``capacity`` slots; when all are taken, a 503 ``RequestError`` (or, with ``wait``,
+        wait for one: the WebSocket's audio then queues in its connection)."""
+        while not self._try_take():
+            if not wait:
+                raise RequestError(503, f"server busy: {self.capacity} requests are already queued; retry shortly")
+            await asyncio.sleep(0.02)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    async def run(self, fn: Callable, *args):
+        """``fn(*args)`` on the inference thread, after the calls queued before it."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+# ------------------------------------------------------------------------------------------------ audio
+
+
+def decode_audio_file(path: Path, sample_rate: int, max_seconds: float, field: str = "file") -> np.ndarray:
+    """Mono float32 at ``sample_rate`` from an uploaded file: libsndfile first, ffmpeg for what it cannot read.
+
+    Empty, unreadable or silent-because-empty audio is a 400 ``RequestError`` naming ``field``; audio longer
+    than ``max_seconds`` a 413 (checked from the header before decoding where the format has one)."""
+    if path.stat().st_size == 0:
+        raise RequestError(400, f"{field}: the upload is empty (0 bytes)")
+    too_long = RequestError(413, f"{field}: the audio is longer than the limit of {max_seconds:g} s")
+    try:
+        info = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, OSError):
+        audio = decode_with_ffmpeg(path, sample_rate, max_seconds, field)
+    else:
+        if info.frames > max_seconds * info.samplerate:
+            raise too_long
+        try:
+            audio = load_audio(path, sample_rate)
+        except AsrInputError:  # a header libsndfile knows over data it cannot decode
+            audio = decode_with_ffmpeg(path, sample_rate, max_seconds, field)
+    if len(audio) == 0:
+        raise RequestError(400, f"{field}: the audio is empty (no samples)")
+    if len(audio) > max_seconds * sample_rate:
+        raise too_long
+    return audio
+
+
+def decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float, field: str) -> np.ndarray:
+    engine = shutil.which(FFMPEG)
+    if engine is None:
+        raise RequestError(400, f"{field}: not audio libsndfile reads (WAV, FLAC, OGG), and {FFMPEG}, which "
+                                "reads MP3 and WebM, is not installed on the server")
+    # decoding stops just past the limit, so an hour-long MP3 costs no more than the limit's worth
+    result = subprocess.run([engine, "-nostdin", "-v", "error", "-i", str(path), "-t", f"{max_seconds + 1:g}",
+                             "-f", "f32le", "-ac", "1", "-ar", str(sample_rate), "-"], capture_output=True)
+    if result.returncode != 0:
+        reason = first_line(result.stderr.decode(errors="replace").strip().replace(str(path), "<upload>"))
+        reason = reason or f"ffmpeg exit code {result.returncode}"
+        raise RequestError(400, f"{field}: cannot decode the audio ({reason})")
+    return np.frombuffer(result.stdout, dtype="<f4").astype(np.float32)
+
+
+async def read_upload(upload: UploadFile, settings: ServerSettings, sample_rate: int) -> np.ndarray:
+    """The upload's audio, written to a temporary file (at most ``max_upload_bytes``) and decoded beside the
+    event loop."""
+    limit = settings.max_upload_bytes
+    with tempfile.TemporaryDirectory(prefix="duet-upload-") as folder:
+        path = Path(folder) / ("upload" + Path(upload.filename or "").suffix[:10])
+        size = 0
+        with open(path, "wb") as out:
+            while chunk := await upload.read(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise RequestError(413, f"file: the upload is larger than the limit of "
+                                            f"{settings.max_upload_mb:g} MiB")
+                out.write(chunk)
+        return await asyncio.to_thread(decode_audio_file, path, sample_rate, settings.max_audio_seconds)
+
+
+# ------------------------------------------------------------------------------------------------ streaming
+
+
+class RedecodeStream:
+    """Partial transcripts of a growing recording with an offline (non-streaming) model.
+
+    :meth:`feed` appends audio, and once ``interval_s`` more of it has arrived decodes the whole buffer again
+    (``transcribe``: the pipeline's own cut-at-pauses decoding), returning the new partial transcript; the
+    final transcript (:meth:`finish`) is one more decode of everything. The cost grows with the square of the
+    stream's length: the k-th decode covers k x ``interval_s`` seconds, so n intervals cost n(n+1)/2 interval's
+    worth of decoding; :meth:`report` gives the measured time per decode (the last one is the largest). Once
+    a decode takes longer than ``interval_s``, the next waits for as much new audio as that decode took, so
+    the partials thin out instead of falling behind a live stream.
+
+    The interface (``feed(pcm) -> partial text or None``, ``finish() -> final text``, ``report() -> dict``) is
+    what a cache-aware incremental session would implement as well.
+    """
+
+    def __init__(self, transcribe: Callable[[np.ndarray], str], sample_rate: int, interval_s: float):
+        self.transcribe = transcribe
+        self.sample_rate = sample_rate
+        self.interval = int(interval_s * sample_rate)
+        self.interval_s = interval_s
+        self.pieces: list[np.ndarray] = []
+        self.samples = 0
+        self.decoded_at = 0  # samples in the buffer at the last decode
+        self.text = ""
+        self.decode_seconds: list[float] = []
+
+    def _decode(self) -> str:
+        audio = np.concatenate(self.pieces) if self.pieces else np.zeros(0, dtype=np.float32)
+        self.pieces = [audio]
+        self.decoded_at = self.samples
+        start = time.perf_counter()
+        text = "" if len(audio) == 0 or is_silent(audio, self.sample_rate) else self.transcribe(audio)
+        self.decode_seconds.append(time.perf_counter() - start)
+        return text
+
+    def feed(self, pcm: np.ndarray) -> str | None:
+        """Add mono float32 samples; the partial transcript of everything so far when this call decoded, else
+        None."""
+        self.pieces.append(pcm)
+        self.samples += len(pcm)
+        # at least as much new audio as the last decode took to run: decoding then keeps pace with a live stream
+        # (at the cost of fewer partials) instead of falling further behind with every decode
+        last = self.decode_seconds[-1] if self.decode_seconds else 0.0
+        due = max(self.interval, int(last * self.sample_rate))
+        if self.samples - self.decoded_at < due:
+            return None
+        self.text = self._decode()
+        return self.text
+
+    def finish(self) -> str:
+        """The transcript of everything fed (decoded again unless nothing came since the last decode)."""
+        if self.samples != self.decoded_at or not self.decode_seconds:
+            self.text = self._decode()
+        return self.text
+
+    def report(self) -> dict:
+        times = self.decode_seconds
+        return {"decoder": "re-decode", "interval_s": self.interval_s,
+                "audio_s": round(self.samples / self.sample_rate, 3), "decodes": len(times),
+                "decode_s_median": round(statistics.median(times), 4) if times else None,
+                "decode_s_last": round(times[-1], 4) if times else None}
+
+
+def stream_decoder_note(settings: ServerSettings) -> str:
+    """How the WebSocket makes partial transcripts, for /health and each final message."""
+    how = f"re-decode of the whole buffer every {settings.stream_interval:g} s of new audio (offline model)"
+    if settings.streaming_asr_model:
+        # the cache-aware incremental session (a feed/finish object over NeMo's conformer_stream_step) plugs in
+        # here; until it exists, the offline path serves and says so
+        how += (f"; the streaming model {settings.streaming_asr_model} is not used: incremental cache-aware "
+                "sessions are not available in this version")
+    return how
+
+
+# ------------------------------------------------------------------------------------------------ requests
+
+
+class GenerationOptions(BaseModel):
+    """Language-model decoding options of one request (``slm.generation.GenerationSettings`` fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    strategy: str | None = None
+    max_new_tokens: int | None = None
+    num_beams: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+
+
+class RespondRequest(GenerationOptions):
+    text: str
+
+
+def generation_for_request(base: GenerationSettings, options: dict) -> GenerationSettings:
+    """``base`` with the options the request gave, validated; a bad one is a 400 naming its field."""
+    given = {name: value for name, value in options.items() if value is not None}
+    try:
+        return dataclasses.replace(base, **given).validate()
+    except GenerationSettingsError as e:
+        # the settings name command-line flags (--top-p); a request names fields (top_p)
+        raise RequestError(400, re.sub(r"--([a-z]+(?:-[a-z]+)*)", lambda m: m.group(1).replace("-", "_"), str(e)))
+
+
+def speech_json(wav: bytes) -> dict:
+    return {"format": "wav", "base64": base64.b64encode(wav).decode("ascii")}
+
+
+def validation_message(error: RequestValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item.get("loc", ())[1:]) or "request"
+        parts.append(f"{where}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------ the app
+
+
+def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSettings(), asr_model: str = "asr",
+               slm_model: str = "slm") -> FastAPI:
+    """The FastAPI app serving ``pipeline``; ``asr_model``/``slm_model`` are the names /health reports."""
+    settings.validate()
+    worker = InferenceWorker(settings.queue_size)
+    sample_rate = pipeline.sample_rate
+    stream_note = stream_decoder_note(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        worker.close()
+
+    app = FastAPI(title="duet voice pipeline", lifespan=lifespan)
+    app.state.worker = worker
+    app.mount("/static", StaticFiles(directory=WEB_FOLDER), name="static")
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, error: RequestError):
+        return error_response(error.status, str(error))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError):
+        return error_response(400, validation_message(error))
+
+    @app.exception_handler(ContextLengthError)
+    async def too_long_for_the_model(request: Request, error: ContextLengthError):
+        return error_response(400, f"text: {error}")
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, error: Exception):
+        return error_response(500, f"internal error: {first_line(error)}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):
+        return error_response(error.status_code, str(error.detail))
+
+    @app.middleware("http")
+    async def refuse_large_bodies(request: Request, call_next):
+        # before the multipart parser spools a huge body to disk; read_upload checks bodies without a length
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > settings.max_upload_bytes + 64 * 1024:
+            return error_response(413, f"request body of {int(length)} bytes is larger than the upload limit "
+                                       f"of {settings.max_upload_mb:g} MiB")
+        return await call_next(request)
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(WEB_FOLDER / "index.html")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "asr_model": asr_model, "slm_model": slm_model,
+                "asr_decoding": pipeline.describe_asr_decoding(), "generation": dataclasses.asdict(pipeline.generation),
+                "stream_decoder": stream_note, "queue": {"active": worker.active, "capacity": worker.capacity},
+                "limits": {"max_audio_seconds": settings.max_audio_seconds, "max_upload_mb": settings.max_upload_mb}}
+
+    def transcribe_segments(audio: np.ndarray) -> list:
+        return [] if is_silent(audio, sample_rate) else pipeline.transcribe_segments(audio)
+
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(file: Annotated[UploadFile, File()], model: Annotated[str | None, Form()] = None,
+                             response_format: Annotated[str, Form()] = "json"):
+        """OpenAI-compatible; ``model`` is accepted and ignored (the server has one ASR model)."""
+        if response_format not in RESPONSE_FORMATS:
+            raise RequestError(400, f"response_format: must be one of {', '.join(RESPONSE_FORMATS)}, "
+                                    f"got {response_format!r}")
+        async with worker.slot():
+            audio = await read_upload(file, settings, sample_rate)
+            segments = await worker.run(transcribe_segments, audio)
+        text = " ".join(s.text for s in segments if s.text)
+        if response_format == "text":
+            return PlainTextResponse(text)
+        if response_format == "json":
+            return {"text": text}
+        return {"task": "transcribe", "language": "en", "duration": round(len(audio) / sample_rate, 3), "text": text,
+                "segments": [{"id": i, "start": s.start, "end": s.end, "text": s.text} for i, s in enumerate(segments)],
+                # per-word start/end/confidence go here once duet.asr has word timestamps
+                "words": []}
+
+    @app.post("/v1/pipeline")
+    async def run_pipeline(file: Annotated[UploadFile, File()], speak: Annotated[bool, Form()] = False,
+                           strategy: Annotated[str | None, Form()] = None,
+                           max_new_tokens: Annotated[int | None, Form()] = None,
+                           num_beams: Annotated[int | None, Form()] = None,
+                           temperature: Annotated[float | None, Form()] = None,
+                           top_k: Annotated[int | None, Form()] = None,
+                           top_p: Annotated[float | None, Form()] = None,
+                           repetition_penalty: Annotated[float | None, Form()] = None):
+        start = time.perf_counter()
+        options = {"strategy": strategy, "max_new_tokens": max_new_tokens, "num_beams": num_beams,
+                   "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                   "repetition_penalty": repetition_penalty}
+        request_pipeline = copy.copy(pipeline)  # shares the models; the decoding settings are this request's
+        request_pipeline.generation = generation_for_request(pipeline.generation, options)
+        if speak and shutil.which(SPEAK_ENGINE) is None:
+            raise RequestError(501, f"speak: the server cannot speak ({SPEAK_ENGINE} is not installed)")
+        async with worker.slot():
+            audio = await read_upload(file, settings, sample_rate)
+            result = PipelineResult(file=file.filename or "upload")
+            result.latency_s["audio_load"] = time.perf_counter() - start
+            queued = time.perf_counter()
+
+            def answer() -> PipelineResult:
+                result.latency_s["queue_wait"] = time.perf_counter() - queued
+                return request_pipeline.run_audio(audio, result, start)
+            result = await worker.run(answer)
+        body = result.to_json()
+        if speak and result.response:
+            wav, error = await asyncio.to_thread(speak_wav_bytes, result.response)
+            body["speech"] = speech_json(wav) if wav else None
+            body["error"] = error
+        body["latency_s"]["total"] = round(time.perf_counter() - start, 4)
+        return body
+
+    @app.post("/v1/respond")
+    async def respond(request: RespondRequest):
+        if not request.text.strip():
+            raise RequestError(400, "text: empty; give the instruction to answer")
+        options = request.model_dump(exclude={"text"})
+        request_pipeline = copy.copy(pipeline)
+        request_pipeline.generation = generation_for_request(pipeline.generation, options)
+        start = time.perf_counter()
+        async with worker.slot():
+            response = await worker.run(request_pipeline.respond, request.text.strip())
+        return {"response": response, "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
+
+    @app.websocket("/v1/stream")
+    async def stream(websocket: WebSocket, speak: bool = False):
+        await websocket.accept()
+        decoder = RedecodeStream(lambda audio: pipeline.transcribe(audio)[0], sample_rate, settings.stream_interval)
+        limit = int(settings.max_audio_seconds * STREAM_SAMPLE_RATE)
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if message.get("bytes") is not None:
+                    data = message["bytes"]
+                    if len(data) % 2:
+                        raise RequestError(400, "audio: a binary message must hold whole 16-bit samples (PCM16 LE)")
+                    pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+                    if decoder.samples + len(pcm) > limit:
+                        raise RequestError(413, f"audio: the stream is longer than the limit of "
+                                                f"{settings.max_audio_seconds:g} s")
+                    async with worker.slot(wait=True):
+                        partial = await worker.run(decoder.feed, pcm)
+                    if partial is not None:
+                        await websocket.send_json({"type": "partial", "text": partial,
+                                                   "audio_s": round(decoder.samples / STREAM_SAMPLE_RATE, 3)})
+                    continue
+                try:
+                    control = json.loads(message.get("text") or "")
+                except json.JSONDecodeError:
+                    control = None
+                if not isinstance(control, dict) or control.get("type") != "end":
+                    raise RequestError(400, 'text messages: only {"type": "end"} is understood '
+                                            "(audio goes in binary messages)")
+                break
+            ended = time.perf_counter()
+            async with worker.slot(wait=True):
+                transcript = await worker.run(decoder.finish)
+                asr_s = time.perf_counter() - ended
+                response = await worker.run(pipeline.respond, transcript) if transcript else None
+            final = {"type": "final", "transcript": transcript, "response": response,
+                     "note": None if transcript else "no speech heard; language model skipped",
+                     "latency_s": {"asr_final": round(asr_s, 4),
+                                   **({"slm": round(time.perf_counter() - ended - asr_s, 4)} if transcript else {})},
+                     "stream": {**decoder.report(), "how": stream_note}}
+            if speak and response:
+                wav, error = await asyncio.to_thread(speak_wav_bytes, response)
+                final["speech"], final["error"] = (speech_json(wav) if wav else None), error
+            final["latency_s"]["after_end"] = round(time.perf_counter() - ended, 4)
+            await websocket.send_json(final)
+            await websocket.close()
+        except (RequestError, ContextLengthError) as e:
+            await websocket.send_json({"type": "error", "error": str(e)})
+            await websocket.close(code=1009 if getattr(e, "status", None) == 413 else 1008)
+        except WebSocketDisconnect:
+            return
+
+    return app

@@ -1,0 +1,157 @@
+// The page of tools/serve.py: microphone -> /v1/stream (16 kHz mono PCM16 over a WebSocket) with live partial
+// transcripts, or a file -> /v1/pipeline; then the transcript, the answer, per-stage latency, the spoken answer.
+"use strict";
+
+const TARGET_RATE = 16000;
+const SEND_SAMPLES = 4000; // send every 0.25 s of 16 kHz audio
+const $ = (id) => document.getElementById(id);
+
+let recording = null; // {socket, context, stream, processor, resampler, pending}
+
+function setStatus(text) { $("status").textContent = text; }
+
+function clearResults() {
+  for (const id of ["partial", "transcript", "response"]) $(id).textContent = "";
+  $("latency").tBodies[0].innerHTML = "";
+  const audio = $("answer-audio");
+  audio.hidden = true;
+  audio.removeAttribute("src");
+}
+
+function showResult(result) {
+  $("transcript").textContent = result.transcript || "(nothing heard)";
+  $("response").textContent = result.response || "(no answer: " + (result.note || "empty transcript") + ")";
+  const body = $("latency").tBodies[0];
+  body.innerHTML = "";
+  for (const [stage, seconds] of Object.entries(result.latency_s || {})) {
+    const row = body.insertRow();
+    row.insertCell().textContent = stage;
+    row.insertCell().textContent = (seconds * 1000).toFixed(0) + " ms";
+  }
+  if (result.speech && result.speech.base64) {
+    const audio = $("answer-audio");
+    audio.src = "data:audio/wav;base64," + result.speech.base64;
+    audio.hidden = false;
+    audio.play().catch(() => {}); // autoplay may be refused; the controls stay
+  }
+  setStatus(result.error ? "done, with an error: " + result.error : "done");
+}
+
+// Box-filter decimation from the context's rate to 16 kHz, carrying the leftover samples between callbacks.
+class Resampler {
+  constructor(fromRate) { this.ratio = fromRate / TARGET_RATE; this.rest = new Float32Array(0); }
+  push(input) {
+    const data = new Float32Array(this.rest.length + input.length);
+    data.set(this.rest);
+    data.set(input, this.rest.length);
+    const n = Math.floor(data.length / this.ratio);
+    const out = new Int16Array(n);
+    for (let i = 0; i < n; i++) {
+      const a = Math.floor(i * this.ratio), b = Math.max(a + 1, Math.floor((i + 1) * this.ratio));
+      let sum = 0;
+      for (let j = a; j < b; j++) sum += data[j];
+      const v = Math.max(-1, Math.min(1, sum / (b - a)));
+      out[i] = v < 0 ? v * 32768 : v * 32767;
+    }
+    this.rest = data.slice(Math.floor(n * this.ratio));
+    return out;
+  }
+}
+
+function sendPending(force) {
+  const r = recording;
+  const total = r.pending.reduce((n, part) => n + part.length, 0);
+  if (total === 0 || (!force && total < SEND_SAMPLES)) return;
+  const joined = new Int16Array(total);
+  let at = 0;
+  for (const part of r.pending) { joined.set(part, at); at += part.length; }
+  r.pending = [];
+  if (r.socket.readyState === WebSocket.OPEN) r.socket.send(joined.buffer);
+}
+
+async function startRecording() {
+  clearResults();
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: false } });
+  } catch (e) {
+    setStatus("no microphone: " + e.message);
+    return;
+  }
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const socket = new WebSocket(`${scheme}//${location.host}/v1/stream?speak=${$("speak").checked}`);
+  socket.binaryType = "arraybuffer";
+  const context = new AudioContext();
+  const source = context.createMediaStreamSource(stream);
+  // ScriptProcessor: one file, no worklet module to serve; the deprecation does not affect what it delivers
+  const processor = context.createScriptProcessor(4096, 1, 1);
+  const mute = context.createGain();
+  mute.gain.value = 0;
+  recording = { socket, context, stream, processor, resampler: new Resampler(context.sampleRate), pending: [] };
+  processor.onaudioprocess = (event) => {
+    if (!recording) return;
+    recording.pending.push(recording.resampler.push(event.inputBuffer.getChannelData(0)));
+    sendPending(false);
+  };
+  socket.onmessage = (event) => {
+    const message = JSON.parse(event.data);
+    if (message.type === "partial") $("partial").textContent = message.text;
+    else if (message.type === "final") { showResult(message); socket.close(); }
+    else if (message.type === "error") setStatus("error: " + message.error);
+  };
+  socket.onerror = () => setStatus("connection error");
+  socket.onopen = () => {
+    source.connect(processor);
+    processor.connect(mute);
+    mute.connect(context.destination);
+    setStatus(`recording (${context.sampleRate} Hz -> 16 kHz)…`);
+  };
+  $("record").disabled = true;
+  $("record").classList.add("on");
+  $("stop").disabled = false;
+}
+
+function stopRecording() {
+  const r = recording;
+  if (!r) return;
+  sendPending(true);
+  recording = null;
+  r.processor.disconnect();
+  r.stream.getTracks().forEach((t) => t.stop());
+  r.context.close();
+  if (r.socket.readyState === WebSocket.OPEN) r.socket.send(JSON.stringify({ type: "end" }));
+  setStatus("transcribing and answering…");
+  $("record").disabled = false;
+  $("record").classList.remove("on");
+  $("stop").disabled = true;
+}
+
+async function sendFile() {
+  const file = $("file").files[0];
+  if (!file) return;
+  clearResults();
+  setStatus("sending " + file.name + "…");
+  const form = new FormData();
+  form.append("file", file);
+  form.append("speak", $("speak").checked ? "true" : "false");
+  const reply = await fetch("/v1/pipeline", { method: "POST", body: form });
+  const body = await reply.json();
+  if (!reply.ok) { setStatus("error: " + body.error); return; }
+  $("partial").textContent = "(a file is answered whole)";
+  showResult(body);
+}
+
+async function showModels() {
+  try {
+    const health = await (await fetch("/health")).json();
+    $("models").textContent = `ASR ${health.asr_model} (${health.asr_decoding}), SLM ${health.slm_model}`;
+  } catch (e) {
+    $("models").textContent = "server not reachable";
+  }
+}
+
+$("record").addEventListener("click", startRecording);
+$("stop").addEventListener("click", stopRecording);
+$("file").addEventListener("change", () => { $("send-file").disabled = !$("file").files.length; });
+$("send-file").addEventListener("click", () => sendFile().catch((e) => setStatus("error: " + e.message)));
+showModels();

@@ -1,0 +1,363 @@
+"""duet.server / tools/serve.py: every endpoint, every bad request, the queue, concurrent requests, the WebSocket.
+
+The app is built around real small models (the micro FastConformer-CTC of conftest and a 1-layer GPT-2), in
+memory, and driven with FastAPI's TestClient: no port, no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from duet.asr.inference import load_audio
+from duet.pipeline import VoicePipeline
+from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
+from slm.generate import load_model
+from slm.generation import GenerationSettings
+
+SR = 16000
+SETTINGS = ServerSettings(queue_size=16)
+
+
+@pytest.fixture(scope="module")
+def pipeline(micro_model_and_manifest, tiny_slm_folder) -> VoicePipeline:
+    model, _, _, _ = micro_model_and_manifest
+    tokenizer, slm = load_model(tiny_slm_folder)
+    return VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1)
+
+
+@pytest.fixture(scope="module")
+def clips(micro_model_and_manifest) -> list[Path]:
+    return [Path(e["audio_filepath"]) for e in micro_model_and_manifest[3][:4]]
+
+
+@pytest.fixture(scope="module")
+def client(pipeline):
+    with TestClient(create_app(pipeline, SETTINGS, asr_model="micro.nemo", slm_model="tiny_slm")) as client:
+        yield client
+
+
+def expected_transcript(pipeline, path: Path) -> str:
+    return pipeline.transcribe(load_audio(path, SR))[0]
+
+
+def upload(path: Path, name: str | None = None) -> dict:
+    return {"file": (name or path.name, path.read_bytes(), "application/octet-stream")}
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def test_health_names_the_models_and_the_stream_decoder(client):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and (health["asr_model"], health["slm_model"]) == ("micro.nemo", "tiny_slm")
+    assert "re-decode" in health["stream_decoder"] and health["queue"] == {"active": 0, "capacity": 16}
+
+
+def test_the_page_and_its_files_are_served_without_any_external_address(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    for asset in ("/static/app.js", "/static/style.css"):
+        assert asset in page.text
+    texts = [page.text] + [client.get(asset).text for asset in ("/static/app.js", "/static/style.css")]
+    assert "getUserMedia" in texts[1] and "/v1/stream" in texts[1]
+    for text in texts:  # works offline: no CDN, no web font
+        assert "http://" not in text and "https://" not in text and "@import" not in text
+
+
+def test_transcriptions_in_each_response_format(client, pipeline, clips):
+    want = expected_transcript(pipeline, clips[0])
+    assert want, "the micro model should emit some tokens, or the test cannot tell transcripts apart"
+    assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).json() == {"text": want}
+    assert client.post("/v1/audio/transcriptions", files=upload(clips[0]),
+                       data={"model": "whisper-1"}).json() == {"text": want}  # OpenAI clients send one: ignored
+    text = client.post("/v1/audio/transcriptions", files=upload(clips[0]), data={"response_format": "text"})
+    assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain") and text.text == want
+    verbose = client.post("/v1/audio/transcriptions", files=upload(clips[0]),
+                          data={"response_format": "verbose_json"}).json()
+    duration = soundfile.info(clips[0]).duration
+    assert verbose["text"] == want and verbose["duration"] == pytest.approx(duration, abs=0.001)
+    assert [(s["start"], s["text"]) for s in verbose["segments"]] == [(0.0, want)]
+    assert verbose["segments"][-1]["end"] == pytest.approx(duration, abs=0.001) and verbose["words"] == []
+
+
+def test_verbose_json_segments_are_the_pieces_cut_at_pauses(client, pipeline, clips, tmp_path):
+    """Two clips 1 s apart, with the pipeline's chunk limit below their sum: two segments, placed in time."""
+    first, second = (load_audio(path, SR) for path in clips[:2])
+    path = tmp_path / "two.wav"
+    soundfile.write(path, np.concatenate([first, np.zeros(SR, dtype=np.float32), second]), SR)
+    limit = (max(len(first), len(second)) + SR) / SR
+    with TestClient(create_app(replace_chunk_limit(pipeline, limit), SETTINGS)) as short_chunks:
+        verbose = short_chunks.post("/v1/audio/transcriptions", files=upload(path),
+                                    data={"response_format": "verbose_json"}).json()
+    segments = verbose["segments"]
+    assert len(segments) == 2 and segments[0]["start"] == 0.0 and segments[1]["end"] == verbose["duration"]
+    assert segments[0]["end"] == segments[1]["start"]
+    assert len(first) / SR < segments[0]["end"] < (len(first) + SR) / SR  # the cut fell in the pause
+    assert verbose["text"] == " ".join(s["text"] for s in segments if s["text"])
+
+
+def replace_chunk_limit(pipeline: VoicePipeline, max_chunk_s: float) -> VoicePipeline:
+    import copy
+
+    other = copy.copy(pipeline)
+    other.max_chunk_s = max_chunk_s
+    return other
+
+
+def test_any_rate_channel_count_and_container_is_read(client, pipeline, clips, tmp_path):
+    import librosa
+
+    audio = load_audio(clips[0], SR)
+    stereo = tmp_path / "stereo44k.wav"
+    loud = librosa.resample(audio, orig_sr=SR, target_sr=44100)
+    soundfile.write(stereo, np.stack([loud, loud], axis=1), 44100)
+    heard = client.post("/v1/audio/transcriptions", files=upload(stereo)).json()
+    assert heard == {"text": pipeline.transcribe(load_audio(stereo, SR))[0]}
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg not installed: MP3/WebM uploads not checked")
+    for suffix, codec in ((".mp3", []), (".webm", ["-c:a", "libopus"])):
+        out = tmp_path / f"clip{suffix}"
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", str(clips[0]), *codec, str(out)], check=True)
+        if suffix == ".webm":
+            with pytest.raises(soundfile.LibsndfileError):
+                soundfile.info(str(out))  # libsndfile cannot: this one takes the ffmpeg path
+        reply = client.post("/v1/audio/transcriptions", files=upload(out), data={"response_format": "verbose_json"})
+        assert reply.status_code == 200, reply.text
+        assert abs(reply.json()["duration"] - soundfile.info(clips[0]).duration) < 0.1
+
+
+def test_pipeline_answers_with_per_stage_latency(client, pipeline, clips):
+    body = client.post("/v1/pipeline", files=upload(clips[0])).json()
+    transcript = expected_transcript(pipeline, clips[0])
+    assert body["transcript"] == transcript and body["response"] == pipeline.respond(transcript)
+    assert body["error"] is None and body["file"] == clips[0].name
+    assert {"audio_load", "queue_wait", "asr", "slm", "total"} <= set(body["latency_s"])
+    assert body["latency_s"]["total"] >= body["latency_s"]["asr"] > 0
+
+
+def test_pipeline_speaks_the_answer_as_a_wav(client, clips):
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng not installed (bash tools/setup.sh installs it)")
+    body = client.post("/v1/pipeline", files=upload(clips[0]), data={"speak": "true"}).json()
+    assert body["speech"]["format"] == "wav" and body["response"]
+    audio, rate = soundfile.read(io.BytesIO(base64.b64decode(body["speech"]["base64"])))
+    assert len(audio) / rate > 0.3
+
+
+def test_respond_answers_a_text_with_the_requests_own_options(client, pipeline):
+    body = client.post("/v1/respond", json={"text": "set a timer"}).json()
+    assert body["response"] == pipeline.respond("set a timer")
+    short = client.post("/v1/respond", json={"text": "set a timer", "max_new_tokens": 1}).json()["response"]
+    assert short != body["response"] and len(short) < len(body["response"])
+    assert pipeline.generation.max_new_tokens == 8  # the request changed nothing shared
+
+
+# ---------------------------------------------------------------- bad requests
+
+
+@pytest.fixture(scope="module")
+def strict_client(pipeline):
+    """Limits small enough to reach with the sample: 3 s of audio, 200 KiB uploads."""
+    settings = ServerSettings(max_audio_seconds=3.0, max_upload_mb=0.2)
+    with TestClient(create_app(pipeline, settings)) as client:
+        yield client
+
+
+def bad_requests(clips: list[Path], tmp_path: Path) -> list[tuple[str, dict, int, str]]:
+    long_clip = tmp_path / "long.flac"
+    soundfile.write(long_clip, np.concatenate([load_audio(p, SR) for p in clips[:2]]), SR)
+    big = tmp_path / "big.wav"
+    soundfile.write(big, np.zeros(int(2.9 * 44100 * 2), dtype=np.float32).reshape(-1, 2), 44100, subtype="FLOAT")
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF" + b"not a wave at all" * 50)
+    nodata = tmp_path / "nodata.wav"
+    soundfile.write(nodata, np.zeros(0, dtype=np.float32), SR)
+    return [
+        ("/v1/audio/transcriptions", {"files": {"file": ("e.wav", b"", "audio/wav")}}, 400,
+         "file: the upload is empty"),
+        ("/v1/audio/transcriptions", {"files": upload(corrupt)}, 400, "file: cannot decode the audio"),
+        ("/v1/audio/transcriptions", {"files": upload(nodata)}, 400, "file: the audio is empty"),
+        ("/v1/audio/transcriptions", {"files": upload(long_clip)}, 413,
+         "file: the audio is longer than the limit of 3 s"),
+        ("/v1/audio/transcriptions", {"files": upload(big)}, 413, "larger than the upload limit of 0.2 MiB"),
+        ("/v1/audio/transcriptions", {"json": {"file": "a.wav"}}, 400, "file: Field required"),
+        ("/v1/audio/transcriptions", {"files": upload(clips[0]), "data": {"response_format": "srt"}}, 400,
+         "response_format: must be one of json, text, verbose_json"),
+        ("/v1/pipeline", {"files": upload(clips[0]), "data": {"top_p": "2"}}, 400, "top_p must be in (0, 1]"),
+        ("/v1/pipeline", {"files": upload(clips[0]), "data": {"strategy": "viterbi"}}, 400,
+         "strategy must be one of greedy, beam, sample"),
+        ("/v1/pipeline", {"files": upload(clips[0]), "data": {"max_new_tokens": "many"}}, 400, "max_new_tokens:"),
+        ("/v1/pipeline", {"files": upload(corrupt)}, 400, "file: cannot decode the audio"),
+        ("/v1/respond", {"json": {"text": "  "}}, 400, "text: empty"),
+        ("/v1/respond", {"json": {"txt": "hello"}}, 400, "txt: Extra inputs are not permitted"),
+        ("/v1/respond", {"content": b"not json", "headers": {"content-type": "application/json"}}, 400, "JSON"),
+        ("/v1/respond", {"json": {"text": "hi", "num_beams": 1, "strategy": "beam"}}, 400, "num_beams >= 2"),
+        ("/v1/nothing-here", {"json": {}}, 404, "Not Found"),
+    ]
+
+
+def test_each_bad_request_is_a_4xx_json_error_naming_the_problem_and_the_server_keeps_serving(
+        strict_client, clips, tmp_path):
+    for path, request, status, message in bad_requests(clips, tmp_path):
+        reply = strict_client.post(path, **request)
+        assert reply.status_code == status and message in reply.json()["error"], (path, message, reply.text)
+        assert strict_client.get("/health").json()["queue"]["active"] == 0  # no slot left taken
+    assert strict_client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
+
+
+def test_a_full_queue_is_answered_503_and_the_server_recovers(pipeline, clips, monkeypatch):
+    app = create_app(pipeline, ServerSettings(queue_size=1))
+    release, entered = threading.Event(), threading.Event()
+    real = VoicePipeline.transcribe_segments
+
+    def held(self, audio):
+        entered.set()
+        release.wait(30)
+        return real(self, audio)
+    monkeypatch.setattr(VoicePipeline, "transcribe_segments", held)
+    with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(client.post, "/v1/audio/transcriptions", files=upload(clips[0]))
+        assert entered.wait(30)
+        busy = client.post("/v1/audio/transcriptions", files=upload(clips[1]))
+        assert busy.status_code == 503 and "server busy" in busy.json()["error"]
+        release.set()
+        assert first.result(60).status_code == 200
+        assert client.post("/v1/audio/transcriptions", files=upload(clips[1])).status_code == 200
+
+
+def test_concurrent_requests_get_their_own_results(client, pipeline, clips):
+    """Different clips and different language-model options at once: each answer is the one it gets alone."""
+    jobs = [(clip, tokens) for clip in clips for tokens in (1, 8)]
+    alone = {}
+    for clip, tokens in jobs:
+        settings = replace(pipeline.generation, max_new_tokens=tokens)
+        other = replace_generation(pipeline, settings)
+        transcript = expected_transcript(pipeline, clip)
+        alone[(clip, tokens)] = (transcript, other.respond(transcript))
+
+    def ask(job):
+        clip, tokens = job
+        body = client.post("/v1/pipeline", files=upload(clip), data={"max_new_tokens": str(tokens)}).json()
+        return body["transcript"], body["response"]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        together = list(pool.map(ask, jobs * 2))
+    assert together == [alone[job] for job in jobs * 2]
+    assert len({r for _, r in alone.values()}) > 1, "the answers should differ, or mix-ups could not show"
+
+
+def replace_generation(pipeline: VoicePipeline, settings: GenerationSettings) -> VoicePipeline:
+    import copy
+
+    other = copy.copy(pipeline)
+    other.generation = settings
+    return other
+
+
+# ---------------------------------------------------------------- WebSocket
+
+
+def pcm16_chunks(audio: np.ndarray, seconds: float = 0.25) -> list[bytes]:
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
+    step = int(seconds * SR)
+    return [pcm[i:i + step].tobytes() for i in range(0, len(pcm), step)]
+
+
+def test_stream_sends_partials_as_audio_arrives_then_the_final_transcript_and_answer(pipeline, clips):
+    audio = np.concatenate([load_audio(path, SR) for path in clips[:2]])
+    chunks = pcm16_chunks(audio)
+    with TestClient(create_app(pipeline, replace(SETTINGS, stream_interval=0.5))) as client:
+        with client.websocket_connect("/v1/stream") as ws:
+            partials = []
+            for chunk in chunks:
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            while (message := ws.receive_json())["type"] == "partial":
+                partials.append(message)
+    assert message["type"] == "final", message
+    heard = (np.frombuffer(b"".join(chunks), dtype="<i2") / 32768.0).astype(np.float32)
+    transcript = pipeline.transcribe(heard)[0]
+    assert message["transcript"] == transcript and message["response"] == pipeline.respond(transcript)
+    assert len(partials) >= 2 and [p["audio_s"] for p in partials] == sorted(p["audio_s"] for p in partials)
+    stream = message["stream"]
+    assert stream["decoder"] == "re-decode" and stream["decodes"] == len(partials) + 1
+    assert stream["audio_s"] == pytest.approx(len(audio) / SR, abs=0.001) and stream["decode_s_last"] > 0
+    assert {"asr_final", "slm", "after_end"} <= set(message["latency_s"])
+
+
+@pytest.mark.parametrize("send, message", [
+    (lambda ws: ws.send_bytes(b"\x00\x01\x02"), "whole 16-bit samples"),
+    (lambda ws: ws.send_text("stop please"), 'only {"type": "end"} is understood'),
+    (lambda ws: ws.send_bytes(b"\x00\x10" * SR * 4), "longer than the limit of 3 s"),
+])
+def test_a_bad_stream_gets_an_error_message_and_is_closed(pipeline, send, message):
+    with TestClient(create_app(pipeline, ServerSettings(max_audio_seconds=3.0))) as client:
+        with client.websocket_connect("/v1/stream") as ws:
+            send(ws)
+            reply = ws.receive_json()
+            assert reply["type"] == "error" and message in reply["error"]
+            with pytest.raises(WebSocketDisconnect):
+                ws.receive_json()
+        assert client.get("/health").json()["status"] == "ok"
+
+
+def test_redecode_stream_decodes_the_whole_buffer_every_interval():
+    decoded = []
+
+    def transcribe(audio):
+        decoded.append(len(audio))
+        return f"{len(audio)} samples"
+    speech = (0.3 * np.random.default_rng(0).standard_normal(SR // 4)).astype(np.float32)
+    stream = RedecodeStream(transcribe, SR, interval_s=1.0)
+    partials = [stream.feed(speech) for _ in range(10)]  # 2.5 s in quarter seconds
+    assert decoded == [SR, 2 * SR] and [p for p in partials if p] == [f"{SR} samples", f"{2 * SR} samples"]
+    assert stream.finish() == f"{10 * SR // 4} samples" and decoded[-1] == 10 * SR // 4
+    report = stream.report()
+    assert report["decodes"] == 3 and report["audio_s"] == 2.5 and report["interval_s"] == 1.0
+    stream.decode_seconds[-1] = 3.0  # a slow decode: the next one waits for 3 s of new audio, not 1 s
+    assert [stream.feed(speech) for _ in range(12)].count(None) == 11 and decoded[-1] == 22 * SR // 4
+    silent = RedecodeStream(transcribe, SR, interval_s=1.0)
+    assert silent.feed(np.zeros(2 * SR, dtype=np.float32)) == "" and silent.finish() == "" and len(decoded) == 4
+
+
+def test_server_settings_name_the_flag():
+    for field, value, message in (("queue_size", 0, "--queue-size must be >= 1"),
+                                  ("max_audio_seconds", 0, "--max-audio-seconds must be > 0"),
+                                  ("stream_interval", -1, "--stream-interval must be > 0"),
+                                  ("port", 70000, "--port must be in 0..65535")):
+        with pytest.raises(ServerSettingsError, match=message):
+            replace(ServerSettings(), **{field: value}).validate()
+
+
+def test_a_streaming_model_given_is_reported_as_not_used_yet(pipeline):
+    app = create_app(pipeline, ServerSettings(streaming_asr_model="streaming.nemo"))
+    with TestClient(app) as client:
+        note = client.get("/health").json()["stream_decoder"]
+    assert note.startswith("re-decode") and "the streaming model streaming.nemo is not used" in note
+
+
+# ---------------------------------------------------------------- tools/serve.py
+
+
+def test_serve_names_a_missing_model_and_a_bad_setting(repo_root, python, tmp_path):
+    script = str(repo_root / "tools" / "serve.py")
+    missing = subprocess.run([python, script, "--asr-model", str(tmp_path / "none.nemo")], capture_output=True,
+                             text=True, cwd=repo_root)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (f"serve: error: --asr-model {tmp_path / 'none.nemo'} does not exist "
+                                      "(run python tools/demo.py first, or pass --asr-model)")
+    bad = subprocess.run([python, script, "--queue-size", "0"], capture_output=True, text=True, cwd=repo_root)
+    assert bad.returncode == 2 and bad.stderr.strip() == "serve: error: --queue-size must be >= 1, got 0"

@@ -1,0 +1,115 @@
+"""The server's page in headless Chromium: its fake microphone plays a WAV of sample speech, the page records,
+streams it over the WebSocket, stops, and shows the transcript and the answer the server sent.
+
+Needs Debian's chromium + chromium-driver (bash tools/setup.sh installs them where apt works) and selenium;
+skips, saying which is missing, otherwise. The models are the micro ASR model and the tiny GPT-2 of conftest,
+served by uvicorn on a free 127.0.0.1 port in a thread.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from duet.asr.inference import load_audio
+from duet.pipeline import VoicePipeline
+from duet.server import ServerSettings, create_app
+from slm.generate import load_model
+from slm.generation import GenerationSettings
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# headless in a container, and nothing reaching out to the network
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=900,900"]
+SR = 16000
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def fake_microphone_args(wav: Path, profile: Path) -> list[str]:
+    """Chromium's fake capture device playing ``wav`` (looped), granted without a permission prompt."""
+    return ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}", f"--user-data-dir={profile}"]
+
+
+def start_chromium(wav: Path, profile: Path):
+    """A selenium driver for headless Chromium with the fake microphone; skips when either is missing."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium not installed (pip install -e .[dev])")
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not Path(path).exists() and shutil.which(Path(path).name) is None:
+            pytest.skip(f"{path} not found: apt-get install chromium chromium-driver (bash tools/setup.sh)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    for flag in CHROMIUM_FLAGS + fake_microphone_args(wav, profile):
+        options.add_argument(flag)
+    service = Service(CHROMEDRIVER if Path(CHROMEDRIVER).exists() else shutil.which("chromedriver"))
+    return webdriver.Chrome(options=options, service=service)
+
+
+def serve_in_thread(app):
+    """uvicorn serving ``app`` on a free port in a daemon thread; returns (server, base URL)."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, ws="wsproto", log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start within 30 s")
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.integration
+def test_the_page_records_the_microphone_and_shows_transcript_and_answer(micro_model_and_manifest, tiny_slm_folder,
+                                                                        tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    model, _, _, entries = micro_model_and_manifest
+    wav = tmp_path / "speech.wav"  # Chromium's fake capture reads 16-bit PCM WAV
+    soundfile.write(wav, np.concatenate([load_audio(e["audio_filepath"], SR) for e in entries[:2]]), SR,
+                    subtype="PCM_16")
+    tokenizer, slm = load_model(tiny_slm_folder)
+    pipeline = VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1)
+    server, url = serve_in_thread(create_app(pipeline, ServerSettings(stream_interval=0.5), asr_model="micro.nemo"))
+    driver = start_chromium(wav, tmp_path / "profile")
+    try:
+        driver.get(url)
+        wait = WebDriverWait(driver, 30)
+        wait.until(lambda d: "micro.nemo" in d.find_element(By.ID, "models").text)
+        driver.find_element(By.ID, "record").click()
+        wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("recording"))
+        wait.until(lambda d: d.find_element(By.ID, "partial").text.strip())  # a partial while still recording
+        time.sleep(1.0)
+        driver.find_element(By.ID, "stop").click()
+        wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("done"))
+        transcript = driver.find_element(By.ID, "transcript").text
+        answer = driver.find_element(By.ID, "response").text
+        stages = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#latency tr")]
+        driver.save_screenshot(str(tmp_path / "serve_page.png"))
+    finally:
+        driver.quit()
+        server.should_exit = True
+    assert transcript and transcript != "(nothing heard)", "the micro model should hear some tokens"
+    # the page shows the server's answer to what it heard (selenium collapses whitespace as a browser shows it)
+    assert answer == " ".join(pipeline.respond(transcript).split())
+    assert any(row.startswith("asr_final") for row in stages) and any(row.startswith("slm") for row in stages)

@@ -1,0 +1,84 @@
+#!/usr/bin/env python
+r"""Serve the voice pipeline over HTTP: a page, an OpenAI-compatible transcription endpoint, the whole pipeline,
+the language model alone, and a WebSocket with live partial transcripts.
+
+Usage:
+  python tools/serve.py                                  # the demo's models on http://127.0.0.1:8000
+  python tools/serve.py --host 0.0.0.0 --port 9000 --asr-model my.nemo --slm-model my_gpt2/
+  python tools/serve.py --asr-decoding greedy --strategy beam --num-beams 4   # decoding defaults for every request
+
+The models load once, with the same defaults and options as tools/pipeline.py (the ASR decoding from the
+decoding.json beside the model unless an option says otherwise; the language-model flags are the defaults a
+request's own options replace). Endpoints:
+  GET  /                          the page: record from the microphone or send a file, hear the answer
+  GET  /health                    {"status": "ok", "asr_model", "slm_model", ...}
+  POST /v1/audio/transcriptions   multipart file [model] [response_format=json|text|verbose_json]
+  POST /v1/pipeline               multipart file [speak=true] [strategy, max_new_tokens, top_p, ...]
+  POST /v1/respond                JSON {"text": ...[, strategy, max_new_tokens, ...]} -> {"response"}
+  WS   /v1/stream[?speak=true]    binary messages of 16 kHz mono PCM16 (little-endian), then the text message
+                                  {"type": "end"}; the server sends {"type": "partial", "text"} as audio
+                                  arrives and {"type": "final", "transcript", "response", "latency_s", ...}
+Uploads: WAV/FLAC/OGG at any rate and channel count (libsndfile), MP3/WebM and the rest through ffmpeg.
+Requests over --max-audio-seconds or --max-upload-mb, corrupt or empty audio and bad options are answered
+4xx with {"error": "..."}; more than --queue-size requests at once, 503. All inference runs on one thread.
+
+Partial transcripts on the WebSocket come from decoding the whole buffer again every --stream-interval
+seconds of new audio with the offline model (or after as much audio as the last decode took, when that is
+longer, so that decoding keeps pace with a live stream): each decode costs more as the recording grows
+(quadratic in its length overall; the final message reports the decodes and their median and last time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import uvicorn
+
+from duet.errors import cli
+from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
+from duet.server import ServerSettings, create_app
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = ServerSettings
+    parser.add_argument("--host", default=d.host, help=f"address to listen on (default: {d.host})")
+    parser.add_argument("--port", type=int, default=d.port, help=f"port (default: {d.port})")
+    add_model_arguments(parser)
+    parser.add_argument("--max-audio-seconds", type=float, default=d.max_audio_seconds,
+                        help=f"longest recording accepted (default: {d.max_audio_seconds:g})")
+    parser.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb,
+                        help=f"largest upload in MiB (default: {d.max_upload_mb:g})")
+    parser.add_argument("--queue-size", type=int, default=d.queue_size,
+                        help=f"requests waiting for or running on the inference thread; more get 503 "
+                             f"(default: {d.queue_size})")
+    parser.add_argument("--stream-interval", type=float, default=d.stream_interval,
+                        help=f"WebSocket: decode again after this many seconds of new audio "
+                             f"(default: {d.stream_interval:g})")
+    parser.add_argument("--streaming-asr-model", default=None,
+                        help="a cache-aware .nemo for the WebSocket's partials (not used yet: the offline "
+                             "re-decode serves, and /health says so)")
+    add_decoding_options(parser)
+    return parser
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    settings = ServerSettings(host=args.host, port=args.port, max_audio_seconds=args.max_audio_seconds,
+                              max_upload_mb=args.max_upload_mb, queue_size=args.queue_size,
+                              stream_interval=args.stream_interval,
+                              streaming_asr_model=args.streaming_asr_model).validate()
+    check_model_paths(args)
+    pipeline, load_s = load_pipeline(args)
+    pipeline.asr_workers = 1  # no forked decoding processes inside a threaded server
+    print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model}, {pipeline.describe_asr_decoding()} decoding, "
+          f"SLM {args.slm_model}); serving on http://{settings.host}:{settings.port}", flush=True)
+    app = create_app(pipeline, settings, asr_model=str(args.asr_model), slm_model=str(args.slm_model))
+    uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
