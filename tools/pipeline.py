@@ -15,6 +15,9 @@ Usage:
   # partial transcripts are printed as each chunk is decoded
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
+  # a live source: "-" reads raw 16 kHz mono signed 16-bit little-endian PCM from standard input as it arrives
+  sox talk.flac -t raw -r 16000 -c 1 -b 16 -e signed - | python tools/pipeline.py --stream --asr-model m.nemo -
+  arecord -f S16_LE -r 16000 -c 1 -t raw | python tools/pipeline.py --stream --asr-model m.nemo -
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
 DEFAULT_SLM_MODEL below). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
@@ -30,10 +33,13 @@ and the other files still run; the exit code is 1 if any file failed. Latencies 
 audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
-file streams whole, the caches bound the memory). It reports the algorithmic latency (look-ahead and chunk
-length), the wall time to the first partial and the median/max compute time per chunk; with --json these
-are in a "streaming" object of each line and the partial transcripts themselves are not printed. An
-offline model, or an LM that does not fit the model, is a one-line error before anything runs.
+file streams whole, the caches bound the memory); features and their normalisation are computed chunk by
+chunk too (duet/asr/streaming.py), so "-" (with --stream, alone) streams standard input live: raw PCM as
+above, no header, read in 100 ms pieces, partials printed as they come, answered when the input ends.
+It reports the algorithmic latency (look-ahead and chunk length), the wall time to the first partial and
+the median/max compute time per chunk; with --json these are in a "streaming" object of each line and the
+partial transcripts themselves are not printed. An offline model, or an LM that does not fit the model, is
+a one-line error before anything runs.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from pathlib import Path
 
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import DecodingInputError
-from duet.asr.streaming import describe_report, streaming_latency
+from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
 from duet.cli_args import (
     DECODING_OPTIONS,
     add_decoding_arguments,
@@ -64,6 +70,7 @@ from slm.generation import GenerationSettingsError, add_generation_arguments, ge
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
 DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
+STDIN = Path("-")  # the audio argument that streams raw PCM from standard input
 SPEAK_ENGINE = "espeak-ng"
 SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
                         "(apt-get install espeak-ng, or bash tools/setup.sh)")
@@ -71,7 +78,8 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
+    parser.add_argument("audio", nargs="*", type=Path,
+                        help="audio files (FLAC, WAV, ...); - = raw 16 kHz mono PCM16 from stdin (--stream only)")
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
     parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
@@ -136,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--manifest {args.manifest}: {e}")
     if not args.audio:
         parser.error("no audio: give files or --manifest")
+    if STDIN in args.audio and (not args.stream or len(args.audio) > 1):
+        parser.error("- (raw PCM from standard input) needs --stream and no other audio")
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
         if not path.exists():
             raise DuetError(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {flag})")
@@ -220,8 +230,11 @@ def run(args: argparse.Namespace, json_out) -> int:
     failures = 0
     spoken_paths = speak_paths(args.audio, args.speak) if args.speak else [None] * len(args.audio)
     for path, spoken_path in zip(args.audio, spoken_paths):
-        on_partial = None if args.json else partial_printer(path)
-        result = pipeline.run(path, on_partial=on_partial)
+        on_partial = None if args.json else partial_printer(Path("stdin") if path == STDIN else path)
+        if path == STDIN:
+            result = pipeline.run_live(read_pcm16(sys.stdin.buffer), name="stdin", on_partial=on_partial)
+        else:
+            result = pipeline.run(path, on_partial=on_partial)
         result.latency_s["model_load"] = round(load_s, 3)
         if result.error is None and spoken_path and result.response:
             result.error = speak(result.response, spoken_path)
@@ -234,7 +247,7 @@ def run(args: argparse.Namespace, json_out) -> int:
             print(f"\n{path}: error: {result.error}", file=sys.stderr)
             continue
         lat = result.latency_s
-        print(f"\n{path} ({result.audio_seconds:.1f} s)")
+        print(f"\n{result.file} ({result.audio_seconds:.1f} s)")
         print(f"  transcript: {result.transcript or '(none)'}")
         print(f"  response:   {result.response or '(none)'}")
         if result.note:
