@@ -75,8 +75,9 @@ def test_streaming_a_file_equals_offline_decoding_and_partials_come_early(model,
     assert partials[-1].audio_seconds == pytest.approx(duration, abs=0.02)
 
 
-# lengths that end a chunk exactly, leave a remainder shorter than one subsampling window, or fit in one chunk
-@pytest.mark.parametrize("samples", [3000, 8000, 16160, 17280, 20000, 44247])
+# lengths that end a chunk exactly, leave a remainder shorter than one subsampling window, or fit in one chunk;
+# 16896: the second chunk completes with the input's last sample, so finish() has nothing left to decode
+@pytest.mark.parametrize("samples", [3000, 8000, 16160, 16896, 17280, 20000, 44247])
 def test_streaming_equals_offline_at_chunk_edges(model, samples):
     audio = (0.1 * np.random.default_rng(samples).standard_normal(samples)).astype(np.float32)
     labels, text = offline(model, audio)
@@ -208,6 +209,8 @@ def test_a_chunk_is_decoded_as_soon_as_its_last_feature_frame_has_arrived(model,
     session.finish()
     with pytest.raises(AsrInputError, match="finished"):
         session.feed(audio[:10])
+    (empty,) = StreamingSession(model).finish()  # no audio at all: still exactly one final partial
+    assert empty.is_final and empty.text == "" and empty.frame_labels == []
 
 
 def test_incremental_features_equal_the_whole_file_features_frame_for_frame(model, tmp_path):
