@@ -6,12 +6,12 @@ generation, timed separately. Long recordings are cut at pauses into chunks of a
 ``max_chunk_s`` so memory stays bounded whatever the file's length.
 
 With ``stream=True`` (a model trained with ``configs/fastconformer_small_streaming.yaml``) the ASR runs
-through ``duet.asr.streaming.stream_transcribe`` instead: the audio goes in chunk by chunk, each chunk
-yields a partial transcript (handed to ``on_partial`` as it arrives), and the result carries the
+through a ``duet.asr.streaming.StreamingSession`` instead: the audio goes in 100 ms pieces, each chunk that
+completes yields a partial transcript (handed to ``on_partial`` as it arrives), and the result carries the
 look-ahead, the first partial's time and the per-chunk compute times. A long recording streams whole,
-without the cutting at pauses: the encoder's attention and convolution caches have a fixed size, so
-memory does not grow with the length (the log-mel features of the file, ~0.3 MB a minute, are computed
-up front).
+without the cutting at pauses, and :meth:`VoicePipeline.run_live` takes a live source (pieces of samples as
+they arrive, e.g. raw PCM from a pipe): features, their normalisation and the encoder's caches are all
+computed incrementally, so memory does not grow with the length.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import librosa
 import numpy as np
 
 from duet.asr.decoding import DecodingSettings, set_decoding
 from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
-from duet.asr.streaming import check_streaming_model, stream_transcribe, streaming_report
+from duet.asr.streaming import STREAM_PIECE_SECONDS, StreamingSession, check_streaming_model, streaming_report
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
 
@@ -163,16 +163,29 @@ class VoicePipeline:
             begin = end
         return segments
 
-    def transcribe_streaming(self, audio: np.ndarray, on_partial: Callable | None = None) -> tuple[str, dict]:
-        """Stream ``audio`` whole; ``on_partial`` gets each ``duet.asr.streaming.Partial`` as it arrives.
+    def transcribe_streaming(self, audio: np.ndarray | Iterable[np.ndarray],
+                             on_partial: Callable | None = None) -> tuple[str, dict]:
+        """Stream ``audio`` (all samples, fed in 100 ms pieces, or an iterable of pieces as a live source
+        delivers them) to the end; ``on_partial`` gets each ``duet.asr.streaming.Partial`` as it arrives.
 
         Returns the final transcript and the streaming report: partials, wall time to the first partial
         (``first_partial_s``, from the start of the ASR) and the audio it had consumed, look-ahead, chunk
         length and the median/max compute time per chunk.
         """
+        if isinstance(audio, np.ndarray):
+            piece = int(STREAM_PIECE_SECONDS * self.sample_rate)
+            samples = audio
+            audio = (samples[at: at + piece] for at in range(0, len(samples), piece))
         start = time.perf_counter()
+        session = StreamingSession(self.asr_model)
+
+        def all_partials():
+            for piece in audio:
+                yield from session.feed(piece)
+            yield from session.finish()
+
         partials, first_partial_s = [], None
-        for partial in stream_transcribe(self.asr_model, audio):
+        for partial in all_partials():
             if first_partial_s is None:
                 first_partial_s = time.perf_counter() - start
             partials.append(partial)
@@ -180,8 +193,30 @@ class VoicePipeline:
                 on_partial(partial)
         report = streaming_report(self.asr_model, partials)
         report = {"partials": report.pop("chunks"), "first_partial_s": round(first_partial_s, 4),
-                  "first_partial_audio_s": partials[0].audio_seconds, **report}
+                  "first_partial_audio_s": partials[0].audio_seconds, "audio_s": round(session.audio_seconds, 3),
+                  **report}
         return partials[-1].text.strip(), report
+
+    def run_live(self, pieces: Iterable[np.ndarray], name: str = "stdin",
+                 on_partial: Callable | None = None) -> PipelineResult:
+        """Answer a live source: ``pieces`` are 1-D float32 samples at the model's rate, in order, as they
+        arrive (``duet.asr.streaming.read_pcm16`` reads them from a pipe); needs ``stream=True``. The
+        transcript streams while the source delivers; the language model answers once it has ended."""
+        if not self.stream:
+            raise ValueError("run_live needs a streaming pipeline (stream=True)")
+        result = PipelineResult(file=name, asr_decoding=self.describe_asr_decoding())
+        start = time.perf_counter()
+        try:
+            result.transcript, result.streaming = self.transcribe_streaming(pieces, on_partial)
+        except AsrInputError as e:
+            result.error = f"{name}: {e}"
+            return result
+        result.chunks = result.streaming["partials"]
+        result.audio_seconds = result.streaming["audio_s"]
+        result.latency_s["asr"] = time.perf_counter() - start
+        if not result.transcript:
+            result.note = "empty transcript; language model skipped"
+        return self._answer(result, start)
 
     def respond(self, transcript: str) -> str:
         return respond(self.slm_model, self.slm_tokenizer, transcript, settings=self.generation)
@@ -222,6 +257,10 @@ class VoicePipeline:
             result.latency_s["asr"] = time.perf_counter() - t
             if not result.transcript:
                 result.note = "empty transcript; language model skipped"
+        return self._answer(result, start)
+
+    def _answer(self, result: PipelineResult, start: float) -> PipelineResult:
+        """The language model's answer to ``result.transcript`` (if any) and the total time since ``start``."""
         if result.transcript:
             t = time.perf_counter()
             result.response = self.respond(result.transcript)

@@ -261,6 +261,15 @@ def test_cli_refuses_bad_pipeline_options_before_loading(cli, model_args, monkey
     assert exit_info.value.code == 2 and message in capsys.readouterr().err and loads == []
 
 
+@pytest.mark.parametrize("audio, option", [(["-"], []), (["-", "a.flac"], ["--stream"])])
+def test_cli_stdin_needs_stream_and_no_other_audio(cli, model_args, monkeypatch, capsys, audio, option):
+    loads = stand_in_load(monkeypatch, None)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*audio, *model_args, *option])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "- (raw PCM from standard input) needs --stream" in err and loads == []
+
+
 def test_split_at_pauses_refuses_an_empty_chunk_length():
     with pytest.raises(ValueError, match="max_chunk_s must be > 0"):
         split_at_pauses(utterance_with_pauses([1.0, 1.0]), SR, max_chunk_s=0.0)
@@ -452,6 +461,36 @@ def test_cli_stream_json_has_partial_count_first_partial_and_chunk_compute(cli, 
     assert 0 < st["first_partial_s"] <= result["latency_s"]["asr"] and st["first_partial_audio_s"] <= 0.6
     assert 0 < st["chunk_compute_ms_median"] <= st["chunk_compute_ms_max"]
     assert result["asr_decoding"] == "greedy" and result["transcript"]
+
+
+class LiveSource:
+    """A stand-in for ``sys.stdin.buffer`` fed by a live recorder: prints a marker each time it is read."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def read(self, n: int) -> bytes:
+        piece, self.data = self.data[:n], self.data[n:]
+        print("<stdin read>", flush=True)
+        return piece
+
+
+def test_cli_stream_reads_raw_pcm_from_stdin_and_prints_partials_while_it_arrives(cli, fake_slm, monkeypatch,
+                                                                                  tiny_streaming_model,
+                                                                                  tiny_streaming_nemo, speech_file,
+                                                                                  capsys):
+    from duet.asr.inference import load_audio, transcribe_audio
+
+    pcm = np.round(load_audio(speech_file, SR) * 32767).astype("<i2")
+    monkeypatch.setattr("sys.stdin", SimpleNamespace(buffer=LiveSource(pcm.tobytes())))
+    code = cli.main(["-", "--asr-model", str(tiny_streaming_nemo), *fake_slm, "--stream"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    # what the source sent, decoded offline: the streamed transcript equals it (a normalize: NA model)
+    offline = transcribe_audio(tiny_streaming_model, [pcm.astype(np.float32) / 32768.0])[0].strip()
+    assert offline and f"  transcript: {offline}\n" in out and f"  response:   ok: {offline}\n" in out
+    assert f"stdin ({len(pcm) / SR:.1f} s)" in out
+    assert out.index("stdin partial @ ") < out.rindex("<stdin read>"), "partials must come while input arrives"
 
 
 def test_cli_stream_refuses_batch_options_it_would_ignore(cli, fake_slm, tiny_streaming_nemo, speech_file, capsys):

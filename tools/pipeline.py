@@ -15,6 +15,9 @@ Usage:
   # partial transcripts are printed as each chunk is decoded
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
+  # a live source: "-" reads raw 16 kHz mono signed 16-bit little-endian PCM from standard input as it arrives
+  sox talk.flac -t raw -r 16000 -c 1 -b 16 -e signed - | python tools/pipeline.py --stream --asr-model m.nemo -
+  arecord -f S16_LE -r 16000 -c 1 -t raw | python tools/pipeline.py --stream --asr-model m.nemo -
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (DEFAULT_ASR_MODEL and DEFAULT_SLM_MODEL
 in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
@@ -30,10 +33,13 @@ and the other files still run; the exit code is 1 if any file failed. Latencies 
 audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
-file streams whole, the caches bound the memory). It reports the algorithmic latency (look-ahead and chunk
-length), the wall time to the first partial and the median/max compute time per chunk; with --json these
-are in a "streaming" object of each line and the partial transcripts themselves are not printed. An
-offline model, or an LM that does not fit the model, is a one-line error before anything runs.
+file streams whole, the caches bound the memory); features and their normalisation are computed chunk by
+chunk too (duet/asr/streaming.py), so "-" (with --stream, alone) streams standard input live: raw PCM as
+above, no header, read in 100 ms pieces, partials printed as they come, answered when the input ends.
+It reports the algorithmic latency (look-ahead and chunk length), the wall time to the first partial and
+the median/max compute time per chunk; with --json these are in a "streaming" object of each line and the
+partial transcripts themselves are not printed. An offline model, or an LM that does not fit the model, is
+a one-line error before anything runs.
 """
 
 from __future__ import annotations
@@ -45,16 +51,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from duet.asr.streaming import describe_report, streaming_latency
+from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
 from duet.errors import DuetError, cli
 from duet.io import read_jsonl
 from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 
+STDIN = Path("-")  # the audio argument that streams raw PCM from standard input
+
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
+    parser.add_argument("audio", nargs="*", type=Path,
+                        help="audio files (FLAC, WAV, ...); - = raw 16 kHz mono PCM16 from stdin (--stream only)")
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
     add_model_arguments(parser, streaming=True)
     parser.add_argument("--stream", action="store_true",
@@ -89,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--manifest {args.manifest}: {e}")
     if not args.audio:
         parser.error("no audio: give files or --manifest")
+    if STDIN in args.audio and (not args.stream or len(args.audio) > 1):
+        parser.error("- (raw PCM from standard input) needs --stream and no other audio")
     check_model_paths(args)
     if args.max_chunk_seconds is not None and args.max_chunk_seconds <= 0:
         parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
@@ -125,8 +136,11 @@ def run(args: argparse.Namespace, json_out) -> int:
     failures = 0
     spoken_paths = speak_paths(args.audio, args.speak) if args.speak else [None] * len(args.audio)
     for path, spoken_path in zip(args.audio, spoken_paths):
-        on_partial = None if args.json else partial_printer(path)
-        result = pipeline.run(path, on_partial=on_partial)
+        on_partial = None if args.json else partial_printer(Path("stdin") if path == STDIN else path)
+        if path == STDIN:
+            result = pipeline.run_live(read_pcm16(sys.stdin.buffer), name="stdin", on_partial=on_partial)
+        else:
+            result = pipeline.run(path, on_partial=on_partial)
         result.latency_s["model_load"] = round(load_s, 3)
         if result.error is None and spoken_path and result.response:
             result.error = speak(result.response, spoken_path)
@@ -139,7 +153,7 @@ def run(args: argparse.Namespace, json_out) -> int:
             print(f"\n{path}: error: {result.error}", file=sys.stderr)
             continue
         lat = result.latency_s
-        print(f"\n{path} ({result.audio_seconds:.1f} s)")
+        print(f"\n{result.file} ({result.audio_seconds:.1f} s)")
         print(f"  transcript: {result.transcript or '(none)'}")
         print(f"  response:   {result.response or '(none)'}")
         if result.note:
