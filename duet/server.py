@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from duet.asr.inference import load_audio
+from duet.asr.streaming import StreamingSession, streaming_latency
 from duet.errors import AsrInputError, DuetError, first_line
 from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
@@ -73,7 +74,7 @@ class ServerSettings:
     max_upload_mb: float = 128.0  # largest upload in MiB: 10 min of 44.1 kHz stereo 16-bit WAV is 101
     queue_size: int = 8  # requests waiting for or running on the inference thread; one more is answered 503
     stream_interval: float = 1.0  # the WebSocket re-decodes its audio after this much more of it
-    streaming_asr_model: str | None = None  # a cache-aware model for the WebSocket (see stream_decoder_note)
+    streaming_asr_model: str | None = None  # a cache-aware .nemo for the WebSocket's partials (CacheAwareStream)
 
     def validate(self) -> "ServerSettings":
         for name, ok, rule in (("port", 0 <= self.port <= 65535, "in 0..65535"),
@@ -272,15 +273,50 @@ class RedecodeStream:
                 "decode_s_last": round(times[-1], 4) if times else None}
 
 
-def stream_decoder_note(settings: ServerSettings) -> str:
+class CacheAwareStream:
+    """Partial transcripts of a live recording with a cache-aware streaming model
+    (:class:`duet.asr.streaming.StreamingSession`): each chunk of audio is encoded once, carrying the encoder's
+    caches, so a chunk costs the same at the first second as at the tenth minute, and the final transcript is
+    ready one chunk after the recording ends. Same interface as :class:`RedecodeStream`."""
+
+    def __init__(self, model):
+        self.model = model
+        self.session = StreamingSession(model)
+        self.samples = 0
+        self.text = ""
+        # one compute time per chunk, not the partials: each partial holds every frame label so far
+        self.chunk_seconds: list[float] = []
+
+    def _take(self, partials) -> bool:
+        self.chunk_seconds += [p.compute_seconds for p in partials]
+        text = partials[-1].text.strip() if partials else self.text
+        changed, self.text = text != self.text, text
+        return changed
+
+    def feed(self, pcm: np.ndarray) -> str | None:
+        """Add mono float32 samples; the partial transcript when a chunk completed and changed it, else None."""
+        self.samples += len(pcm)
+        return self.text if self._take(self.session.feed(pcm)) else None
+
+    def finish(self) -> str:
+        self._take(self.session.finish())
+        return self.text
+
+    def report(self) -> dict:
+        latency = self.session.latency
+        ms = [1000 * s for s in self.chunk_seconds] or [0.0]
+        return {"decoder": "cache-aware", "audio_s": round(self.samples / STREAM_SAMPLE_RATE, 3),
+                "chunks": len(self.chunk_seconds), "chunk_ms": latency.chunk_ms, "lookahead_ms": latency.lookahead_ms,
+                "chunk_compute_ms_median": round(statistics.median(ms), 2), "chunk_compute_ms_max": round(max(ms), 2)}
+
+
+def stream_decoder_note(settings: ServerSettings, streaming_model=None) -> str:
     """How the WebSocket makes partial transcripts, for /health and each final message."""
-    how = f"re-decode of the whole buffer every {settings.stream_interval:g} s of new audio (offline model)"
-    if settings.streaming_asr_model:
-        # the cache-aware incremental session (a feed/finish object over NeMo's conformer_stream_step) plugs in
-        # here; until it exists, the offline path serves and says so
-        how += (f"; the streaming model {settings.streaming_asr_model} is not used: incremental cache-aware "
-                "sessions are not available in this version")
-    return how
+    if streaming_model is not None:
+        return (f"cache-aware streaming model {settings.streaming_asr_model or 'given'} "
+                f"({streaming_latency(streaming_model).describe()}): each chunk encoded once; the final "
+                "transcript and the answer come from it")
+    return f"re-decode of the whole buffer every {settings.stream_interval:g} s of new audio (offline model)"
 
 
 # ------------------------------------------------------------------------------------------------ requests
@@ -329,12 +365,15 @@ def validation_message(error: RequestValidationError) -> str:
 
 
 def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSettings(), asr_model: str = "asr",
-               slm_model: str = "slm") -> FastAPI:
-    """The FastAPI app serving ``pipeline``; ``asr_model``/``slm_model`` are the names /health reports."""
+               slm_model: str = "slm", streaming_model=None) -> FastAPI:
+    """The FastAPI app serving ``pipeline``; ``asr_model``/``slm_model`` are the names /health reports.
+
+    ``streaming_model``: a loaded cache-aware model (``settings.streaming_asr_model``) for the WebSocket's
+    partials; without one the WebSocket re-decodes with the pipeline's offline model."""
     settings.validate()
     worker = InferenceWorker(settings.queue_size)
     sample_rate = pipeline.sample_rate
-    stream_note = stream_decoder_note(settings)
+    stream_note = stream_decoder_note(settings, streaming_model)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -458,7 +497,12 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     @app.websocket("/v1/stream")
     async def stream(websocket: WebSocket, speak: bool = False):
         await websocket.accept()
-        decoder = RedecodeStream(lambda audio: pipeline.transcribe(audio)[0], sample_rate, settings.stream_interval)
+        if streaming_model is not None:
+            async with worker.slot(wait=True):  # the session sets the model's streaming parameters: on its thread
+                decoder = await worker.run(CacheAwareStream, streaming_model)
+        else:
+            decoder = RedecodeStream(lambda audio: pipeline.transcribe(audio)[0], sample_rate,
+                                     settings.stream_interval)
         limit = int(settings.max_audio_seconds * STREAM_SAMPLE_RATE)
         try:
             while True:

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from duet.asr.inference import load_audio
+from duet.asr.streaming import transcribe_streaming
 from duet.pipeline import VoicePipeline
 from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
 from slm.generate import load_model
@@ -342,11 +343,33 @@ def test_server_settings_name_the_flag():
             replace(ServerSettings(), **{field: value}).validate()
 
 
-def test_a_streaming_model_given_is_reported_as_not_used_yet(pipeline):
-    app = create_app(pipeline, ServerSettings(streaming_asr_model="streaming.nemo"))
+def test_a_streaming_model_serves_the_websocket_chunk_by_chunk(pipeline, clips, tiny_streaming_model):
+    """With a cache-aware model the partials and the final transcript are the streaming model's, the same
+    whatever the message sizes, and equal to streaming the whole recording at once."""
+    audio = np.concatenate([load_audio(path, SR) for path in clips[:2]])
+    app = create_app(pipeline, SETTINGS, streaming_model=tiny_streaming_model)
+    finals = []
     with TestClient(app) as client:
-        note = client.get("/health").json()["stream_decoder"]
-    assert note.startswith("re-decode") and "the streaming model streaming.nemo is not used" in note
+        assert client.get("/health").json()["stream_decoder"].startswith("cache-aware")
+        for seconds in (0.1, 0.37):
+            with client.websocket_connect("/v1/stream") as ws:
+                for chunk in pcm16_chunks(audio, seconds):
+                    ws.send_bytes(chunk)
+                ws.send_text(json.dumps({"type": "end"}))
+                partials = []
+                while (message := ws.receive_json())["type"] == "partial":
+                    partials.append(message["text"])
+            finals.append(message)
+            assert partials and all(a != b for a, b in zip(partials, partials[1:])), partials
+    heard = (np.frombuffer(b"".join(pcm16_chunks(audio)), dtype="<i2") / 32768.0).astype(np.float32)
+    expected = transcribe_streaming(tiny_streaming_model, heard)[0].strip()
+    assert expected, "the fixture model should say something, or the check below could not fail"
+    for message in finals:
+        assert message["transcript"] == expected
+        assert message["stream"]["decoder"] == "cache-aware" and message["stream"]["chunks"] > 2
+        assert message["stream"]["how"].startswith("cache-aware")
+    # the offline model's own transcript differs: the answer must come from the streaming model's words
+    assert expected != pipeline.transcribe(heard)[0]
 
 
 # ---------------------------------------------------------------- tools/serve.py

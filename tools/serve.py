@@ -22,20 +22,27 @@ Uploads: WAV/FLAC/OGG at any rate and channel count (libsndfile), MP3/WebM and t
 Requests over --max-audio-seconds or --max-upload-mb, corrupt or empty audio and bad options are answered
 4xx with {"error": "..."}; more than --queue-size requests at once, 503. All inference runs on one thread.
 
-Partial transcripts on the WebSocket come from decoding the whole buffer again every --stream-interval
-seconds of new audio with the offline model (or after as much audio as the last decode took, when that is
-longer, so that decoding keeps pace with a live stream): each decode costs more as the recording grows
-(quadratic in its length overall; the final message reports the decodes and their median and last time).
+Partial transcripts on the WebSocket: with --streaming-asr-model (a cache-aware model, e.g. trained with
+configs/fastconformer_small_streaming.yaml or made by tools/convert_to_streaming.py) each chunk is encoded
+once as it arrives, carrying the encoder's caches: constant cost per chunk, partials every chunk, and the
+final transcript (and the answer) come from that model. Without one, the offline model decodes the whole
+buffer again every --stream-interval seconds of new audio (or after as much audio as the last decode took,
+when that is longer, so that decoding keeps pace with a live stream): each decode costs more as the
+recording grows (quadratic in its length overall; the final message reports the decodes and their median
+and last time).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import uvicorn
 
-from duet.errors import cli
+from duet.asr.inference import load_asr_model
+from duet.asr.streaming import check_streaming_model
+from duet.errors import DuetError, cli
 from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
 from duet.server import ServerSettings, create_app
 
@@ -57,8 +64,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help=f"WebSocket: decode again after this many seconds of new audio "
                              f"(default: {d.stream_interval:g})")
     parser.add_argument("--streaming-asr-model", default=None,
-                        help="a cache-aware .nemo for the WebSocket's partials (not used yet: the offline "
-                             "re-decode serves, and /health says so)")
+                        help="a cache-aware .nemo for the WebSocket's partials and final transcript "
+                             "(default: re-decode with the --asr-model)")
     add_decoding_options(parser)
     return parser
 
@@ -71,11 +78,18 @@ def main(argv: list[str] | None = None) -> int:
                               stream_interval=args.stream_interval,
                               streaming_asr_model=args.streaming_asr_model).validate()
     check_model_paths(args)
+    streaming_model = None
+    if args.streaming_asr_model:  # checked before minutes of loading the other two
+        if not Path(args.streaming_asr_model).is_file():
+            raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")
+        streaming_model = load_asr_model(args.streaming_asr_model)
+        check_streaming_model(streaming_model)
     pipeline, load_s = load_pipeline(args)
     pipeline.asr_workers = 1  # no forked decoding processes inside a threaded server
     print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model}, {pipeline.describe_asr_decoding()} decoding, "
           f"SLM {args.slm_model}); serving on http://{settings.host}:{settings.port}", flush=True)
-    app = create_app(pipeline, settings, asr_model=str(args.asr_model), slm_model=str(args.slm_model))
+    app = create_app(pipeline, settings, asr_model=str(args.asr_model), slm_model=str(args.slm_model),
+                     streaming_model=streaming_model)
     uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info")
     return 0
 
