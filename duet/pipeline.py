@@ -25,8 +25,9 @@ import librosa
 import numpy as np
 
 from duet.asr.decoding import DecodingSettings, set_decoding
-from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
+from duet.asr.inference import AsrInputError, load_asr_model, load_audio
 from duet.asr.streaming import check_streaming_model, stream_transcribe, streaming_report
+from duet.asr.words import TimedTranscript, transcribe_with_words
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
 
@@ -49,6 +50,9 @@ class PipelineResult:
     # DecodingSettings.describe() of the ASR decoding, when set by load(), and the file it came from if any
     asr_decoding: str | None = None
     streaming: dict | None = None  # streaming only: partials, first partial, look-ahead, per-chunk compute
+    # each word's start/end (seconds from the start of the file) and confidence: duet.asr.words.Word as dicts;
+    # None when the decoding gives no word times (beam search, streaming)
+    words: list[dict] | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -136,9 +140,20 @@ class VoicePipeline:
         return self.asr_decoding.describe() + source
 
     def transcribe(self, audio: np.ndarray) -> tuple[str, int]:
+        timed, chunks = self.transcribe_timed(audio)
+        return timed.text, chunks
+
+    def transcribe_timed(self, audio: np.ndarray) -> tuple[TimedTranscript, int]:
+        """The transcript of ``audio`` with its word times from the start of ``audio`` (None under beam search),
+        and the number of pieces it was cut into at pauses."""
         chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
-        texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size)
-        return " ".join(t.strip() for t in texts if t.strip()), len(chunks)
+        timed = transcribe_with_words(self.asr_model, chunks, batch_size=self.asr_batch_size)
+        # the pieces are consecutive slices of ``audio``: each starts where the ones before it end
+        starts = np.cumsum([0] + [len(c) for c in chunks[:-1]]) / self.sample_rate
+        timed = [t.shifted(float(start)) for t, start in zip(timed, starts)]
+        text = " ".join(t.text.strip() for t in timed if t.text.strip())
+        words = None if any(t.words is None for t in timed) else [w for t in timed for w in t.words]
+        return TimedTranscript(text, words), len(chunks)
 
     def transcribe_streaming(self, audio: np.ndarray, on_partial: Callable | None = None) -> tuple[str, dict]:
         """Stream ``audio`` whole; ``on_partial`` gets each ``duet.asr.streaming.Partial`` as it arrives.
@@ -188,7 +203,8 @@ class VoicePipeline:
                 result.transcript, result.streaming = self.transcribe_streaming(audio, on_partial)
                 result.chunks = result.streaming["partials"]
             else:
-                result.transcript, result.chunks = self.transcribe(audio)
+                timed, result.chunks = self.transcribe_timed(audio)
+                result.transcript, result.words = timed.text, timed.words_json()
             result.latency_s["asr"] = time.perf_counter() - t
             if not result.transcript:
                 result.note = "empty transcript; language model skipped"

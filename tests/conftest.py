@@ -72,6 +72,18 @@ def micro_model_and_manifest(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def bundled_base_model():
+    """The bundled base checkpoint (samples/checkpoints, in git), loaded on CPU: ``(model, nemo_path)``. Trained,
+    so unlike the random micro model it writes several words per utterance (word timing tests need them)."""
+    from duet.asr.inference import load_asr_model
+
+    path = SAMPLES / "checkpoints" / "fastconformer_tiny_base.nemo"
+    if not path.is_file():
+        pytest.skip("bundled base checkpoint missing")
+    return load_asr_model(path, device="cpu"), path
+
+
+@pytest.fixture(scope="session")
 def micro_token_lm(micro_model_and_manifest, tmp_path_factory) -> Path:
     """A token 3-gram ARPA (KenLM lmplz) over the micro model's tokenizer, from its manifest's transcripts."""
     from duet.ngram import find_kenlm_tool, train_ngram_lm

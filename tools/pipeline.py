@@ -4,6 +4,7 @@ r"""Speech in, answer out: transcribe audio with the fine-tuned NeMo CTC model, 
 Usage:
   python tools/pipeline.py samples/LibriSpeech/test-clean/7005/700501/7005-700501-0000.flac
   python tools/pipeline.py a.flac b.wav --json > answers.jsonl    # one JSON object per file
+  python tools/pipeline.py recordings/ --json > answers.jsonl       # every audio file under a folder (recursive)
   python tools/pipeline.py --manifest manifests/test-clean.json     # every audio_filepath of a manifest
   python tools/pipeline.py request.wav --speak answer.wav          # voice the answer (espeak-ng)
   python tools/pipeline.py talk.flac --asr-model my.nemo --slm-model my_gpt2/ --strategy sample --top-p 0.9
@@ -27,7 +28,11 @@ A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it.
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
 transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
 and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
-audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used.
+audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used, and with the transcript's "words": each word's start
+and end in seconds from the start of the file and its confidence in [0, 1] (NeMo's greedy CTC timestamps and
+entropy confidence; null under beam search or --stream, for which NeMo gives none). A folder stands for the
+audio files under it (.flac, .wav, .mp3, .ogg, .opus, ... in any case; recursive, sorted); one without any is an
+error naming it.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
 file streams whole, the caches bound the memory). It reports the algorithmic latency (look-ahead and chunk
@@ -58,7 +63,7 @@ from duet.cli_args import (
 from duet.decoding_file import USED, decoding_file_for, read_decoding_file
 from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError, cli
-from duet.io import atomic_path, read_jsonl
+from duet.io import atomic_path, expand_audio_paths, read_jsonl
 from duet.pipeline import VoicePipeline
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
@@ -71,7 +76,7 @@ SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...)")
+    parser.add_argument("audio", nargs="*", type=Path, help="audio files (FLAC, WAV, ...) or folders of them")
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
     parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
@@ -134,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             args.audio += [Path(entry["audio_filepath"]) for entry in read_jsonl(args.manifest)]
         except (OSError, ValueError, KeyError) as e:
             parser.error(f"--manifest {args.manifest}: {e}")
+    args.audio = expand_audio_paths(args.audio)
     if not args.audio:
         parser.error("no audio: give files or --manifest")
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
