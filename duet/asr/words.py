@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 from omegaconf import OmegaConf
 
-from duet.asr.inference import transcribe_audio, transcribe_files
+from duet.asr.inference import decode_texts, transcribe_audio, transcribe_files
 
 __all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
 
@@ -82,11 +82,11 @@ def word_decoding(model):
 def decode_timed(model, log_probs, lengths, decoding=None) -> list[TimedTranscript]:
     """One batch as :class:`TimedTranscript` (a ``duet.asr.inference.BatchDecoder`` once ``decoding`` is bound:
     :func:`word_decoding`, or None for text alone)."""
+    # NeMo takes ~21 s to import (a loaded model has paid it already; importing this module must not)
     from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
     if decoding is None:
-        hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)
-        return [TimedTranscript(h.text if hasattr(h, "text") else str(h), None) for h in hyps]
+        return [TimedTranscript(text, None) for text in decode_texts(model, log_probs, lengths)]
     hyps = decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
     hyps = process_timestamp_outputs(hyps, model.encoder.subsampling_factor, model.cfg.preprocessor.window_stride)
     return [_timed(hyp) for hyp in hyps]
