@@ -6,10 +6,10 @@ Usage:
   python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --rounds 5 --json bench/out/words.json
 
 Both settings run ``duet.asr.evaluate.evaluate_manifest`` (duration-sorted batches of --batch-size, in this
-process: one decoding process, so its CPU time is all in ``time.process_time``) on the bundled sample's --splits; with words, NeMo's greedy decoding also computes
-timestamps and entropy confidence (``duet.asr.words``). Rounds are interleaved after one warm-up of each; the
-figures are medians of wall and CPU seconds and the ratio words / plain.
-The transcripts of both are compared (they must be the same).
+process: one decoding process, so its CPU time is all in ``time.process_time``) on the bundled sample's
+--splits; with words, NeMo's greedy decoding also computes timestamps and max-probability confidence
+(``duet.asr.words``). Rounds are interleaved after one warm-up of each; the figures are medians of wall and
+CPU seconds and the ratio words / plain. The transcripts of both are compared (they must be the same).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def main(argv=None) -> int:
     model = inference.load_asr_model(args.model, device="cpu")
     with tempfile.TemporaryDirectory() as tmp:
         manifest = Path(tmp) / "bench.json"
-        entries = [e for split in args.splits for e in build_split_manifest(SAMPLES_DIR / "LibriSpeech" / split).entries]
+        entries = [e for split in args.splits
+                   for e in build_split_manifest(SAMPLES_DIR / "LibriSpeech" / split).entries]
         write_manifest(manifest, entries)
 
         def run(words: bool):

@@ -26,9 +26,9 @@ Files are decoded in duration-sorted batches under torch.inference_mode (on CPU 
 text is lower-cased and stripped of punctuation (except apostrophes) on both sides before jiwer counts
 errors.
 Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer, and "words": each word's
-start and end in seconds and its confidence in [0, 1], from NeMo's greedy CTC timestamps and entropy
-confidence, e.g. {"word": "sixty", "start": 0.08, "end": 0.32, "confidence": 0.41}; null under beam search,
-for which NeMo computes neither; --no-word-timestamps leaves them out) and
+start and end in seconds and its confidence in [0, 1], from NeMo's greedy CTC timestamps and max-probability
+confidence, e.g. {"word": "degrees", "start": 0.32, "end": 1.04, "confidence": 0.7642}; null under beam
+search, for which NeMo computes neither; --no-word-timestamps leaves them out) and
 <out-dir>/<prefix>_summary.json (wer, cer, substitutions, deletions, insertions, rtfx, decoding, and with
 --stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
 Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)
@@ -67,8 +67,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming, chunk by chunk (models trained for it; greedy decoding)")
     parser.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
-                        help="word times and confidences in the per-utterance JSONL (default: on, except with --stream, "
-                             "which has none)")
+                        help="word times and confidences in the per-utterance JSONL (default: on, except with "
+                             "--stream, which has none)")
     add_decoding_arguments(parser, "--decoding")
     return parser
 

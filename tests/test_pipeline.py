@@ -58,8 +58,8 @@ def make_pipeline(monkeypatch):
         for audio in audios:
             names, seconds = model.text.split(), len(audio) / SR
             step = seconds / max(1, len(names))
-            transcripts.append(TimedTranscript(model.text, [Word(name, round(i * step, 3), round((i + 1) * step, 3), 0.9)
-                                                            for i, name in enumerate(names)]))
+            transcripts.append(TimedTranscript(model.text, [
+                Word(name, round(i * step, 3), round((i + 1) * step, 3), 0.9) for i, name in enumerate(names)]))
         return transcripts
 
     monkeypatch.setattr(pipeline_module, "transcribe_with_words", fake_transcribe)
