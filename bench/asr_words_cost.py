@@ -4,12 +4,16 @@
 Usage:
   python bench/asr_words_cost.py                          # bundled base checkpoint, test-clean + dev-clean
   python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --rounds 5 --json bench/out/words.json
+  python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
+      --beam-size 16 --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 0.8 --beta 4  # demo decoding.json
 
 Both settings run ``duet.asr.evaluate.evaluate_manifest`` (duration-sorted batches of --batch-size, in this
-process: one decoding process, so its CPU time is all in ``time.process_time``) on the bundled sample's
---splits; with words, NeMo's greedy decoding also computes timestamps and max-probability confidence
-(``duet.asr.words``). Rounds are interleaved after one warm-up of each; the figures are medians of wall and
-CPU seconds and the ratio words / plain. The transcripts of both are compared (they must be the same).
+process: one decoding process, so its CPU time is all in ``time.process_time``) on the bundled sample's --splits,
+decoding as --decoding says (greedy by default); with words, NeMo's greedy decoding also computes timestamps and
+max-probability confidence, and beam search's transcripts are force-aligned to the same log-probabilities and read
+by that greedy decoding (``duet.asr.words``). Rounds are interleaved after one warm-up of each; the figures are
+medians of wall and CPU seconds and the ratio words / plain. The transcripts of both are compared (they must be
+the same).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.asr import evaluate, inference
+from duet.asr.decoding import set_decoding
+from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
 from duet.manifest import build_split_manifest, write_manifest
@@ -38,13 +44,16 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3, help="timed rounds of each setting (default: 3)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    add_decoding_arguments(p)
     return p
 
 
 @cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
+    decoding = decoding_settings_from_args(args)
     model = inference.load_asr_model(args.model, device="cpu")
+    set_decoding(model, decoding)
     with tempfile.TemporaryDirectory() as tmp:
         manifest = Path(tmp) / "bench.json"
         entries = [e for split in args.splits
@@ -65,7 +74,7 @@ def main(argv=None) -> int:
                 times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
     audio_s = sum(float(e["duration"]) for e in entries)
     report = {"model": str(args.model), "utterances": len(entries), "audio_seconds": round(audio_s, 1),
-              "batch_size": args.batch_size, "rounds": args.rounds}
+              "batch_size": args.batch_size, "rounds": args.rounds, "decoding": decoding.describe()}
     for name, runs in times.items():
         report[f"{name}_wall_s"] = round(statistics.median(w for w, _ in runs), 3)
         report[f"{name}_cpu_s"] = round(statistics.median(c for _, c in runs), 3)

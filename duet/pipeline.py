@@ -51,7 +51,7 @@ class PipelineResult:
     asr_decoding: str | None = None
     streaming: dict | None = None  # streaming only: partials, first partial, look-ahead, per-chunk compute
     # each word's start/end (seconds from the start of the file) and confidence: duet.asr.words.Word as dicts;
-    # None when the decoding gives no word times (beam search, streaming)
+    # None when the transcription gives no word times (streaming)
     words: list[dict] | None = None
 
     def to_json(self) -> dict:
@@ -144,8 +144,8 @@ class VoicePipeline:
         return timed.text, chunks
 
     def transcribe_timed(self, audio: np.ndarray) -> tuple[TimedTranscript, int]:
-        """The transcript of ``audio`` with its word times from the start of ``audio`` (None under beam search),
-        and the number of pieces it was cut into at pauses."""
+        """The transcript of ``audio`` with its word times from the start of ``audio`` (force-aligned under beam
+        search: ``duet.asr.words``), and the number of pieces it was cut into at pauses."""
         chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
         timed = transcribe_with_words(self.asr_model, chunks, batch_size=self.asr_batch_size)
         # the pieces are consecutive slices of ``audio``: each starts where the ones before it end

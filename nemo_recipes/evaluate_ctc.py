@@ -27,8 +27,9 @@ text is lower-cased and stripped of punctuation (except apostrophes) on both sid
 errors.
 Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer, and "words": each word's
 start and end in seconds and its confidence in [0, 1], from NeMo's greedy CTC timestamps and max-probability
-confidence, e.g. {"word": "degrees", "start": 0.32, "end": 1.04, "confidence": 0.7642}; null under beam
-search, for which NeMo computes neither; --no-word-timestamps leaves them out) and
+confidence, e.g. {"word": "degrees", "start": 0.32, "end": 1.04, "confidence": 0.7642}; under beam search, for
+which NeMo computes neither, the beam's transcript force-aligned to the same CTC output with NeMo's Viterbi and
+read the same way; --no-word-timestamps leaves them out) and
 <out-dir>/<prefix>_summary.json (wer, cer, substitutions, deletions, insertions, rtfx, decoding, and with
 --stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
 Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)

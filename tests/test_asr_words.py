@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+import torch
 
 from duet.asr import inference
 from duet.asr.decoding import DecodingSettings, set_decoding
@@ -48,17 +49,72 @@ def test_files_give_the_same_words_as_arrays(bundled_base_model):
     assert from_files == transcribe_with_words(model, [inference.load_audio(p, SR) for p in paths], workers=1)
 
 
-def test_beam_search_gives_no_word_times_and_keeps_its_own_text(micro_model_and_manifest):
-    model, _, _, entries = micro_model_and_manifest
-    paths = [e["audio_filepath"] for e in entries[:3]]
-    set_decoding(model, DecodingSettings("beam", beam_size=4, beta=1.5))
+def timed_with(model, settings: DecodingSettings, audios) -> tuple[list[TimedTranscript], list[str]]:
+    """``audios``' transcripts with words under ``settings``, and the plain transcripts of the same decoding."""
+    set_decoding(model, settings)
     try:
-        timed = transcribe_files_with_words(model, paths, workers=1)
-        beam = inference.transcribe_files(model, paths, workers=1)
+        return (transcribe_with_words(model, audios, batch_size=4, workers=1),
+                inference.transcribe_audio(model, audios, batch_size=4, workers=1))
     finally:
         set_decoding(model, DecodingSettings())
-    assert [t.words for t in timed] == [None] * 3 and [t.words_json() for t in timed] == [None] * 3
-    assert [t.text for t in timed] == beam
+
+
+@pytest.mark.parametrize("strategy", ["beam", "beam_lm"])
+def test_beam_search_words_are_force_aligned_and_keep_the_beams_text(bundled_base_model, bundled_token_lm,
+                                                                      strategy):
+    model, _ = bundled_base_model
+    audios = [inference.load_audio(e["audio_filepath"], SR) for e in sample_utterances(8)]
+    # a heavy LM weight, so that beam_lm writes words the acoustic model did not prefer
+    settings = DecodingSettings(strategy, beam_size=4, ngram_lm=str(bundled_token_lm), alpha=2.0, beta=2.0) \
+        if strategy == "beam_lm" else DecodingSettings("beam", beam_size=4)
+    timed, plain = timed_with(model, settings, audios)
+    assert [t.text for t in timed] == plain
+    frame_s = model.encoder.subsampling_factor * model.cfg.preprocessor.window_stride
+    for t, audio in zip(timed, audios):
+        check_words(t, len(audio) / SR, frame_s)
+    assert sum(len(t.words) for t in timed) > 20 and len({w.start for t in timed for w in t.words}) > 3
+    if strategy == "beam_lm":
+        greedy = transcribe_with_words(model, audios, batch_size=4, workers=1)
+        assert [t.text for t in timed] != [g.text for g in greedy], "the LM should change some words"
+
+
+def test_forced_alignment_gives_greedys_times_where_the_beam_agrees_with_greedy(bundled_base_model):
+    """Where beam search writes greedy's tokens, the best CTC path that spells them is greedy's own (the
+    frame-by-frame argmax, the best of all paths, spells them), so NeMo's timestamps and confidences come out the
+    same. Allowed: one encoder frame (80 ms), for a path that ties with greedy's; where the times are the same the
+    confidence is the same."""
+    model, _ = bundled_base_model
+    audios = [inference.load_audio(e["audio_filepath"], SR) for e in sample_utterances(12)]
+    greedy = transcribe_with_words(model, audios, batch_size=4, workers=1)
+    beam, _ = timed_with(model, DecodingSettings("beam", beam_size=4), audios)
+    frame_s = model.encoder.subsampling_factor * model.cfg.preprocessor.window_stride
+    same = [(g, b) for g, b in zip(greedy, beam) if g.text == b.text]
+    assert len(same) >= 8 and sum(len(g.words) for g, _ in same) > 30
+    for g, b in same:
+        assert [w.word for w in g.words] == [w.word for w in b.words]
+        for gw, bw in zip(g.words, b.words):
+            assert abs(gw.start - bw.start) <= frame_s + 1e-6 and abs(gw.end - bw.end) <= frame_s + 1e-6, (gw, bw)
+            if (gw.start, gw.end) == (bw.start, bw.end):
+                assert bw.confidence == pytest.approx(gw.confidence, abs=1e-3), (gw, bw)
+
+
+def test_aligned_log_probs_leave_the_forced_path_as_the_argmax():
+    """A path the frame-by-frame argmax would not take (token 2 where 1 is likelier) is what greedy then reads,
+    each frame keeping the aligned label's own log-prob."""
+    from duet.asr.words import aligned_log_probs
+
+    blank = 3
+    probs = torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.1, 0.7], [0.1, 0.2, 0.6, 0.1], [0.1, 0.1, 0.1, 0.7],
+                          [0.1, 0.1, 0.1, 0.7]])
+    log_probs = torch.stack([probs.log(), probs.log()])
+    lengths = torch.tensor([5, 3])  # the second utterance's last two frames are padding
+    masked = aligned_log_probs(log_probs, lengths, [torch.tensor([2, 2]), [1]], blank)
+    labels = masked.argmax(-1)
+    assert labels[0].tolist() == [2, blank, 2, blank, blank]  # a repeated token needs a blank between
+    assert labels[1, :3].tolist() in ([1, blank, blank], [blank, 1, blank])
+    kept = log_probs.gather(2, labels[:, :, None])
+    assert torch.equal(masked.gather(2, labels[:, :, None]), kept)
+    assert torch.isinf(masked).sum() == 2 * 5 * 3  # everything else is out
 
 
 def test_shifted_moves_every_word_and_keeps_none():
@@ -95,6 +151,20 @@ def test_evaluate_jsonl_has_words_unless_turned_off(bundled_base_model, micro_mo
     assert code == 0, err[-3000:]
     off = [json.loads(line) for line in (tmp_path / "off" / "eval_utterances.jsonl").read_text().splitlines()]
     assert "words" not in off[0] and [r["hyp"] for r in off] == [r["hyp"] for r in records]
+
+
+def test_evaluate_jsonl_has_words_under_beam_lm(bundled_base_model, bundled_token_lm, micro_model_and_manifest,
+                                                tmp_path, capsys):
+    _, model_path = bundled_base_model
+    _, _, manifest, entries = micro_model_and_manifest
+    code, _, err = run_evaluate(["--model", model_path, "--manifest", manifest, "--out-dir", tmp_path, "--workers",
+                                 "1", "--decoding", "beam_lm", "--lm", bundled_token_lm, "--beam-size", "4"], capsys)
+    assert code == 0, err[-3000:]
+    assert json.loads((tmp_path / "eval_summary.json").read_text())["decoding"].startswith("beam4+LM")
+    records = [json.loads(line) for line in (tmp_path / "eval_utterances.jsonl").read_text().splitlines()]
+    assert len(records) == len(entries) and all(r["words"] for r in records)
+    for record, entry in zip(records, entries):
+        check_words(TimedTranscript(record["hyp"], [Word(**w) for w in record["words"]]), entry["duration"], 0.08)
 
 
 def test_evaluate_word_timestamps_with_stream_is_a_one_line_error(tmp_path, capsys):

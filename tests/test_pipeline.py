@@ -682,6 +682,22 @@ def test_pipeline_json_words_are_timed_from_the_start_of_the_file(cli, fake_slm,
     assert tail == alone[1].shifted(cut_s).words and tail[0].start >= cut_s
 
 
+def test_pipeline_json_has_words_under_beam_lm(cli, fake_slm, bundled_base_model, bundled_token_lm, tmp_path,
+                                              capfd):
+    """The demo's decoding is beam_lm: its words come from the forced alignment of the beam's transcript."""
+    from tests.asr_helpers import check_words, sample_utterances
+
+    _, model_path = bundled_base_model
+    entry = sample_utterances(1)[0]
+    code = cli.main([entry["audio_filepath"], "--asr-model", str(model_path), *fake_slm, "--json",
+                     "--asr-decoding", "beam_lm", "--lm", str(bundled_token_lm), "--beam-size", "4"])
+    lines = capfd.readouterr().out.strip().splitlines()
+    assert code == 0 and len(lines) == 1, lines
+    result = json.loads(lines[0])
+    assert result["asr_decoding"].startswith("beam4+LM") and result["words"], result
+    check_words(TimedTranscript(result["transcript"], [Word(**w) for w in result["words"]]), entry["duration"], 0.08)
+
+
 def test_pipeline_takes_a_folder(cli, fake_slm, micro_model_and_manifest, tmp_path, capfd):
     from duet.io import expand_audio_paths
     from tests.asr_helpers import touch

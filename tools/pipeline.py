@@ -25,14 +25,14 @@ its model (beam search with the demo's token LM at the width and weights tuned o
 ("lm" is relative to the file's folder). Options given replace its values, --asr-decoding greedy or --lm
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;
-long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
-transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
-and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
-audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used, and with
-the transcript's "words": each word's start and end in seconds from the start of the file and its confidence
-in [0, 1] (NeMo's greedy CTC timestamps and max-probability confidence; null under beam search or --stream,
-for which NeMo gives none). A folder stands for the audio files under it (.flac, .wav, .mp3, .ogg, .opus, ...
-in any case; recursive, sorted); one without any is an error naming it.
+long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty transcript,
+skips the language model with a note. A missing, empty or corrupt file is reported by name and the other files
+still run; the exit code is 1 if any file failed. Latencies per stage (model load, audio load, ASR, SLM, total)
+are printed, and are in the --json output with the ASR decoding used, and with the transcript's "words": each
+word's start and end in seconds from the start of the file and its confidence in [0, 1] (NeMo's greedy CTC
+timestamps and max-probability confidence; under beam search, the beam's transcript force-aligned to the same CTC
+output with NeMo's Viterbi and read the same way; null with --stream). A folder stands for the audio files under
+it (.flac, .wav, .mp3, .ogg, .opus, ... in any case; recursive, sorted); one without any is an error naming it.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
 file streams whole, the caches bound the memory). It reports the algorithmic latency (look-ahead and chunk

@@ -21,7 +21,7 @@ def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progres
 
     ``transcribe`` (audio paths -> transcripts) replaces the batched :func:`duet.asr.inference.transcribe_files`, e.g. with
     ``duet.asr.streaming``'s chunk-by-chunk path; ``workers``: see :func:`duet.asr.inference.transcribe_audio`.
-    ``words`` adds each utterance's word times and confidences (``duet.asr.words``; None under beam search) to
+    ``words`` adds each utterance's word times and confidences (``duet.asr.words``; force-aligned under beam search) to
     its record as ``words`` (not with ``transcribe``).
     """
     if words and transcribe is not None:
