@@ -1,8 +1,38 @@
 """File helpers (atomic writes, JSON Lines, native output to a log), defined in ``slm.files`` so that both
-packages share them without ``slm`` importing ``duet``."""
+packages share them without ``slm`` importing ``duet``; and the expansion of audio folders into files."""
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from duet.errors import AsrInputError
 from slm.files import (atomic_path, native_output_to, numbered_jsonl, read_jsonl, save_png_atomic,
                        write_jsonl_atomic, write_text_atomic)
 
-__all__ = ["atomic_path", "native_output_to", "numbered_jsonl", "read_jsonl", "save_png_atomic", "write_jsonl_atomic",
-           "write_text_atomic"]
+__all__ = ["AUDIO_EXTENSIONS", "atomic_path", "expand_audio_paths", "native_output_to", "numbered_jsonl", "read_jsonl",
+           "save_png_atomic", "write_jsonl_atomic", "write_text_atomic"]
+
+#: File endings a folder is searched for (any case): the common ones libsndfile (``duet.asr.inference.load_audio``)
+#: reads. MP4/M4A, WebM and WMA are not among them: libsndfile has no decoder for those containers.
+AUDIO_EXTENSIONS = frozenset({".flac", ".wav", ".mp3", ".ogg", ".oga", ".opus", ".aiff", ".aif", ".aifc", ".au",
+                              ".snd", ".caf", ".w64", ".rf64"})
+
+
+def expand_audio_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """``paths`` with each folder replaced by the audio files under it (recursively, sorted by path, hidden
+    files and folders skipped); files, and paths that do not exist, stay as given, in their place.
+
+    A folder holding no audio file is an ``AsrInputError`` naming it.
+    """
+    expanded: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            expanded.append(path)
+            continue
+        found = sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS and p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        if not found:
+            raise AsrInputError(f"no audio files in folder {path} (looked for {', '.join(sorted(AUDIO_EXTENSIONS))})")
+        expanded += found
+    return expanded

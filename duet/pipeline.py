@@ -25,8 +25,9 @@ import librosa
 import numpy as np
 
 from duet.asr.decoding import DecodingSettings, set_decoding
-from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
+from duet.asr.inference import AsrInputError, load_asr_model, load_audio
 from duet.asr.streaming import STREAM_PIECE_SECONDS, StreamingSession, check_streaming_model, streaming_report
+from duet.asr.words import TimedTranscript, Word, transcribe_with_words
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
 
@@ -43,6 +44,7 @@ class Segment:
     start: float
     end: float
     text: str
+    words: list[Word] | None = None  # None where the decoding gives no word times (see duet.asr.words)
 
 
 @dataclass
@@ -58,6 +60,9 @@ class PipelineResult:
     # DecodingSettings.describe() of the ASR decoding, when set by load(), and the file it came from if any
     asr_decoding: str | None = None
     streaming: dict | None = None  # streaming only: partials, first partial, look-ahead, per-chunk compute
+    # each word's start/end (seconds from the start of the file) and confidence: duet.asr.words.Word as dicts;
+    # None when the transcription gives no word times (streaming)
+    words: list[dict] | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -148,18 +153,29 @@ class VoicePipeline:
         return self.asr_decoding.describe() + source
 
     def transcribe(self, audio: np.ndarray) -> tuple[str, int]:
+        timed, pieces = self.transcribe_timed(audio)
+        return timed.text, pieces
+
+    def transcribe_timed(self, audio: np.ndarray) -> tuple[TimedTranscript, int]:
+        """The transcript of ``audio`` with its word times from the start of ``audio`` (force-aligned under beam
+        search: ``duet.asr.words``), and the number of pieces it was cut into at pauses."""
         segments = self.transcribe_segments(audio)
-        return " ".join(s.text for s in segments if s.text), len(segments)
+        text = " ".join(s.text for s in segments if s.text)
+        words = None if any(s.words is None for s in segments) else [w for s in segments for w in s.words]
+        return TimedTranscript(text, words), len(segments)
 
     def transcribe_segments(self, audio: np.ndarray) -> list[Segment]:
-        """The pieces :func:`split_at_pauses` cuts ``audio`` into, each with its place and transcript."""
+        """The pieces :func:`split_at_pauses` cuts ``audio`` into, each with its place, transcript and words
+        (times from the start of ``audio``)."""
         chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
         workers = {} if self.asr_workers is None else {"workers": self.asr_workers}
-        texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
+        timed = transcribe_with_words(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
         segments, begin = [], 0
-        for chunk, text in zip(chunks, texts):
+        for chunk, piece in zip(chunks, timed):
             end = begin + len(chunk)
-            segments.append(Segment(round(begin / self.sample_rate, 3), round(end / self.sample_rate, 3), text.strip()))
+            piece = piece.shifted(begin / self.sample_rate)  # the pieces are consecutive slices of ``audio``
+            segments.append(Segment(round(begin / self.sample_rate, 3), round(end / self.sample_rate, 3),
+                                    piece.text.strip(), piece.words))
             begin = end
         return segments
 
@@ -253,7 +269,8 @@ class VoicePipeline:
                 result.transcript, result.streaming = self.transcribe_streaming(audio, on_partial)
                 result.chunks = result.streaming["partials"]
             else:
-                result.transcript, result.chunks = self.transcribe(audio)
+                timed, result.chunks = self.transcribe_timed(audio)
+                result.transcript, result.words = timed.text, timed.words_json()
             result.latency_s["asr"] = time.perf_counter() - t
             if not result.transcript:
                 result.note = "empty transcript; language model skipped"

@@ -444,8 +444,10 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
             return {"text": text}
         return {"task": "transcribe", "language": "en", "duration": round(len(audio) / sample_rate, 3), "text": text,
                 "segments": [{"id": i, "start": s.start, "end": s.end, "text": s.text} for i, s in enumerate(segments)],
-                # per-word start/end/confidence go here once duet.asr has word timestamps
-                "words": []}
+                # OpenAI's word objects (word, start, end), plus duet.asr.words' confidence; None where the
+                # decoding gives no word times
+                "words": (None if any(s.words is None for s in segments)
+                          else [dataclasses.asdict(w) for s in segments for w in s.words])}
 
     @app.post("/v1/pipeline")
     async def run_pipeline(file: Annotated[UploadFile, File()], speak: Annotated[bool, Form()] = False,

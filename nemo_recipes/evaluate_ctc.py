@@ -8,8 +8,9 @@ Usage:
   # CPU speed-up: dynamic int8 quantisation of the Linear layers (report the WER change it causes)
   python nemo_recipes/evaluate_ctc.py --model base.nemo --manifest manifests/test-clean.json --int8
 
-  # plain transcription of files (no references): one "path<TAB>text" line each
-  python nemo_recipes/evaluate_ctc.py --model base.nemo --audio a.flac b.wav
+  # plain transcription of files (no references): one "path<TAB>text" line each; a folder means every audio
+  # file under it (recursively, sorted)
+  python nemo_recipes/evaluate_ctc.py --model base.nemo --audio a.flac b.wav recordings/
 
   # beam search (NeMo beam_batch), optionally fused with a token n-gram LM built by tools/train_ngram_lm.py
   python nemo_recipes/evaluate_ctc.py --model base.nemo --manifest manifests/test-clean.json \
@@ -24,7 +25,11 @@ Usage:
 Files are decoded in duration-sorted batches under torch.inference_mode (on CPU by --workers processes);
 text is lower-cased and stripped of punctuation (except apostrophes) on both sides before jiwer counts
 errors.
-Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer) and
+Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer, and "words": each word's
+start and end in seconds and its confidence in [0, 1], from NeMo's greedy CTC timestamps and max-probability
+confidence, e.g. {"word": "degrees", "start": 0.32, "end": 1.04, "confidence": 0.7642}; under beam search, for
+which NeMo computes neither, the beam's transcript force-aligned to the same CTC output with NeMo's Viterbi and
+read the same way; --no-word-timestamps leaves them out) and
 <out-dir>/<prefix>_summary.json (wer, cer, substitutions, deletions, insertions, rtfx, decoding, and with
 --stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
 Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)
@@ -41,7 +46,8 @@ from duet.asr import decoding, evaluate, inference, scoring, streaming
 from duet.asr.batching import OfflineBatching
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
-from duet.errors import cli
+from duet.errors import DuetError, cli
+from duet.io import expand_audio_paths
 
 DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
@@ -51,7 +57,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, type=Path, help="a .nemo checkpoint")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--manifest", type=Path, help="NeMo manifest with audio_filepath, duration, text")
-    source.add_argument("--audio", nargs="+", type=Path, help="audio files to transcribe (no scoring)")
+    source.add_argument("--audio", nargs="+", type=Path,
+                        help="audio files or folders of them (recursive) to transcribe (no scoring)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where results go (default: beside the manifest's name under results/)")
     parser.add_argument("--prefix", default="eval", help="output file prefix (default: eval)")
     parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU)")
@@ -60,6 +67,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming, chunk by chunk (models trained for it; greedy decoding)")
+    parser.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
+                        help="word times and confidences in the per-utterance JSONL (default: on, except with "
+                             "--stream, which has none)")
     add_decoding_arguments(parser, "--decoding")
     return parser
 
@@ -69,6 +79,12 @@ def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     settings = decoding_settings_from_args(args, "--decoding", streaming=args.stream)
     batching = offline_batching_from_args(args, DEFAULT_BATCHING, streaming=args.stream)
+    if args.stream and args.word_timestamps:
+        raise DuetError("--word-timestamps is not available with --stream (the streaming path gives no word times)")
+    if args.word_timestamps and args.audio:
+        raise DuetError("--word-timestamps goes with --manifest (--audio prints text lines)")
+    if args.audio:
+        args.audio = expand_audio_paths(args.audio)
     model = inference.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
     if args.stream:
         streaming.check_streaming_model(model)
@@ -81,7 +97,7 @@ def main(argv=None) -> int:
         scored = streaming.evaluate_manifest_streaming(model, args.manifest)
     else:
         scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
-                                             workers=batching.workers)
+                                             workers=batching.workers, words=args.word_timestamps is not False)
     scored.summary.update(model=str(args.model), int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)

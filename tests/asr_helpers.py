@@ -99,3 +99,21 @@ def transcripts_with(model, settings, paths) -> list[str]:
         return transcribe_files(model, paths)
     finally:
         set_decoding(model, DecodingSettings())
+
+
+def check_words(timed, seconds: float, frame_s: float) -> None:
+    """Word times inside the audio (NeMo ends a word on the frame that emits its last token), in order, not
+    overlapping; words spelling the transcript; confidences in [0, 1]."""
+    assert timed.words is not None
+    assert " ".join(w.word for w in timed.words) == " ".join(timed.text.split())
+    for word in timed.words:
+        assert 0 <= word.start <= word.end <= seconds + frame_s, word
+        assert 0.0 <= word.confidence <= 1.0, word
+    for before, after in zip(timed.words, timed.words[1:]):
+        assert before.end <= after.start, (before, after)
+
+
+def touch(path: Path, data: bytes = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path

@@ -72,6 +72,34 @@ def micro_model_and_manifest(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def bundled_base_model():
+    """The bundled base checkpoint (samples/checkpoints, in git), loaded on CPU: ``(model, nemo_path)``. Trained,
+    so unlike the random micro model it writes several words per utterance (word timing tests need them)."""
+    from duet.asr.inference import load_asr_model
+
+    path = SAMPLES / "checkpoints" / "fastconformer_tiny_base.nemo"
+    if not path.is_file():
+        pytest.skip("bundled base checkpoint missing")
+    return load_asr_model(path, device="cpu"), path
+
+
+@pytest.fixture(scope="session")
+def bundled_token_lm(bundled_base_model, tmp_path_factory) -> Path:
+    """A token 3-gram ARPA (KenLM lmplz) over the bundled base checkpoint's tokenizer, from the sample's
+    train-clean transcripts (beam_lm on a model whose output has real words)."""
+    from duet.ngram import find_kenlm_tool, train_ngram_lm
+    from tests.asr_helpers import sample_utterances
+
+    if find_kenlm_tool("lmplz") is None:
+        pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")
+    model, _ = bundled_base_model
+    arpa = tmp_path_factory.mktemp("lm") / "bundled_token3.arpa"
+    train_ngram_lm([e["text"] for e in sample_utterances(200)], arpa, order=3, unit="token",
+                   tokenizer=model.tokenizer, text_source="sample train-clean", binary=False)
+    return arpa
+
+
+@pytest.fixture(scope="session")
 def micro_token_lm(micro_model_and_manifest, tmp_path_factory) -> Path:
     """A token 3-gram ARPA (KenLM lmplz) over the micro model's tokenizer, from its manifest's transcripts."""
     from duet.ngram import find_kenlm_tool, train_ngram_lm

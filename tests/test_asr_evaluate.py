@@ -125,7 +125,7 @@ def test_batches_run_in_forked_workers_and_the_model_comes_back_as_it_was(micro_
     model, _, _, _ = micro_model_and_manifest
     # the fake decoder runs wherever the batch is decoded and reports that process, the batch's lengths and
     # whether the model it got was in eval mode and channels-last
-    monkeypatch.setattr(inference, "_decode_batch", lambda m, audios: [
+    monkeypatch.setattr(inference, "_decode_batch", lambda m, audios, decode: [
         f"{os.getpid()} {len(a)} {m.training} {default_strides(m.encoder.pre_encode.conv[0].weight)}" for a in audios])
     audios = [np.zeros(n, dtype=np.float32) for n in (1600, 4800, 3200, 8000, 6400)]
     model.train()
@@ -148,7 +148,7 @@ def test_a_failing_worker_batch_raises_in_the_caller(micro_model_and_manifest, m
 
     model, _, _, _ = micro_model_and_manifest
 
-    def broken(m, audios):
+    def broken(m, audios, decode):
         raise RuntimeError(f"batch of {len(audios)} failed")
 
     monkeypatch.setattr(inference, "_decode_batch", broken)
@@ -164,7 +164,7 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(micro_model_and_manifest, mon
     import numpy as np
 
     model, _, _, _ = micro_model_and_manifest
-    monkeypatch.setattr(inference, "_decode_batch", lambda m, audios: os._exit(9))  # as if killed for memory
+    monkeypatch.setattr(inference, "_decode_batch", lambda m, audios, decode: os._exit(9))  # as if killed for memory
     with pytest.raises(BrokenProcessPool):
         inference.transcribe_audio(model, [np.zeros(1600, dtype=np.float32)] * 4, batch_size=2, workers=2)
 

@@ -18,6 +18,7 @@ import soundfile
 
 import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
+from duet.asr.words import TimedTranscript, Word
 from duet.pipeline import VoicePipeline, is_silent, split_at_pauses
 from duet.pipeline_options import resolve_asr_decoding
 
@@ -52,11 +53,18 @@ def make_pipeline(monkeypatch):
     responses = []
 
     def fake_transcribe(model, audios, batch_size):
+        """The stand-in's text for each piece, its words spread evenly over the piece (times from its start)."""
         model.calls.append([len(a) for a in audios])
         model.audios += list(audios)
-        return [model.text for _ in audios]
+        transcripts = []
+        for audio in audios:
+            names, seconds = model.text.split(), len(audio) / SR
+            step = seconds / max(1, len(names))
+            transcripts.append(TimedTranscript(model.text, [
+                Word(name, round(i * step, 3), round((i + 1) * step, 3), 0.9) for i, name in enumerate(names)]))
+        return transcripts
 
-    monkeypatch.setattr(pipeline_module, "transcribe_audio", fake_transcribe)
+    monkeypatch.setattr(pipeline_module, "transcribe_with_words", fake_transcribe)
     monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: responses.append(text) or f"ok: {text}")
 
     def build(text="set a timer for five minutes", **kwargs):
@@ -665,3 +673,79 @@ def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(c
     greedy = [t.strip() for t in transcripts_with(model, DecodingSettings(), paths)]
     assert greedy != run()[1], "the LM should change this random model's output: otherwise the test cannot tell"
     assert run("--asr-decoding", "greedy") == ({"greedy"}, greedy)
+
+
+# ---------------------------------------------------------------- word times and folders (tools/pipeline.py)
+
+
+def test_pipeline_json_words_are_timed_from_the_start_of_the_file(cli, fake_slm, bundled_base_model,
+                                                                  micro_model_and_manifest, tmp_path, capfd):
+    from duet.asr import inference
+    from duet.asr.words import transcribe_with_words
+    from tests.asr_helpers import check_words
+
+    model, model_path = bundled_base_model
+    _, _, _, entries = micro_model_and_manifest
+    # two utterances with a second of silence between them: cut there into two pieces
+    first, second = (inference.load_audio(e["audio_filepath"], SR) for e in entries[:2])
+    audio = np.concatenate([first, np.zeros(SR, dtype=np.float32), second])
+    path = tmp_path / "two.flac"
+    soundfile.write(path, audio, SR)
+    limit = (len(audio) - SR // 4) / SR  # just too short for the whole file
+    pieces = split_at_pauses(audio, SR, limit)
+    assert len(pieces) == 2
+    cut_s = len(pieces[0]) / SR
+    code = cli.main([str(path), "--asr-model", str(model_path), *fake_slm, "--json", "--max-chunk-seconds",
+                     str(limit)])
+    lines = capfd.readouterr().out.strip().splitlines()
+    assert code == 0 and len(lines) == 1, lines
+    result = json.loads(lines[0])
+    assert result["chunks"] == 2 and result["asr_decoding"] == "greedy"
+    timed = TimedTranscript(result["transcript"], [Word(**w) for w in result["words"]])
+    check_words(timed, len(audio) / SR, 0.08)
+    # the second piece's words, as that piece alone gives them, shifted by where it starts in the file
+    alone = transcribe_with_words(model, pieces, workers=1)
+    assert len(alone[0].words) > 2 and len(alone[1].words) > 2
+    tail = timed.words[len(alone[0].words):]
+    assert tail == alone[1].shifted(cut_s).words and tail[0].start >= cut_s
+
+
+def test_pipeline_json_has_words_under_beam_lm(cli, fake_slm, bundled_base_model, bundled_token_lm, tmp_path,
+                                              capfd):
+    """The demo's decoding is beam_lm: its words come from the forced alignment of the beam's transcript."""
+    from tests.asr_helpers import check_words, sample_utterances
+
+    _, model_path = bundled_base_model
+    entry = sample_utterances(1)[0]
+    code = cli.main([entry["audio_filepath"], "--asr-model", str(model_path), *fake_slm, "--json",
+                     "--asr-decoding", "beam_lm", "--lm", str(bundled_token_lm), "--beam-size", "4"])
+    lines = capfd.readouterr().out.strip().splitlines()
+    assert code == 0 and len(lines) == 1, lines
+    result = json.loads(lines[0])
+    assert result["asr_decoding"].startswith("beam4+LM") and result["words"], result
+    check_words(TimedTranscript(result["transcript"], [Word(**w) for w in result["words"]]), entry["duration"], 0.08)
+
+
+def test_pipeline_takes_a_folder(cli, fake_slm, micro_model_and_manifest, tmp_path, capfd):
+    from duet.io import expand_audio_paths
+    from tests.asr_helpers import touch
+
+    _, model_path, _, entries = micro_model_and_manifest
+    folder = tmp_path / "in"
+    copies = [touch(folder / sub / "same.flac", Path(e["audio_filepath"]).read_bytes())
+              for sub, e in zip(("b", "a"), entries)]
+    touch(folder / "a" / "transcript.txt")
+    code = cli.main([str(folder), "--asr-model", str(model_path), *fake_slm, "--json"])
+    results = [json.loads(line) for line in capfd.readouterr().out.strip().splitlines()]
+    assert code == 0 and [r["file"] for r in results] == [str(p) for p in sorted(copies)]
+    assert all(r["error"] is None and r["words"] is not None for r in results)
+    # spoken answers of same-named files in two subfolders go to two files
+    spoken = cli.speak_paths(expand_audio_paths([folder]), tmp_path / "answer.wav")
+    assert len(set(spoken)) == 2
+
+
+def test_pipeline_with_an_empty_folder_is_a_one_line_error(cli, tmp_path, capsys):
+    (tmp_path / "none").mkdir()
+    assert cli.main([str(tmp_path / "none"), "--asr-model", str(tmp_path / "m.nemo")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pipeline: error: no audio files in folder {tmp_path / 'none'}") and "\n" not in err

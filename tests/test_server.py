@@ -92,7 +92,10 @@ def test_transcriptions_in_each_response_format(client, pipeline, clips):
     duration = soundfile.info(clips[0]).duration
     assert verbose["text"] == want and verbose["duration"] == pytest.approx(duration, abs=0.001)
     assert [(s["start"], s["text"]) for s in verbose["segments"]] == [(0.0, want)]
-    assert verbose["segments"][-1]["end"] == pytest.approx(duration, abs=0.001) and verbose["words"] == []
+    assert verbose["segments"][-1]["end"] == pytest.approx(duration, abs=0.001)
+    words = verbose["words"]
+    assert " ".join(w["word"] for w in words) == want
+    assert all(0 <= w["start"] <= w["end"] <= duration + 0.001 and 0 <= w["confidence"] <= 1 for w in words)
 
 
 def test_verbose_json_segments_are_the_pieces_cut_at_pauses(client, pipeline, clips, tmp_path):
@@ -109,6 +112,10 @@ def test_verbose_json_segments_are_the_pieces_cut_at_pauses(client, pipeline, cl
     assert segments[0]["end"] == segments[1]["start"]
     assert len(first) / SR < segments[0]["end"] < (len(first) + SR) / SR  # the cut fell in the pause
     assert verbose["text"] == " ".join(s["text"] for s in segments if s["text"])
+    # each word lies in its segment: the second piece's words were moved by where that piece starts
+    second_words = [w for w in verbose["words"] if w["start"] >= segments[1]["start"]]
+    assert len(verbose["words"]) - len(second_words) == len(segments[0]["text"].split())
+    assert " ".join(w["word"] for w in second_words) == segments[1]["text"]
 
 
 def replace_chunk_limit(pipeline: VoicePipeline, max_chunk_s: float) -> VoicePipeline:

@@ -4,6 +4,7 @@ r"""Speech in, answer out: transcribe audio with the fine-tuned NeMo CTC model, 
 Usage:
   python tools/pipeline.py samples/LibriSpeech/test-clean/7005/700501/7005-700501-0000.flac
   python tools/pipeline.py a.flac b.wav --json > answers.jsonl    # one JSON object per file
+  python tools/pipeline.py recordings/ --json > answers.jsonl       # every audio file under a folder (recursive)
   python tools/pipeline.py --manifest manifests/test-clean.json     # every audio_filepath of a manifest
   python tools/pipeline.py request.wav --speak answer.wav          # voice the answer (espeak-ng)
   python tools/pipeline.py talk.flac --asr-model my.nemo --slm-model my_gpt2/ --strategy sample --top-p 0.9
@@ -27,10 +28,14 @@ its model (beam search with the demo's token LM at the width and weights tuned o
 ("lm" is relative to the file's folder). Options given replace its values, --asr-decoding greedy or --lm
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;
-long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty
-transcript, skips the language model with a note. A missing, empty or corrupt file is reported by name
-and the other files still run; the exit code is 1 if any file failed. Latencies per stage (model load,
-audio load, ASR, SLM, total) are printed, and are in the --json output with the ASR decoding used.
+long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty transcript,
+skips the language model with a note. A missing, empty or corrupt file is reported by name and the other files
+still run; the exit code is 1 if any file failed. Latencies per stage (model load, audio load, ASR, SLM, total)
+are printed, and are in the --json output with the ASR decoding used, and with the transcript's "words": each
+word's start and end in seconds from the start of the file and its confidence in [0, 1] (NeMo's greedy CTC
+timestamps and max-probability confidence; under beam search, the beam's transcript force-aligned to the same CTC
+output with NeMo's Viterbi and read the same way; null with --stream). A folder stands for the audio files under
+it (.flac, .wav, .mp3, .ogg, .opus, ... in any case; recursive, sorted); one without any is an error naming it.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
 file streams whole, the caches bound the memory); features and their normalisation are computed chunk by
@@ -53,7 +58,7 @@ from pathlib import Path
 
 from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
 from duet.errors import DuetError, cli
-from duet.io import read_jsonl
+from duet.io import expand_audio_paths, read_jsonl
 from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 
@@ -63,7 +68,8 @@ STDIN = Path("-")  # the audio argument that streams raw PCM from standard input
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path,
-                        help="audio files (FLAC, WAV, ...); - = raw 16 kHz mono PCM16 from stdin (--stream only)")
+                        help="audio files (FLAC, WAV, ...) or folders of them; - = raw 16 kHz mono PCM16 from stdin "
+                             "(--stream only)")
     parser.add_argument("--manifest", type=Path, default=None, help="also process every audio_filepath in this manifest")
     add_model_arguments(parser, streaming=True)
     parser.add_argument("--stream", action="store_true",
@@ -96,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             args.audio += [Path(entry["audio_filepath"]) for entry in read_jsonl(args.manifest)]
         except (OSError, ValueError, KeyError) as e:
             parser.error(f"--manifest {args.manifest}: {e}")
+    args.audio = expand_audio_paths(args.audio)
     if not args.audio:
         parser.error("no audio: give files or --manifest")
     if STDIN in args.audio and (not args.stream or len(args.audio) > 1):

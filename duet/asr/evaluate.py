@@ -9,31 +9,42 @@ from typing import Callable
 
 from duet.asr.inference import transcribe_files
 from duet.asr.scoring import Scored, score
+from duet.asr.words import transcribe_files_with_words
 from duet.errors import AsrInputError
 from duet.manifest import read_manifest
 
 
 def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True,
                       transcribe: Callable[[list[str]], list[str]] | None = None,
-                      workers: int | None = None) -> Scored:
+                      workers: int | None = None, words: bool = False) -> Scored:
     """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s).
 
     ``transcribe`` (audio paths -> transcripts) replaces the batched :func:`duet.asr.inference.transcribe_files`, e.g. with
     ``duet.asr.streaming``'s chunk-by-chunk path; ``workers``: see :func:`duet.asr.inference.transcribe_audio`.
+    ``words`` adds each utterance's word times and confidences (``duet.asr.words``; force-aligned under beam search) to
+    its record as ``words`` (not with ``transcribe``).
     """
+    if words and transcribe is not None:
+        raise AsrInputError("word timestamps come from the batched transcription, not from a replacement transcribe")
     entries = read_manifest(manifest)
     if not entries:
         raise AsrInputError(f"manifest is empty: {manifest}")
     paths = [e["audio_filepath"] for e in entries]
     start = time.perf_counter()
+    timed = None
     if transcribe is not None:
         hyps = transcribe(paths)
+    elif words:
+        timed = transcribe_files_with_words(model, paths, batch_size=batch_size, progress=progress, workers=workers)
+        hyps = [t.text for t in timed]
     else:
         hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress, workers=workers)
     wall = time.perf_counter() - start
     ids = [e.get("id") or Path(p).stem for e, p in zip(entries, paths)]
     durations = [float(e["duration"]) for e in entries]
     scored = score(ids, [e["text"] for e in entries], hyps, durations)
+    for record, transcript in zip(scored.records, timed or []):
+        record["words"] = transcript.words_json()
     audio_seconds = sum(durations)
     scored.summary.update(
         manifest=str(manifest),

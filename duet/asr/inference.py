@@ -16,7 +16,7 @@ import tarfile
 import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import librosa
 import numpy as np
@@ -27,8 +27,14 @@ from tqdm import tqdm
 from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
-__all__ = ["AsrInputError", "audio_length", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio",
-           "quantize_linear_int8", "set_front_end_chunking", "transcribe_audio", "transcribe_files"]
+__all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_workers", "decode_texts",
+           "decoding_processes", "load_asr_model", "load_audio", "quantize_linear_int8", "set_front_end_chunking",
+           "transcribe_audio", "transcribe_files"]
+
+#: Turns one padded batch's CTC log-probabilities ``(model, log_probs [B, T, V], lengths [B])`` into one result per
+#: utterance (picklable: forked workers send them back); :func:`decode_texts` by default, words and times in
+#: ``duet.asr.words``.
+BatchDecoder = Callable[[Any, "torch.Tensor", "torch.Tensor"], list]
 
 
 def load_asr_model(path_or_name: str | Path, device: str | None = None):
@@ -108,7 +114,7 @@ def audio_length(path: str | Path, sample_rate: int) -> int:
 
 
 def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
-                     workers: int | None = None) -> list[str]:
+                     workers: int | None = None, decode: BatchDecoder | None = None) -> list:
     """CTC transcripts of ``paths``, in input order, with the model's current decoding
     (``duet.asr.decoding.set_decoding``; greedy by default).
 
@@ -117,14 +123,14 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, p
     each batch's audio is read when the batch is decoded, so memory holds a few batches, never the whole list
     (a train-clean-100 manifest is ~23 GB of float32 audio). Reading: ``workers`` (default :func:`cpu_workers`)
     threads a batch ahead of decoding on one process, or each decoding process reading its own batches
-    (:func:`transcribe_audio`).
+    (:func:`transcribe_audio`). ``decode``: what each utterance's result is (default: its text).
     """
     check_workers(workers)
     sample_rate = int(model.cfg.sample_rate)
     paths = list(paths)
     lengths = [audio_length(path, sample_rate) for path in paths]
     return _transcribe(model, lengths, lambda index: load_audio(paths[index], sample_rate), batch_size, progress,
-                       workers, readers=cpu_workers() if workers is None else workers)
+                       workers, readers=cpu_workers() if workers is None else workers, decode=decode)
 
 
 def cpu_workers() -> int:
@@ -151,7 +157,7 @@ def decoding_processes(n_batches: int, workers: int | None = None) -> int:
 
 
 def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
-                     workers: int | None = None) -> list[str]:
+                     workers: int | None = None, decode: BatchDecoder | None = None) -> list:
     """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
     in input order.
 
@@ -159,14 +165,16 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
     On CPU, with more than one batch, ``workers`` forked processes (default :func:`cpu_workers`) decode
     whole batches at one torch thread each; the transcripts are the same as with one process. A worker
     that dies (e.g. killed for memory) is an error here, not a hang. The model leaves in the default
-    (contiguous) layout and its previous train/eval mode.
+    (contiguous) layout and its previous train/eval mode. ``decode`` replaces the text of each utterance
+    by another result (:data:`BatchDecoder`, e.g. ``duet.asr.words``' transcripts with word times).
     """
     check_workers(workers)
-    return _transcribe(model, [len(a) for a in audios], audios.__getitem__, batch_size, progress, workers, readers=1)
+    return _transcribe(model, [len(a) for a in audios], audios.__getitem__, batch_size, progress, workers, readers=1,
+                       decode=decode)
 
 
 def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray], batch_size: int, progress: bool,
-                workers: int | None, readers: int) -> list[str]:
+                workers: int | None, readers: int, decode: BatchDecoder | None = None) -> list:
     """Batches of ``read(i)`` (the audio of item ``i``, ``lengths[i]`` samples) longest first through the model.
 
     In one process, ``readers`` threads read the next batch while the current one is decoded (libsndfile
@@ -177,7 +185,8 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     workers = decoding_processes(len(batches), workers) if on_cpu else 1
-    texts: list[str] = [""] * len(lengths)
+    decode = decode or decode_texts
+    texts: list = [""] * len(lengths)
     was_training = model.training
     model.eval()
     if on_cpu:
@@ -189,7 +198,7 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
             # forked children inherit the model and the reader as they are (nothing is pickled but batch
             # indices and texts); leaving the block joins them, so their CPU time shows in os.times()
             with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
-                                     initargs=(model, read)) as pool:
+                                     initargs=(model, read, decode)) as pool:
                 done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
                 for future in tqdm(done, total=len(batches), desc="transcribe", unit="batch", disable=not progress):
                     batch, hyps = future.result()  # a worker's exception (or death) is raised here
@@ -198,7 +207,7 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
         else:
             for batch, audios in tqdm(_read_ahead(batches, read, readers), total=len(batches), desc="transcribe",
                                       unit="batch", disable=not progress):
-                for i, text in zip(batch, _decode_batch(model, audios)):
+                for i, text in zip(batch, _decode_batch(model, audios, decode)):
                     texts[i] = text
                 del audios  # before the generator reads the batch after next
     finally:
@@ -226,8 +235,8 @@ def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], rea
             del audios
 
 
-def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
-    """One padded batch through the model and its CTC decoding."""
+def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> list:
+    """One padded batch through the model and ``decode``."""
     device = next(model.parameters()).device
     with torch.inference_mode():
         if device.type == "cpu":
@@ -238,7 +247,12 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
             signal[row, : len(audio)] = torch.from_numpy(audio)
         log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
                                                   input_signal_length=lengths.to(device))
-        hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
+        return decode(model, log_probs, encoded_len)
+
+
+def decode_texts(model, log_probs: "torch.Tensor", lengths: "torch.Tensor") -> list[str]:
+    """The transcripts of one batch with the model's current CTC decoding (the default :data:`BatchDecoder`)."""
+    hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)
     return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
 
 
@@ -246,11 +260,11 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
 _worker_state: dict = {}
 
 
-def _init_worker(model, read) -> None:
+def _init_worker(model, read, decode: BatchDecoder) -> None:
     torch.set_num_threads(1)
-    _worker_state.update(model=model, read=read)
+    _worker_state.update(model=model, read=read, decode=decode)
 
 
-def _decode_in_worker(batch: list[int]) -> tuple[list[int], list[str]]:
+def _decode_in_worker(batch: list[int]) -> tuple[list[int], list]:
     read = _worker_state["read"]
-    return batch, _decode_batch(_worker_state["model"], [read(i) for i in batch])
+    return batch, _decode_batch(_worker_state["model"], [read(i) for i in batch], _worker_state["decode"])

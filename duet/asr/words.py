@@ -1,0 +1,177 @@
+"""Word timestamps and per-word confidence of CTC transcripts, from NeMo's own decoding.
+
+NeMo's CTC decoding computes both when its config asks for them: ``compute_timestamps`` fills
+``Hypothesis.timestamp["word"]`` with each word's first and last encoder frame, and a ``confidence_cfg`` with
+``preserve_word_confidence`` fills ``Hypothesis.word_confidence``. The confidence is NeMo's ``max_prob`` measure
+at alpha 1: the probability of the frame's best token rescaled so that a uniform distribution is 0 and a certain
+one 1, over the frames that emit the word's tokens (blanks excluded), the lowest of them (``aggregation: min``).
+NeMo's default measure (Tsallis entropy, alpha 0.33, exp normalisation) gave 0.001-0.18 to the words of a
+demo-model utterance that this one puts at 0.67 (the word before a deleted one) to 1.0: too low to read.
+The times are NeMo's CTC convention: a word ends on the frame that emits its last token and starts where the
+word before it ended (the first one a frame before its first token), so consecutive words touch. Frames
+become seconds as NeMo's ``model.transcribe(timestamps=True)`` converts them: ``timestamp_utils.
+process_timestamp_outputs`` with the encoder's subsampling factor and the feature window stride.
+
+Greedy decoding has them from NeMo itself. NeMo's batched beam search (``beam_batch``, our ``beam`` and
+``beam_lm``) refuses ``compute_timestamps`` and confidence, so there the beam's own tokens are force-aligned to the
+same batch's CTC log-probabilities (no second encoder pass) with the NeMo Forced Aligner's Viterbi
+(``aligner_utils.viterbi_decoding``): the most likely CTC path that spells exactly those tokens. That path is then
+read by the same greedy word decoding, run on the log-probabilities with every label but the path's masked at each
+frame: its argmax is the path, so NeMo's own code splits it into words, times them in the convention above and
+computes the confidence. The confidence is thus the same max_prob formula, min over the frames of the word's
+tokens, but of the *aligned* token's probability rather than the frame's best one: on the greedy path the two are
+the same number (a beam transcript equal to greedy's gets greedy's words, times and confidences), and where the
+beam (its LM) wrote a token the acoustic model did not prefer, the word reads unsure (down to 0: below a uniform
+distribution's probability the formula goes negative, clipped) instead of borrowing the confidence of the token it
+replaced. The model's decoding is not touched: the word decoding is a second NeMo decoding object, greedy, built
+from the model's decoding config.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from duet.asr.inference import decode_texts, transcribe_audio, transcribe_files
+
+__all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
+
+# NeMo strategies whose decoding computes timestamps and confidence (duet.asr.decoding sets greedy as greedy_batch)
+TIMED_STRATEGIES = ("greedy", "greedy_batch")
+# NFA's stand-in for "impossible" in its Viterbi (aligner_utils.viterbi_decoding's default padding_value)
+IMPOSSIBLE = -3.4e38
+
+
+@dataclass(frozen=True)
+class Word:
+    word: str
+    start: float  # seconds from the start of the audio handed in
+    end: float
+    confidence: float  # 0 (unsure) .. 1 (sure)
+
+
+@dataclass(frozen=True)
+class TimedTranscript:
+    text: str
+    words: list[Word] | None  # None: no word times
+
+    def words_json(self) -> list[dict] | None:
+        """``words`` as JSON-ready dicts (None stays None)."""
+        return None if self.words is None else [asdict(w) for w in self.words]
+
+    def shifted(self, seconds: float) -> "TimedTranscript":
+        """The same transcript with every word ``seconds`` later (a piece cut from a longer recording)."""
+        if self.words is None:
+            return self
+        return TimedTranscript(self.text, [Word(w.word, round(w.start + seconds, 3), round(w.end + seconds, 3),
+                                                w.confidence) for w in self.words])
+
+
+def words_supported(model) -> bool:
+    """Whether ``model``'s current CTC decoding gives word times itself (greedy does; beam search's transcripts
+    are force-aligned: :func:`aligned_log_probs`)."""
+    return model.cfg.decoding.strategy in TIMED_STRATEGIES
+
+
+def word_decoding(model):
+    """A greedy NeMo CTC decoding with the model's other settings, computing word timestamps and confidence."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
+    from nemo.collections.asr.parts.submodules.ctc_decoding import CTCBPEDecoding, CTCDecoding
+
+    # merged, not assigned: the config may be NeMo's structured CTCDecodingConfig, whose confidence_cfg is typed
+    cfg = copy.deepcopy(model.cfg.decoding)
+    OmegaConf.set_struct(cfg, False)  # a .nemo's plain config may lack the keys
+    cfg = OmegaConf.merge(cfg, {"strategy": "greedy_batch", "compute_timestamps": True, "confidence_cfg": {
+        "preserve_frame_confidence": True, "preserve_word_confidence": True, "aggregation": "min",
+        "method_cfg": {"name": "max_prob", "alpha": 1.0}}})
+    if isinstance(model.decoding, CTCBPEDecoding):
+        return CTCBPEDecoding(decoding_cfg=cfg, tokenizer=model.tokenizer)
+    return CTCDecoding(decoding_cfg=cfg, vocabulary=copy.deepcopy(model.decoder.vocabulary))
+
+
+def decode_timed(model, log_probs, lengths, decoding) -> list[TimedTranscript]:
+    """One batch as :class:`TimedTranscript` with the model's decoding (a ``duet.asr.inference.BatchDecoder`` once
+    ``decoding``, :func:`word_decoding`, is bound): greedy's words from NeMo, beam search's force-aligned."""
+    # NeMo takes ~21 s to import (a loaded model has paid it already; importing this module must not)
+    from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
+
+    if words_supported(model):
+        texts = None
+    else:
+        beams = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths,
+                                                              return_hypotheses=True)
+        texts = [hyp.text for hyp in beams]
+        log_probs = aligned_log_probs(log_probs, lengths, [hyp.y_sequence for hyp in beams], decoding.blank_id)
+    hyps = decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
+    hyps = process_timestamp_outputs(hyps, model.encoder.subsampling_factor, model.cfg.preprocessor.window_stride)
+    timed = [_timed(hyp) for hyp in hyps]
+    if texts is None:
+        return timed
+    # the path spells the beam's tokens, so its words are the beam's; the text stays the beam's own
+    return [TimedTranscript(text, t.words) for text, t in zip(texts, timed)]
+
+
+def aligned_log_probs(log_probs, lengths, token_ids: Sequence, blank_id: int):
+    """``log_probs`` [B, T, V] with every label but the CTC forced-alignment path of ``token_ids[b]`` (each
+    utterance's tokens, no blanks) at the floor, so that greedy decoding reads that path and each frame's best
+    log-prob is the aligned label's: NeMo's Viterbi (NFA's ``viterbi_decoding``) finds the path."""
+    # NeMo takes ~21 s to import (a loaded model has paid it already; importing this module must not)
+    from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
+
+    batch, frames, labels = log_probs.shape
+    device = log_probs.device
+    # NFA's layout: each utterance's targets as blank, t1, blank, t2, ..., blank, padded with the label V (a
+    # column it adds at IMPOSSIBLE); frames past an utterance's length at IMPOSSIBLE too
+    targets = [[blank_id] + [x for token in torch.as_tensor(ids).tolist() for x in (token, blank_id)]
+               for ids in token_ids]
+    target_lengths = torch.tensor([len(t) for t in targets])
+    padded_targets = torch.full((batch, int(target_lengths.max())), labels, dtype=torch.long)
+    for b, t in enumerate(targets):
+        padded_targets[b, : len(t)] = torch.tensor(t)
+    lengths = lengths.to(device)
+    past_end = torch.arange(frames, device=device)[None, :] >= lengths[:, None]
+    padded = log_probs.float().masked_fill(past_end[:, :, None], IMPOSSIBLE)
+    positions = viterbi_decoding(padded, padded_targets, lengths.cpu(), target_lengths, viterbi_device=device)
+    path = torch.full((batch, frames), blank_id, dtype=torch.long)
+    for b, (t, p) in enumerate(zip(targets, positions)):
+        path[b, : len(p)] = torch.tensor(t)[p]
+    path = path.to(device)[:, :, None]
+    masked = torch.full_like(log_probs, float("-inf"))
+    return masked.scatter_(2, path, log_probs.gather(2, path))
+
+
+def _timed(hyp) -> TimedTranscript:
+    offsets = hyp.timestamp.get("word", []) if isinstance(hyp.timestamp, dict) else []
+    # a lone word-boundary piece ("▁") decodes to a double space: NeMo times it as an empty word but gives it no
+    # confidence (it is no word)
+    offsets = [o for o in offsets if o["word"].strip()]
+    confidence = list(hyp.word_confidence or [])
+    if len(confidence) != len(offsets):  # NeMo splits both by the same tokens; say so loudly if not
+        raise RuntimeError(f"NeMo gave {len(offsets)} word times but {len(confidence)} word confidences "
+                           f"for {hyp.text!r}")
+    # clipped: a force-aligned token less likely than uniform reads below 0 (module doc); greedy's never does
+    words = [Word(o["word"], round(float(o["start"]), 3), round(float(o["end"]), 3),
+                  round(min(1.0, max(0.0, float(c))), 4)) for o, c in zip(offsets, confidence)]
+    return TimedTranscript(hyp.text, words)
+
+
+def transcribe_with_words(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
+                          workers: int | None = None) -> list[TimedTranscript]:
+    """Transcripts with word times of mono float32 arrays at the model's rate, in input order: the batching of
+    ``duet.asr.inference.transcribe_audio``, the same text as it gives (greedy or beam search, see the module doc)."""
+    decode = functools.partial(decode_timed, decoding=word_decoding(model))
+    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers, decode=decode)
+
+
+def transcribe_files_with_words(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
+                                workers: int | None = None) -> list[TimedTranscript]:
+    """:func:`transcribe_with_words` of audio files (read batch by batch as ``transcribe_files`` does)."""
+    decode = functools.partial(decode_timed, decoding=word_decoding(model))
+    return transcribe_files(model, paths, batch_size=batch_size, progress=progress, workers=workers, decode=decode)
