@@ -15,6 +15,8 @@ Usage:
   # partial transcripts are printed as each chunk is decoded
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream --json   # partials count + timings in the JSON
+  # ASR through ONNX Runtime: the export of tools/export_onnx.py in <stem>_onnx/ beside the .nemo (--int8: its int8 graph)
+  python tools/pipeline.py talk.flac --engine onnx --int8
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (see DEFAULT_ASR_MODEL and
 DEFAULT_SLM_MODEL below). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
@@ -52,6 +54,7 @@ from duet.asr.streaming import describe_report, streaming_latency
 from duet.cli_args import (
     DECODING_OPTIONS,
     add_decoding_arguments,
+    add_engine_argument,
     decoding_settings_from_args,
     offline_batching_from_args,
 )
@@ -81,6 +84,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help="longest piece the ASR sees at once (default: 20; not with --stream)")
     parser.add_argument("--stream", action="store_true",
                         help="cache-aware streaming ASR with partial transcripts (streaming models only)")
+    add_engine_argument(parser, "--asr-model")
+    parser.add_argument("--int8", action="store_true", help="--engine onnx: the export's int8 graph")
     add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
         "the decoding.json in the ASR model's folder (the demo writes one), each option given replacing its "
         "value; with --lm: beam_lm; with --stream or no such file: greedy"))
@@ -143,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
     if args.asr_batch_size is not None and args.asr_batch_size < 1:
         parser.error(f"--asr-batch-size must be >= 1, got {args.asr_batch_size}")
+    if args.engine == "onnx" and args.stream:
+        parser.error("--stream is not used with --engine onnx (the ONNX export decodes offline)")
+    if args.int8 and args.engine != "onnx":
+        parser.error("--int8 needs --engine onnx")
     if args.speak and args.speak.is_dir():
         parser.error(f"--speak {args.speak} is a folder: give the WAV file to write")
     if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading
@@ -211,7 +220,7 @@ def run(args: argparse.Namespace, json_out) -> int:
     pipeline, load_s = VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
                                           max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
                                           asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source,
-                                          stream=args.stream)
+                                          stream=args.stream, engine=args.engine, int8=args.int8)
     if not args.json:
         print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {pipeline.describe_asr_decoding()} "
               f"decoding, SLM {args.slm_model})")

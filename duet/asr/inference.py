@@ -27,7 +27,7 @@ from tqdm import tqdm
 from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
-__all__ = ["AsrInputError", "audio_length", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio",
+__all__ = ["AsrInputError", "audio_length", "check_workers", "cpu_workers", "decoding_processes", "load_asr_model", "load_audio", "pad_batch",
            "quantize_linear_int8", "set_front_end_chunking", "transcribe_audio", "transcribe_files"]
 
 
@@ -172,12 +172,17 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     In one process, ``readers`` threads read the next batch while the current one is decoded (libsndfile
     decodes outside the GIL), so at most two batches of audio are held; forked workers read their own batches.
     """
-    device = next(model.parameters()).device
-    on_cpu = device.type == "cpu"
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    workers = decoding_processes(len(batches), workers) if on_cpu else 1
     texts: list[str] = [""] * len(lengths)
+    if hasattr(model, "decode_batch"):
+        # an engine with its own threads (duet.asr.onnx_engine.OnnxCtcModel: ONNX Runtime's intra-op pool
+        # spreads each batch over the cores), so no forked workers and no torch layout to set
+        _decode_in_order(batches, read, readers, model.decode_batch, texts, progress)
+        return texts
+    device = next(model.parameters()).device
+    on_cpu = device.type == "cpu"
+    workers = decoding_processes(len(batches), workers) if on_cpu else 1
     was_training = model.training
     model.eval()
     if on_cpu:
@@ -196,11 +201,7 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
                     for i, text in zip(batch, hyps):
                         texts[i] = text
         else:
-            for batch, audios in tqdm(_read_ahead(batches, read, readers), total=len(batches), desc="transcribe",
-                                      unit="batch", disable=not progress):
-                for i, text in zip(batch, _decode_batch(model, audios)):
-                    texts[i] = text
-                del audios  # before the generator reads the batch after next
+            _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios), texts, progress)
     finally:
         if on_cpu:
             set_front_end_chunking(model, None)
@@ -210,6 +211,25 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
             model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
+
+
+def _decode_in_order(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int,
+                     decode: Callable[[list[np.ndarray]], list[str]], texts: list[str], progress: bool) -> None:
+    """``texts[i]`` for every item of ``batches``, decoded batch by batch in this process while the next is read."""
+    for batch, audios in tqdm(_read_ahead(batches, read, readers), total=len(batches), desc="transcribe",
+                              unit="batch", disable=not progress):
+        for i, text in zip(batch, decode(audios)):
+            texts[i] = text
+        del audios  # before the generator reads the batch after next
+
+
+def pad_batch(audios: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``audios`` zero-padded into one [B, T] float tensor, and their lengths."""
+    lengths = torch.tensor([len(a) for a in audios], dtype=torch.long)
+    signal = torch.zeros(len(audios), int(lengths.max()))
+    for row, audio in enumerate(audios):
+        signal[row, : len(audio)] = torch.from_numpy(audio)
+    return signal, lengths
 
 
 def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int
@@ -232,10 +252,7 @@ def _decode_batch(model, audios: Sequence[np.ndarray]) -> list[str]:
     with torch.inference_mode():
         if device.type == "cpu":
             set_front_end_chunking(model, len(audios))
-        lengths = torch.tensor([len(a) for a in audios], dtype=torch.long)
-        signal = torch.zeros(len(audios), int(lengths.max()))
-        for row, audio in enumerate(audios):
-            signal[row, : len(audio)] = torch.from_numpy(audio)
+        signal, lengths = pad_batch(audios)
         log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
                                                   input_signal_length=lengths.to(device))
         hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
