@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import onnxruntime as ort
 import torch
+from omegaconf import OmegaConf, open_dict
 
 from duet.asr.inference import pad_batch
 from duet.errors import AsrInputError, first_line
@@ -74,13 +76,10 @@ def session_threads() -> int:
 
 def inference_session(graph: Path, threads: int | None = None):
     """An ONNX Runtime CPU session on ``graph`` with every graph optimisation and ``threads`` intra-op threads."""
-    import onnxruntime as ort  # ~0.3 s, and only the ONNX engine needs it
-
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or session_threads()
     options.inter_op_num_threads = 1  # the graph is one chain of layers: nothing runs side by side
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3  # errors only: ORT warns about every unused initializer of NeMo's graph
     try:
         return ort.InferenceSession(str(graph), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own Fail/InvalidProtobuf/... types, no common base but Exception
@@ -98,7 +97,6 @@ class OnnxCtcModel:
         # NeMo's preprocessor, tokenizer and CTC decoding (~20 s to import): only loading a model pays for it
         from nemo.collections.asr.modules import AudioToMelSpectrogramPreprocessor
         from nemo.collections.common.tokenizers import SentencePieceTokenizer
-        from omegaconf import OmegaConf
 
         self.folder = Path(folder)
         self.metadata = read_metadata(self.folder)
@@ -128,8 +126,8 @@ class OnnxCtcModel:
     def change_decoding_strategy(self, decoding_cfg, verbose: bool = True) -> None:
         """NeMo's CTC decoding (greedy_batch, beam_batch with an n-gram LM, ...) built from ``decoding_cfg``, as
         ``EncDecCTCModelBPE.change_decoding_strategy`` builds it; the config is kept in ``cfg.decoding``."""
+        # NeMo (~20 s to import) is loaded by __init__ already; deferred with it
         from nemo.collections.asr.parts.submodules.ctc_decoding import CTCBPEDecoding
-        from omegaconf import open_dict
 
         self.decoding = CTCBPEDecoding(decoding_cfg=decoding_cfg, tokenizer=self.tokenizer)
         with open_dict(self.cfg):
@@ -143,6 +141,7 @@ class OnnxCtcModel:
 
     def encoded_lengths(self, feature_lengths):
         """Frames of the log-probs per utterance: NeMo's own subsampling arithmetic on the feature lengths."""
+        # NeMo (~20 s to import) is loaded by __init__ already; deferred with it
         from nemo.collections.asr.parts.submodules.subsampling import calc_length
 
         s = self.metadata["subsampling"]

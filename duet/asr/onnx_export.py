@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import torch
+from omegaconf import OmegaConf
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from duet.asr.inference import load_asr_model, load_audio, pad_batch, transcribe_audio
 from duet.asr.onnx_engine import FORMAT, GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError
@@ -89,9 +93,6 @@ def quantize_int8(fp32_graph: Path, int8_graph: Path, settings: OnnxExportSettin
 
     ``static`` calibrates activation ranges (min/max) on ``calibration``: graph feeds, one dict per batch.
     """
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     prepared = int8_graph.with_name(int8_graph.stem + ".prep.onnx")
     # ORT's recommended first step (graph optimisation and ONNX shape inference, so more nodes quantise); its
     # symbolic shape inference gives up on NeMo's graph ("Incomplete symbolic shape inference"), hence skipped
@@ -183,8 +184,6 @@ def export_onnx(nemo_path: str | Path, out_dir: str | Path, check_audio: Sequenc
 
 def _torch_log_probs(model, audios):
     """PyTorch's log-probs of ``audios`` in one zero-padded batch."""
-    import torch  # loaded with NeMo already; deferred like it
-
     signal, lengths = pad_batch(audios)
     with torch.inference_mode():
         return model.forward(input_signal=signal, input_signal_length=lengths)[0]
@@ -192,8 +191,6 @@ def _torch_log_probs(model, audios):
 
 def parity_check(folder: Path, paths, audios, torch_texts: list[str], torch_log_probs) -> dict:
     """Greedy transcripts of each graph in ``folder`` against PyTorch's, and the largest log-prob difference."""
-    import torch  # loaded with NeMo already; deferred like it
-
     result = {"files": [str(p) for p in paths], "torch_transcripts": torch_texts}
     for precision in read_graphs(folder):
         onnx_model = OnnxCtcModel(folder, int8=precision == "int8")
@@ -211,8 +208,6 @@ def read_graphs(folder: Path) -> dict[str, str]:
 
 
 def _plain(cfg) -> dict:
-    from omegaconf import OmegaConf  # deferred: comes with NeMo
-
     return OmegaConf.to_container(cfg, resolve=True)
 
 
