@@ -21,7 +21,8 @@ run, on the bundled sample (samples/LibriSpeech):
    compared with NeMo's. Beside them, the same model exported by tools/export_onnx.py
    (``duet.asr.onnx_export``: NeMo's exporter, int8 by ONNX Runtime dynamic quantisation of the matrix
    products) and run by ONNX Runtime with --threads intra-op threads (``duet.asr.onnx_engine``), fp32 and
-   int8, same files, same batching.
+   int8, same files, same batching; then the CPU seconds of each ONNX stage (reading, features, graph,
+   CTC decoding) over one more pass.
    Target: >= 2x (ours), >= 3x (ONNX int8). The figure is the median of --rounds interleaved rounds after one warm-up; the
    spread of the per-round speed-ups is printed too.
 2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path; and the
