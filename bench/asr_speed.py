@@ -18,10 +18,15 @@ run, on the bundled sample (samples/LibriSpeech):
    time, and the thread budget spent as that many forked processes decoding whole batches at one thread
    each), in fp32 and with int8 Linear layers (``quantize_linear_int8``). Each setting gets its own
    model instance (same seed), so NeMo's never sees our changes; ours-fp32 and int8 transcripts are
-   compared with NeMo's.
-   Target: >= 2x. The figure is the median of --rounds interleaved rounds after one warm-up; the
+   compared with NeMo's. Beside them, the same model exported by tools/export_onnx.py
+   (``duet.asr.onnx_export``: NeMo's exporter, int8 by ONNX Runtime dynamic quantisation of the matrix
+   products) and run by ONNX Runtime with --threads intra-op threads (``duet.asr.onnx_engine``), fp32 and
+   int8, same files, same batching; then the CPU seconds of each ONNX stage (reading, features, graph,
+   CTC decoding) over one more pass.
+   Target: >= 2x (ours), >= 3x (ONNX int8). The figure is the median of --rounds interleaved rounds after one warm-up; the
    spread of the per-round speed-ups is printed too.
-2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path.
+2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path; and the
+   same for its ONNX export (fp32 graph vs int8 graph).
 3. Training throughput, audio s per wall s of forward + backward (SpecAugment on) + clipping + AdamW,
    on train-clean, with loaders NeMo builds from configs/ctc_base.yaml's train_ds:
      NeMo default   fixed batches of batch_size utterances, shuffled (use_semi_sorted_batching=false)
@@ -60,6 +65,8 @@ from omegaconf import OmegaConf
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.asr import evaluate, inference
+from duet.asr.onnx_engine import OnnxCtcModel
+from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.errors import cli
 from duet.io import write_text_atomic
 from duet.manifest import build_split_manifest, read_manifest, write_manifest
@@ -149,7 +156,9 @@ def compose_small_config(tokenizer: Path, train_manifest: Path):
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base=None):
         cfg = compose("fastconformer_small", [f"model.tokenizer.dir={tokenizer}",
                                               f"model.train_ds.manifest_filepath={train_manifest}",
-                                              "model.validation_ds.manifest_filepath=null"])
+                                              "model.validation_ds.manifest_filepath=null",
+                                              # null means "the recipe chooses"; the bench loads in this process
+                                              "model.train_ds.num_workers=0"])
     OmegaConf.resolve(cfg)
     return cfg
 
@@ -163,18 +172,35 @@ def build_model(cfg, seed: int):
     return EncDecCTCModelBPE(cfg.model)
 
 
-def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
+ONNX_CHECK_FILES = 8  # parity-check files of the export (tools/export_onnx.py's default count)
+
+
+def onnx_export(nemo_path: Path, out: Path, check_audio: list[str]) -> Path:
+    """``nemo_path`` exported with its int8 graph into ``out`` (the export's own parity check included)."""
+    return export_onnx(nemo_path, out, check_audio[:ONNX_CHECK_FILES], OnnxExportSettings(int8=True)).folder
+
+
+def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path) -> dict:
     def nemo_texts(model):
         return [h.text if hasattr(h, "text") else h for h in model.transcribe(paths)]
 
+    def ours(model):
+        return inference.transcribe_files(model, paths, args.batch_size)
+
     int8 = inference.quantize_linear_int8(build_model(cfg, args.seed).eval())
+    nemo_path = tmp / "fastconformer_small.nemo"
+    build_model(cfg, args.seed).save_to(str(nemo_path))
+    folder = onnx_export(nemo_path, tmp / "fastconformer_small_onnx", paths)
     settings = {
         "nemo": (build_model(cfg, args.seed).eval(), nemo_texts),
-        "ours_fp32": (build_model(cfg, args.seed), lambda m: inference.transcribe_files(m, paths, args.batch_size)),
-        "ours_int8": (int8, lambda m: inference.transcribe_files(m, paths, args.batch_size)),
+        "ours_fp32": (build_model(cfg, args.seed), ours),
+        "ours_int8": (int8, ours),
+        "onnx_fp32": (OnnxCtcModel(folder), ours),
+        "onnx_int8": (OnnxCtcModel(folder, int8=True), ours),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
     workers = inference.decoding_processes(-(-len(paths) // args.batch_size))
+    threads = torch.get_num_threads()
     for name, (model, run) in settings.items():  # warm-up: allocator, oneDNN kernels, layouts
         texts[name] = run(model)
     for r in range(args.rounds):
@@ -183,24 +209,53 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args) -> dict:
             walls[name].append(wall)
             cpus[name].append(cpu)
             print(f"  round {r + 1}/{args.rounds} {name}: RTFx {audio_s / wall:.1f} (wall)", flush=True)
-    result = {}
+    stages = {name: onnx_stage_times(settings[name][0], paths, args.batch_size) for name in ("onnx_fp32", "onnx_int8")}
+    result = {"onnx_stages": stages}
     for name in settings:
         wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
         result[name] = {"rtfx_wall": audio_s / wall, "rtfx_cpu": audio_s / cpu, "walls": walls[name],
                         "differ_from_nemo": sum(a != b for a, b in zip(texts[name], texts["nemo"])),
                         # rounds are interleaved, so each round's ratio compares settings under the same load
                         "round_speedups": [n / w for n, w in zip(walls["nemo"], walls[name])],
-                        "workers": 1 if name == "nemo" else workers}
+                        "workers": workers if name.startswith("ours") else 1, "threads": threads}
     return result
 
 
-def int8_wer(base: Path, manifest: Path, batch_size: int) -> dict:
+def onnx_stage_times(model: OnnxCtcModel, paths: list[str], batch_size: int) -> dict:
+    """Where an ONNX engine's time goes: reading, features (NeMo's preprocessor in torch), the graph (ONNX
+    Runtime) and CTC decoding, in wall and CPU seconds over one pass of ``paths`` in our batches."""
+    sample_rate = int(model.cfg.sample_rate)
+    order = sorted(range(len(paths)), key=lambda i: inference.audio_length(paths[i], sample_rate), reverse=True)
+    stages = {name: {"wall_s": 0.0, "cpu_s": 0.0} for name in ("read", "features", "graph", "decoding")}
+
+    def stage(name, fn):
+        result, wall, cpu = timed(fn)
+        stages[name]["wall_s"] += wall
+        stages[name]["cpu_s"] += cpu
+        return result
+
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        audios = stage("read", lambda: [inference.load_audio(paths[i], sample_rate) for i in batch])
+        features, lengths = stage("features", lambda: model.features(audios))
+        log_probs = stage("graph", lambda: torch.from_numpy(model.run_graph(features, lengths)))
+        stage("decoding", lambda: model.decoding.ctc_decoder_predictions_tensor(
+            log_probs, decoder_lengths=model.encoded_lengths(lengths)))
+    return stages
+
+
+def int8_wer(base: Path, manifest: Path, batch_size: int, tmp: Path) -> dict:
     wers = {}
     for name in ("fp32", "int8"):
         model = inference.load_asr_model(base, device="cpu")
         if name == "int8":
             inference.quantize_linear_int8(model)
         wers[name] = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary["wer"]
+    folder = onnx_export(base, tmp / f"{base.stem}_onnx", [e["audio_filepath"] for e in read_manifest(manifest)])
+    for name in ("fp32", "int8"):
+        model = OnnxCtcModel(folder, int8=name == "int8")
+        wers[f"onnx_{name}"] = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size,
+                                                          progress=False).summary["wer"]
     return wers
 
 
@@ -276,17 +331,26 @@ def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int
     threads = torch.get_num_threads()
     ours = f"{args.batch_size}, duration-sorted; {trans['ours_fp32']['workers']} process(es)"
     rows = [("NeMo `model.transcribe(paths)`", f"4, file order; {threads} thread(s)", "nemo"),
-            ("ours fp32", ours, "ours_fp32"), ("ours int8 Linear", ours, "ours_int8")]
+            ("ours fp32", ours, "ours_fp32"), ("ours int8 Linear", ours, "ours_int8"),
+            ("ONNX Runtime fp32", f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)", "onnx_fp32"),
+            ("ONNX Runtime int8 (dynamic, MatMul)", f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)",
+             "onnx_int8")]
     for label, batching, key in rows:
         r = trans[key]
         differ = "-" if key == "nemo" else f"{r['differ_from_nemo']}/{n_files}"
         print(f"| {label} | {batching} | {r['rtfx_wall']:.1f} | {r['rtfx_cpu']:.1f} | "
               f"{r['rtfx_wall'] / nemo['rtfx_wall']:.2f}x / {r['rtfx_cpu'] / nemo['rtfx_cpu']:.2f}x | {differ} |")
-    spread = ", ".join(f"{key[5:]} {min(trans[key]['round_speedups']):.2f}-{max(trans[key]['round_speedups']):.2f}x"
-                       for key in ("ours_fp32", "ours_int8"))
+    spread = ", ".join(f"{key} {min(trans[key]['round_speedups']):.2f}-{max(trans[key]['round_speedups']):.2f}x"
+                       for key in ("ours_fp32", "ours_int8", "onnx_fp32", "onnx_int8"))
     print(f"\nspeed-up (wall) per round: {spread}")
+    for key, stages in trans["onnx_stages"].items():
+        total = sum(t["cpu_s"] for t in stages.values())
+        print(f"{key}, CPU s per stage (one pass): " + ", ".join(
+            f"{name} {t['cpu_s']:.2f} ({100 * t['cpu_s'] / total:.0f} %)" for name, t in stages.items()))
     print(f"\nint8 on `{args.base.name}`, test-clean: WER {100 * wers['fp32']:.2f} % fp32 -> "
-          f"{100 * wers['int8']:.2f} % int8 ({100 * (wers['int8'] - wers['fp32']):+.2f} points)")
+          f"{100 * wers['int8']:.2f} % int8 ({100 * (wers['int8'] - wers['fp32']):+.2f} points); ONNX "
+          f"{100 * wers['onnx_fp32']:.2f} % fp32 -> {100 * wers['onnx_int8']:.2f} % int8 "
+          f"({100 * (wers['onnx_int8'] - wers['onnx_fp32']):+.2f} points)")
     if train is None:
         return
     base = train["nemo_default"]
@@ -338,9 +402,9 @@ def main(argv=None) -> int:
         print(f"fastconformer_small, {n_params / 1e6:.1f} M parameters, random weights, CPU, "
               f"{torch.get_num_threads()} thread(s)", flush=True)
         print(f"transcription: {len(paths)} files of {', '.join(args.splits)}, {audio_s:.0f} s ...", flush=True)
-        trans = transcription_speeds(cfg, paths, audio_s, args)
+        trans = transcription_speeds(cfg, paths, audio_s, args, Path(tmp))
         print(f"int8 WER change: {args.base} on test-clean ...", flush=True)
-        wers = int8_wer(args.base, manifests["test-clean"], args.batch_size)
+        wers = int8_wer(args.base, manifests["test-clean"], args.batch_size, Path(tmp))
         train = None
         if not args.skip_training:
             print(f"training: {args.warmup_steps} warm-up + {args.train_steps} timed steps per loader ...", flush=True)
@@ -352,7 +416,9 @@ def main(argv=None) -> int:
     if args.json:
         write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     speedup = trans["ours_int8"]["rtfx_wall"] / trans["nemo"]["rtfx_wall"]
-    line = f"done in {result['seconds'] / 60:.1f} min: transcription {speedup:.2f}x NeMo's (int8, wall; target 2x)"
+    onnx_speedup = trans["onnx_int8"]["rtfx_wall"] / trans["nemo"]["rtfx_wall"]
+    line = (f"done in {result['seconds'] / 60:.1f} min: transcription {speedup:.2f}x NeMo's (int8, wall; target 2x), "
+            f"ONNX int8 {onnx_speedup:.2f}x (target 3x)")
     if train:
         ours, nhwc, base = train["ours"], train["ours_nhwc"], train["nemo_default"]["audio_s_per_wall_s"]
         line += (f", training {ours['audio_s_per_wall_s'] / base:.2f}x with our data settings and "

@@ -12,6 +12,7 @@ import dataclasses
 
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
+from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
 
 # The number/path options of add_decoding_arguments and the argparse attributes they land in.
@@ -62,6 +63,14 @@ def decoding_settings_from_args(args: argparse.Namespace, strategy_flag: str = "
     settings = DecodingSettings(strategy, **{k: v for k, v in values.items() if v is not None})
     settings.validate()
     return settings
+
+
+def add_engine_argument(parser: argparse.ArgumentParser, model_flag: str = "--model") -> None:
+    """``--engine``: the ASR model through PyTorch (NeMo) or through its ONNX export (tools/export_onnx.py)."""
+    parser.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
+                        help=f"torch: the .nemo through NeMo/PyTorch; onnx: its export by tools/export_onnx.py, "
+                             f"read from <stem>_onnx/ beside the .nemo or from {model_flag} given as that folder, "
+                             f"with --int8 its int8 graph (default: {ENGINES[0]})")
 
 
 def add_batching_arguments(parser: argparse.ArgumentParser, batch_size: int, streaming: bool = False) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from duet.asr.decoding import DecodingSettings, set_decoding
 from duet.asr.inference import AsrInputError, load_asr_model, load_audio
+from duet.asr.onnx_engine import load_onnx_model
 from duet.asr.streaming import STREAM_PIECE_SECONDS, StreamingSession, check_streaming_model, streaming_report
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
 from slm.generate import load_model, respond
@@ -128,15 +129,18 @@ class VoicePipeline:
 
     @classmethod
     def load(cls, asr_path: str | Path, slm_path: str | Path, asr_decoding: DecodingSettings | None = None,
-             stream: bool = False, **kwargs) -> tuple["VoicePipeline", float]:
+             stream: bool = False, engine: str = "torch", int8: bool = False, **kwargs) -> tuple["VoicePipeline", float]:
         """Load both models (CPU or the first GPU); returns the pipeline and the seconds it took.
+
+        ``engine="onnx"``: the ASR model is the export of ``asr_path`` by tools/export_onnx.py (its int8 graph with
+        ``int8``), run by ONNX Runtime on CPU (``duet.asr.onnx_engine``); offline only.
 
         The ASR model is set to ``asr_decoding`` (default greedy) and, with ``stream``, checked to be a
         streaming model before the language model loads: bad settings fail fast with
         ``DecodingInputError`` / ``StreamingModelError``.
         """
         start = time.perf_counter()
-        asr_model = load_asr_model(asr_path)
+        asr_model = load_onnx_model(asr_path, int8=int8) if engine == "onnx" else load_asr_model(asr_path)
         asr_decoding = set_decoding(asr_model, asr_decoding or DecodingSettings())
         if stream:
             check_streaming_model(asr_model)

@@ -13,6 +13,7 @@ from duet.asr.decoding import DecodingInputError
 from duet.cli_args import (
     DECODING_OPTIONS,
     add_decoding_arguments,
+    add_engine_argument,
     decoding_settings_from_args,
     offline_batching_from_args,
 )
@@ -30,10 +31,12 @@ BATCHING_OPTIONS = {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--ma
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
-    """``--asr-model``, ``--slm-model``, ``--asr-batch-size`` and ``--max-chunk-seconds`` (``streaming``: the
-    script also has ``--stream``, which the batch options do not go with)."""
+    """``--asr-model``, ``--engine``, ``--int8``, ``--slm-model``, ``--asr-batch-size`` and ``--max-chunk-seconds``
+    (``streaming``: the script also has ``--stream``, which the batch options do not go with)."""
     not_streaming = "; not with --stream" if streaming else ""
     parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
+    add_engine_argument(parser, "--asr-model")
+    parser.add_argument("--int8", action="store_true", help="--engine onnx: the export's int8 graph")
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
     parser.add_argument("--asr-batch-size", type=int, default=None,
                         help=f"pieces of audio per ASR batch (default: {DEFAULT_BATCHING.batch_size}{not_streaming})")
@@ -98,6 +101,8 @@ def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
 
     Bad language-model options fail before anything loads, named by their flag."""
     stream = getattr(args, "stream", False)
+    if args.int8 and args.engine != "onnx":
+        raise DuetError("--int8 needs --engine onnx (int8 is the ONNX export's graph)")
     try:
         generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
     except GenerationSettingsError as e:
@@ -107,4 +112,5 @@ def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
     batching = offline_batching_from_args(args, DEFAULT_BATCHING, BATCHING_OPTIONS, streaming=stream)
     return VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
                               max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
-                              asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream)
+                              asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream,
+                              engine=args.engine, int8=args.int8)

@@ -18,6 +18,9 @@ Usage:
   python nemo_recipes/evaluate_ctc.py --model base.nemo --manifest manifests/test-clean.json --decoding beam_lm \
       --lm experiments/lm/train-clean_token6.arpa --alpha 0.3 --beta 2.0
 
+  # ONNX Runtime on the export of tools/export_onnx.py (base_onnx/ beside base.nemo), here its int8 graph
+  python nemo_recipes/evaluate_ctc.py --model base.nemo --engine onnx --int8 --manifest manifests/test-clean.json
+
   # cache-aware streaming (a model trained with configs/fastconformer_small_streaming.yaml): chunk by chunk,
   # the summary adds look-ahead, chunk length and the median/max compute time per chunk
   python nemo_recipes/evaluate_ctc.py --model streaming.nemo --manifest manifests/test-clean.json --stream
@@ -44,8 +47,9 @@ from pathlib import Path
 
 from duet.asr import decoding, evaluate, inference, scoring, streaming
 from duet.asr.batching import OfflineBatching
-from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
-                           offline_batching_from_args)
+from duet.asr.onnx_engine import load_onnx_model
+from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument,
+                           decoding_settings_from_args, offline_batching_from_args)
 from duet.errors import DuetError, cli
 from duet.io import expand_audio_paths
 
@@ -54,14 +58,17 @@ DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, type=Path, help="a .nemo checkpoint")
+    parser.add_argument("--model", required=True, type=Path,
+                        help="a .nemo checkpoint (with --engine onnx also its export folder)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--manifest", type=Path, help="NeMo manifest with audio_filepath, duration, text")
     source.add_argument("--audio", nargs="+", type=Path,
                         help="audio files or folders of them (recursive) to transcribe (no scoring)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where results go (default: beside the manifest's name under results/)")
     parser.add_argument("--prefix", default="eval", help="output file prefix (default: eval)")
-    parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU)")
+    parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU); "
+                        "with --engine onnx the export's int8 graph")
+    add_engine_argument(parser)
     add_batching_arguments(parser, batch_size=DEFAULT_BATCHING.batch_size, streaming=True)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
@@ -85,11 +92,11 @@ def main(argv=None) -> int:
         raise DuetError("--word-timestamps goes with --manifest (--audio prints text lines)")
     if args.audio:
         args.audio = expand_audio_paths(args.audio)
-    model = inference.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
+    model = load_model(args)
     if args.stream:
         streaming.check_streaming_model(model)
     decoding.set_decoding(model, settings)
-    if args.int8:
+    if args.int8 and args.engine == "torch":
         inference.quantize_linear_int8(model)
     if args.audio:
         return transcribe_only(model, args, batching)
@@ -98,7 +105,7 @@ def main(argv=None) -> int:
     else:
         scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
                                              workers=batching.workers, words=args.word_timestamps is not False)
-    scored.summary.update(model=str(args.model), int8=args.int8, decoding=settings.describe())
+    scored.summary.update(model=str(args.model), engine=args.engine, int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)
     print(scoring.format_examples(scored.records, args.show))
@@ -113,6 +120,16 @@ def main(argv=None) -> int:
         st = s["streaming"]
         print(f"evaluate_ctc: streaming: {streaming.describe_report(st)} over {st['chunks']} chunks")
     return 0
+
+
+def load_model(args):
+    """The NeMo model (``--engine torch``) or its ONNX export (``--engine onnx``, CPU, offline only)."""
+    if args.engine == "torch":
+        return inference.load_asr_model(args.model, device="cpu" if args.int8 else args.device)
+    for flag, given in (("--stream", args.stream), ("--device", args.device), ("--workers", args.workers)):
+        if given:
+            raise DuetError(f"{flag} is not used with --engine onnx (ONNX Runtime on CPU, offline batches, its own threads)")
+    return load_onnx_model(args.model, int8=args.int8)
 
 
 def transcribe_only(model, args, batching: OfflineBatching) -> int:

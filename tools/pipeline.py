@@ -19,6 +19,8 @@ Usage:
   # a live source: "-" reads raw 16 kHz mono signed 16-bit little-endian PCM from standard input as it arrives
   sox talk.flac -t raw -r 16000 -c 1 -b 16 -e signed - | python tools/pipeline.py --stream --asr-model m.nemo -
   arecord -f S16_LE -r 16000 -c 1 -t raw | python tools/pipeline.py --stream --asr-model m.nemo -
+  # ASR through ONNX Runtime: the export of tools/export_onnx.py in <stem>_onnx/ beside the .nemo (--int8: its int8 graph)
+  python tools/pipeline.py talk.flac --engine onnx --int8
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (DEFAULT_ASR_MODEL and DEFAULT_SLM_MODEL
 in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
     if args.asr_batch_size is not None and args.asr_batch_size < 1:
         parser.error(f"--asr-batch-size must be >= 1, got {args.asr_batch_size}")
+    if args.engine == "onnx" and args.stream:
+        parser.error("--stream is not used with --engine onnx (the ONNX export decodes offline)")
     if args.speak and args.speak.is_dir():
         parser.error(f"--speak {args.speak} is a folder: give the WAV file to write")
     if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading

@@ -28,7 +28,7 @@ from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
 __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_workers", "decode_texts",
-           "decoding_processes", "load_asr_model", "load_audio", "quantize_linear_int8", "set_front_end_chunking",
+           "decoding_processes", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",
            "transcribe_audio", "transcribe_files"]
 
 #: Turns one padded batch's CTC log-probabilities ``(model, log_probs [B, T, V], lengths [B])`` into one result per
@@ -180,13 +180,19 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     In one process, ``readers`` threads read the next batch while the current one is decoded (libsndfile
     decodes outside the GIL), so at most two batches of audio are held; forked workers read their own batches.
     """
-    device = next(model.parameters()).device
-    on_cpu = device.type == "cpu"
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    workers = decoding_processes(len(batches), workers) if on_cpu else 1
     decode = decode or decode_texts
     texts: list = [""] * len(lengths)
+    if hasattr(model, "log_probs"):
+        # an engine with its own threads (duet.asr.onnx_engine.OnnxCtcModel: ONNX Runtime's intra-op pool
+        # spreads each batch over the cores), so no forked workers and no torch layout to set
+        _decode_in_order(batches, read, readers, lambda audios: decode(model, *model.log_probs(audios)), texts,
+                         progress)
+        return texts
+    device = next(model.parameters()).device
+    on_cpu = device.type == "cpu"
+    workers = decoding_processes(len(batches), workers) if on_cpu else 1
     was_training = model.training
     model.eval()
     if on_cpu:
@@ -205,11 +211,8 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
                     for i, text in zip(batch, hyps):
                         texts[i] = text
         else:
-            for batch, audios in tqdm(_read_ahead(batches, read, readers), total=len(batches), desc="transcribe",
-                                      unit="batch", disable=not progress):
-                for i, text in zip(batch, _decode_batch(model, audios, decode)):
-                    texts[i] = text
-                del audios  # before the generator reads the batch after next
+            _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios, decode), texts,
+                             progress)
     finally:
         if on_cpu:
             set_front_end_chunking(model, None)
@@ -219,6 +222,26 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
             model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
+
+
+def _decode_in_order(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int,
+                     decode: Callable[[list[np.ndarray]], list], texts: list, progress: bool) -> None:
+    """``texts[i]`` (the result ``decode`` gives item ``i``) for every item of ``batches``, decoded batch by batch
+    in this process while the next is read."""
+    for batch, audios in tqdm(_read_ahead(batches, read, readers), total=len(batches), desc="transcribe",
+                              unit="batch", disable=not progress):
+        for i, text in zip(batch, decode(audios)):
+            texts[i] = text
+        del audios  # before the generator reads the batch after next
+
+
+def pad_batch(audios: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``audios`` zero-padded into one [B, T] float tensor, and their lengths."""
+    lengths = torch.tensor([len(a) for a in audios], dtype=torch.long)
+    signal = torch.zeros(len(audios), int(lengths.max()))
+    for row, audio in enumerate(audios):
+        signal[row, : len(audio)] = torch.from_numpy(audio)
+    return signal, lengths
 
 
 def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int
@@ -241,10 +264,7 @@ def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> 
     with torch.inference_mode():
         if device.type == "cpu":
             set_front_end_chunking(model, len(audios))
-        lengths = torch.tensor([len(a) for a in audios], dtype=torch.long)
-        signal = torch.zeros(len(audios), int(lengths.max()))
-        for row, audio in enumerate(audios):
-            signal[row, : len(audio)] = torch.from_numpy(audio)
+        signal, lengths = pad_batch(audios)
         log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
                                                   input_signal_length=lengths.to(device))
         return decode(model, log_probs, encoded_len)

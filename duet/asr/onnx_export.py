@@ -1,0 +1,241 @@
+"""Export a NeMo CTC ``.nemo`` to an ONNX folder that ``duet.asr.onnx_engine.OnnxCtcModel`` runs.
+
+What goes in the folder (written under a temporary name and renamed into place, so a failed export leaves
+nothing behind, and an earlier export stays until the new one is complete):
+
+- ``model.onnx``: encoder + CTC head by NeMo's own exporter (``model.export``, the TorchScript-based
+  ``torch.onnx.export``, opset 17), inputs ``audio_signal`` [B, features, T] and ``length`` [B], dynamic
+  batch and time; output ``logprobs`` [B, T', vocabulary + blank].
+- ``model.int8.onnx`` (``int8``): ONNX Runtime's quantisation of it (``Int8Method``; dynamic by default,
+  see RESULTS.md for the measured choice).
+- ``tokenizer.model``: the SentencePiece model, for NeMo's ``CTCBPEDecoding``.
+- ``metadata.json``: the preprocessor config (features are computed outside the graph), the subsampling
+  arithmetic of the encoder, the vocabulary, the decoding config, and the parity check.
+
+The parity check: greedy transcripts of a few files through PyTorch (``duet.asr.inference``) and through the
+exported graph, in one padded batch; an fp32 graph that disagrees is an error, int8 differences are counted
+into the metadata and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from duet.asr.inference import load_asr_model, load_audio, pad_batch, transcribe_audio
+from duet.asr.onnx_engine import FORMAT, GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError
+from duet.errors import first_line
+from duet.io import write_text_atomic
+
+INT8_METHODS = ("dynamic", "static")
+OPSET = 17
+
+
+@dataclass(frozen=True)
+class OnnxExportSettings:
+    """How to export. ``int8_method``: ``dynamic`` (weights int8, activations quantised per batch at run time)
+    or ``static`` (activation ranges calibrated on the check files, QDQ format)."""
+
+    int8: bool = False
+    int8_method: str = "dynamic"
+    # the operators quantised: the encoder's matrix products (attention, feed-forward, the CTC head); ORT's
+    # integer convolutions were slower than fp32 ones on this CPU (RESULTS.md)
+    int8_ops: tuple[str, ...] = ("MatMul",)
+
+    def validate(self) -> None:
+        if self.int8_method not in INT8_METHODS:
+            raise OnnxExportError(f"unknown int8 method {self.int8_method!r}; choose from {INT8_METHODS}")
+
+
+@dataclass
+class ExportReport:
+    folder: Path
+    graphs: dict[str, str]
+    parity: dict = field(default_factory=dict)  # files, transcripts differing per graph, max log-prob difference
+
+
+def check_exportable(model, nemo_path: Path) -> dict:
+    """The subsampling arithmetic of ``model``'s encoder (for the encoded lengths outside the graph).
+
+    Only what ``OnnxCtcModel`` can rebuild is exported: a SentencePiece (BPE) CTC model whose encoder
+    subsamples with NeMo's ``ConvSubsampling`` and no further time reduction; anything else is an error naming
+    the file.
+    """
+    from nemo.collections.common.tokenizers import SentencePieceTokenizer  # deferred with NeMo itself
+
+    if not isinstance(getattr(model, "tokenizer", None), SentencePieceTokenizer):
+        raise OnnxExportError(f"{nemo_path}: only SentencePiece (BPE) CTC models are exported")
+    pre_encode = getattr(model.encoder, "pre_encode", None)
+    keys = ("_left_padding", "_right_padding", "_kernel_size", "_stride", "_ceil_mode", "_sampling_num")
+    if not all(hasattr(pre_encode, k) for k in keys) or getattr(model.encoder, "reduction_subsampling", None):
+        raise OnnxExportError(f"{nemo_path}: the encoder's subsampling ({type(pre_encode).__name__}) is not "
+                              "NeMo's ConvSubsampling without time reduction; its lengths cannot be rebuilt")
+    return {"all_paddings": pre_encode._left_padding + pre_encode._right_padding,
+            "kernel_size": pre_encode._kernel_size, "stride": pre_encode._stride,
+            "ceil_mode": bool(pre_encode._ceil_mode), "repeat_num": pre_encode._sampling_num,
+            "factor": int(pre_encode.subsampling_factor)}
+
+
+def quantize_int8(fp32_graph: Path, int8_graph: Path, settings: OnnxExportSettings,
+                  calibration: Sequence[dict[str, np.ndarray]] = ()) -> None:
+    """ONNX Runtime's int8 quantisation of ``fp32_graph`` into ``int8_graph`` (``settings.int8_method``).
+
+    ``static`` calibrates activation ranges (min/max) on ``calibration``: graph feeds, one dict per batch.
+    """
+    prepared = int8_graph.with_name(int8_graph.stem + ".prep.onnx")
+    # ORT's recommended first step (graph optimisation and ONNX shape inference, so more nodes quantise); its
+    # symbolic shape inference gives up on NeMo's graph ("Incomplete symbolic shape inference"), hence skipped
+    quant_pre_process(str(fp32_graph), str(prepared), skip_symbolic_shape=True)
+    try:
+        if settings.int8_method == "dynamic":
+            quantize_dynamic(str(prepared), str(int8_graph), op_types_to_quantize=list(settings.int8_ops),
+                             weight_type=QuantType.QInt8)
+            return
+
+        class Feeds(CalibrationDataReader):
+            def __init__(self):
+                self.feeds = iter(calibration)
+
+            def get_next(self):
+                return next(self.feeds, None)
+
+        # QUInt8 activations, QInt8 weights: ORT's advice for x86 CPUs
+        quantize_static(str(prepared), str(int8_graph), Feeds(), quant_format=QuantFormat.QDQ,
+                        op_types_to_quantize=list(settings.int8_ops), activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+    finally:
+        prepared.unlink(missing_ok=True)
+
+
+def export_onnx(nemo_path: str | Path, out_dir: str | Path, check_audio: Sequence[str | Path],
+                settings: OnnxExportSettings = OnnxExportSettings()) -> ExportReport:
+    """Export ``nemo_path`` into ``out_dir`` (see the module docstring); ``check_audio``: the parity-check files
+    (also the calibration data of ``static`` int8)."""
+    settings.validate()
+    nemo_path, out_dir = Path(nemo_path), Path(out_dir)
+    if out_dir.exists() and not (out_dir / METADATA).is_file() and any(out_dir.iterdir()):
+        raise OnnxExportError(f"{out_dir} exists and is not an ONNX export folder: give another OUT_DIR")
+    if not check_audio:
+        raise OnnxExportError("the parity check needs at least one audio file")
+    model = load_asr_model(nemo_path, device="cpu")
+    subsampling = check_exportable(model, nemo_path)
+    sample_rate = int(model.cfg.sample_rate)
+    audios = [load_audio(path, sample_rate) for path in check_audio]
+    # before the export: NeMo's export preparation changes modules in place
+    torch_texts = transcribe_audio(model, audios, batch_size=len(audios), workers=1)
+    torch_log_probs = _torch_log_probs(model, audios)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes 0700; the folder gets what an ordinary mkdir would
+    try:
+        graphs = {"fp32": GRAPHS["fp32"]}
+        try:
+            model.export(str(staging / GRAPHS["fp32"]), onnx_opset_version=OPSET)
+        except Exception as e:  # torch.onnx raises many types (TorchExportError, RuntimeError, ...); say which
+            raise OnnxExportError(f"{nemo_path}: NeMo's ONNX export failed ({first_line(e)})") from e
+        (staging / TOKENIZER).write_bytes(model.tokenizer.tokenizer.serialized_model_proto())
+        metadata = {
+            "format": FORMAT,
+            "source_model": str(nemo_path),
+            "sample_rate": sample_rate,
+            "preprocessor": _plain(model.cfg.preprocessor),
+            "subsampling": subsampling,
+            "vocabulary": list(model.decoder.vocabulary),
+            "blank_id": len(model.decoder.vocabulary),
+            "decoding": _plain(model.cfg.decoding),
+            "graphs": graphs,
+            "opset": OPSET,
+        }
+        _write_metadata(staging, metadata)
+        if settings.int8:
+            features, feature_lengths = OnnxCtcModel(staging).features(audios)
+            calibration = [{"audio_signal": features[i : i + 1, :, : int(n)].numpy(),
+                            "length": feature_lengths[i : i + 1].numpy().astype(np.int64)}
+                           for i, n in enumerate(feature_lengths)]
+            quantize_int8(staging / GRAPHS["fp32"], staging / GRAPHS["int8"], settings, calibration)
+            graphs["int8"] = GRAPHS["int8"]
+            metadata["int8"] = {"method": settings.int8_method, "ops": list(settings.int8_ops)}
+            _write_metadata(staging, metadata)
+        parity = parity_check(staging, check_audio, audios, torch_texts, torch_log_probs)
+        if parity["fp32"]["transcripts_differ"]:
+            raise OnnxExportError(f"{nemo_path}: the ONNX graph's greedy transcripts differ from PyTorch's on "
+                                  f"{parity['fp32']['transcripts_differ']} of {len(audios)} files; nothing written")
+        metadata["parity"] = parity
+        _write_metadata(staging, metadata)
+        _replace_folder(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportReport(out_dir, graphs, parity)
+
+
+def _torch_log_probs(model, audios):
+    """PyTorch's log-probs of ``audios`` in one zero-padded batch."""
+    signal, lengths = pad_batch(audios)
+    with torch.inference_mode():
+        return model.forward(input_signal=signal, input_signal_length=lengths)[0]
+
+
+def parity_check(folder: Path, paths, audios, torch_texts: list[str], torch_log_probs) -> dict:
+    """Greedy transcripts of each graph in ``folder`` against PyTorch's, and the largest log-prob difference."""
+    result = {"files": [str(p) for p in paths], "torch_transcripts": torch_texts}
+    for precision in read_graphs(folder):
+        onnx_model = OnnxCtcModel(folder, int8=precision == "int8")
+        texts = transcribe_audio(onnx_model, audios, batch_size=len(audios))
+        log_probs, lengths = onnx_model.log_probs(audios)
+        valid = torch.arange(log_probs.shape[1])[None, :] < lengths[:, None]  # padding frames do not count
+        diff = (log_probs - torch_log_probs).abs()[valid]
+        result[precision] = {"transcripts_differ": sum(a != b for a, b in zip(texts, torch_texts)),
+                             "max_abs_log_prob_diff": float(diff.max()) if diff.numel() else 0.0}
+    return result
+
+
+def read_graphs(folder: Path) -> dict[str, str]:
+    return json.loads((folder / METADATA).read_text(encoding="utf-8"))["graphs"]
+
+
+def _plain(cfg) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _write_metadata(folder: Path, metadata: dict) -> None:
+    write_text_atomic(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
+
+
+def _replace_folder(staging: Path, out_dir: Path) -> None:
+    """Move the finished ``staging`` folder to ``out_dir``; an earlier export there goes only once the new one is in."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out_dir, old)
+    os.replace(staging, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_summary(report: ExportReport) -> str:
+    """One line per graph: file, size, transcripts differing from PyTorch's, largest log-prob difference."""
+    lines = []
+    n = len(report.parity.get("files", []))
+    for precision, name in report.graphs.items():
+        p = report.parity[precision]
+        size = (report.folder / name).stat().st_size / 1e6
+        lines.append(f"{precision}: {report.folder / name} ({size:.1f} MB), greedy transcripts differing from "
+                     f"PyTorch's: {p['transcripts_differ']}/{n}, max |log-prob diff| {p['max_abs_log_prob_diff']:.2g}")
+    return "\n".join(lines)
+
+

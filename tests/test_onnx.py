@@ -1,0 +1,158 @@
+"""ONNX export and engine (duet.asr.onnx_export, duet.asr.onnx_engine, tools/export_onnx.py, --engine onnx):
+the micro model exported once, its transcripts against PyTorch's, greedy and beam (+ LM)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from duet.asr.decoding import DecodingSettings
+from duet.asr.inference import transcribe_files
+from duet.asr.onnx_engine import GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError, load_onnx_model
+from duet.text import normalize_text
+from tests.asr_helpers import transcripts_with
+from tests.test_pipeline import cli, fake_slm, speech_file  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_script(relative: str):
+    spec = importlib.util.spec_from_file_location(Path(relative).stem + "_cli", REPO / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def micro_export(micro_model_and_manifest, tmp_path_factory):
+    """The micro model exported with an int8 graph into ``micro_onnx/`` beside a copy of its .nemo (where
+    --engine onnx looks); returns (the .nemo copy, the export folder)."""
+    from duet.asr.onnx_export import OnnxExportSettings, export_onnx
+
+    _, model_path, _, entries = micro_model_and_manifest
+    root = tmp_path_factory.mktemp("onnx")
+    nemo = root / "micro.nemo"
+    shutil.copy(model_path, nemo)
+    folder = root / "micro_onnx"
+    export_onnx(nemo, folder, [e["audio_filepath"] for e in entries[:4]], OnnxExportSettings(int8=True))
+    return nemo, folder
+
+
+def paths_of(entries) -> list[str]:
+    return [e["audio_filepath"] for e in entries]
+
+
+def test_onnx_greedy_transcripts_equal_pytorch(micro_model_and_manifest, micro_export):
+    model, _, _, entries = micro_model_and_manifest
+    _, folder = micro_export
+    torch_texts = transcribe_files(model, paths_of(entries), batch_size=3)
+    assert any(torch_texts), "random weights should emit some tokens"
+    # batches of 3 over 7 files: padding inside batches, and a batch of one
+    assert transcribe_files(OnnxCtcModel(folder), paths_of(entries), batch_size=3) == torch_texts
+
+
+def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manifest, micro_export):
+    model, _, _, _ = micro_model_and_manifest
+    nemo, folder = micro_export
+    assert {p.name for p in folder.iterdir()} == {METADATA, TOKENIZER, GRAPHS["fp32"], GRAPHS["int8"]}
+    metadata = json.loads((folder / METADATA).read_text())
+    assert metadata["vocabulary"] == list(model.decoder.vocabulary) and metadata["blank_id"] == 40
+    assert metadata["sample_rate"] == 16000 and metadata["source_model"] == str(nemo)
+    assert metadata["preprocessor"]["features"] == model.cfg.preprocessor.features
+    assert metadata["subsampling"]["factor"] == model.encoder.pre_encode.subsampling_factor
+    assert metadata["graphs"] == {"fp32": GRAPHS["fp32"], "int8": GRAPHS["int8"]}
+    assert metadata["int8"]["method"] == "dynamic"
+    parity = metadata["parity"]
+    assert len(parity["files"]) == 4 and parity["fp32"]["transcripts_differ"] == 0
+    assert parity["fp32"]["max_abs_log_prob_diff"] < 1e-3
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")], "staging folder left behind"
+
+
+def test_int8_graph_loads_and_transcribes(micro_model_and_manifest, micro_export):
+    _, _, _, entries = micro_model_and_manifest
+    nemo, folder = micro_export
+    int8 = load_onnx_model(nemo, int8=True)
+    assert int8.precision == "int8"
+    texts = transcribe_files(int8, paths_of(entries))
+    assert len(texts) == len(entries) and any(texts)
+
+
+def test_beam_and_beam_lm_on_onnx_log_probs_equal_the_torch_engine(micro_model_and_manifest, micro_token_lm,
+                                                                    micro_export):
+    model, _, _, entries = micro_model_and_manifest
+    onnx_model = OnnxCtcModel(micro_export[1])
+    paths = paths_of(entries)
+    for settings in (DecodingSettings("beam", beam_size=4, beta=1.0),
+                     DecodingSettings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)):
+        assert transcripts_with(onnx_model, settings, paths) == transcripts_with(model, settings, paths)
+
+
+def test_missing_export_corrupt_graph_and_missing_model_are_one_line_errors(micro_export, tmp_path):
+    nemo, folder = micro_export
+    with pytest.raises(OnnxExportError, match="no ONNX export in .*tools/export_onnx.py") as caught:
+        load_onnx_model(tmp_path / "other.nemo")
+    assert str(tmp_path / "other_onnx") in str(caught.value)
+    broken = tmp_path / "broken_onnx"
+    shutil.copytree(folder, broken)
+    (broken / GRAPHS["fp32"]).write_bytes(b"not a graph")
+    with pytest.raises(OnnxExportError, match="ONNX Runtime cannot load it") as caught:
+        load_onnx_model(broken)
+    assert str(broken / GRAPHS["fp32"]) in str(caught.value) and "\n" not in str(caught.value)
+    (broken / METADATA).write_text("{}")
+    with pytest.raises(OnnxExportError, match="not a duet-onnx-ctc metadata file"):
+        load_onnx_model(broken)
+
+
+def test_export_cli_errors_name_the_path(tmp_path, capsys):
+    export = load_script("tools/export_onnx.py")
+    assert export.main([str(tmp_path / "none.nemo")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("export_onnx: error: ") and str(tmp_path / "none.nemo") in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_export_refuses_a_folder_that_is_not_an_export(micro_export, tmp_path):
+    from duet.asr.onnx_export import export_onnx
+
+    nemo, _ = micro_export
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(OnnxExportError, match="is not an ONNX export folder"):
+        export_onnx(nemo, tmp_path, ["unused.flac"])
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_evaluate_cli_engine_onnx_scores_like_torch(micro_model_and_manifest, micro_export, tmp_path, capsys):
+    evaluate_ctc = load_script("nemo_recipes/evaluate_ctc.py")
+    model, _, manifest, entries = micro_model_and_manifest
+    nemo, _ = micro_export
+    out = tmp_path / "out"
+    code = evaluate_ctc.main(["--model", str(nemo), "--engine", "onnx", "--manifest", str(manifest),
+                              "--out-dir", str(out)])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    summary = json.loads((out / "eval_summary.json").read_text())
+    assert summary["engine"] == "onnx" and summary["int8"] is False
+    hyps = [json.loads(line)["hyp"] for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
+    assert hyps == [normalize_text(t) for t in transcribe_files(model, paths_of(entries))]
+    assert evaluate_ctc.main(["--model", str(nemo), "--engine", "onnx", "--manifest", str(manifest),
+                              "--stream"]) == 2
+    assert "--stream is not used with --engine onnx" in capsys.readouterr().err
+
+
+def test_pipeline_engine_onnx_answers_with_the_onnx_transcript(cli, fake_slm, micro_model_and_manifest,  # noqa: F811
+                                                               micro_export, speech_file, capfd):
+    model, _, _, _ = micro_model_and_manifest
+    nemo, _ = micro_export
+    code = cli.main([speech_file, "--asr-model", str(nemo), *fake_slm, "--engine", "onnx", "--int8", "--json"])
+    assert code == 0
+    result = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    int8_text = transcribe_files(load_onnx_model(nemo, int8=True), [speech_file])[0].strip()
+    assert int8_text, "random weights should emit some tokens"
+    assert result["transcript"] == int8_text and result["response"] == f"ok: {int8_text}"
+    with pytest.raises(SystemExit) as caught:  # argparse's parser.error
+        cli.main([speech_file, "--asr-model", str(nemo), *fake_slm, "--int8"])
+    assert caught.value.code == 2
+    assert "--int8 needs --engine onnx" in capfd.readouterr().err
