@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What word timestamps and per-word confidence cost evaluation: evaluate_manifest with and without them.
+r"""What word timestamps and per-word confidence cost evaluation: evaluate_manifest with and without them.
 
 Usage:
   python bench/asr_words_cost.py                          # bundled base checkpoint, test-clean + dev-clean
