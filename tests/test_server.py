@@ -7,6 +7,7 @@ memory, and driven with FastAPI's TestClient: no port, no network.
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import json
 import shutil
@@ -232,10 +233,10 @@ def test_a_full_queue_is_answered_503_and_the_server_recovers(pipeline, clips, m
     release, entered = threading.Event(), threading.Event()
     real = VoicePipeline.transcribe_segments
 
-    def held(self, audio):
+    def held(self, audio, words=True):
         entered.set()
         release.wait(30)
-        return real(self, audio)
+        return real(self, audio, words=words)
     monkeypatch.setattr(VoicePipeline, "transcribe_segments", held)
     with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
         first = pool.submit(client.post, "/v1/audio/transcriptions", files=upload(clips[0]))
@@ -322,6 +323,21 @@ def test_a_bad_stream_gets_an_error_message_and_is_closed(pipeline, send, messag
         assert client.get("/health").json()["status"] == "ok"
 
 
+def test_a_model_failure_in_a_stream_is_an_error_message_and_the_server_goes_on(pipeline, clips, monkeypatch):
+    broken = copy.copy(pipeline)
+    monkeypatch.setattr(broken, "transcribe", lambda audio: (_ for _ in ()).throw(RuntimeError("decoder broke\nmore")))
+    audio = load_audio(clips[0], SR)
+    with TestClient(create_app(broken, replace(SETTINGS, stream_interval=0.5))) as client:
+        with client.websocket_connect("/v1/stream") as ws:
+            for chunk in pcm16_chunks(audio):
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            message = ws.receive_json()
+        assert message == {"type": "error", "error": "internal error: decoder broke"}
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.post("/v1/respond", json={"text": "hello"}).status_code == 200
+
+
 def test_redecode_stream_decodes_the_whole_buffer_every_interval():
     decoded = []
 
@@ -372,7 +388,7 @@ def test_a_streaming_model_serves_the_websocket_chunk_by_chunk(pipeline, clips, 
     expected = transcribe_streaming(tiny_streaming_model, heard)[0].strip()
     assert expected, "the fixture model should say something, or the check below could not fail"
     for message in finals:
-        assert message["transcript"] == expected
+        assert message["transcript"] == expected and message["response"] == pipeline.respond(expected)
         assert message["stream"]["decoder"] == "cache-aware" and message["stream"]["chunks"] > 2
         assert message["stream"]["how"].startswith("cache-aware")
     # the offline model's own transcript differs: the answer must come from the streaming model's words

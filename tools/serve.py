@@ -78,13 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                               stream_interval=args.stream_interval,
                               streaming_asr_model=args.streaming_asr_model).validate()
     check_model_paths(args)
+    if args.streaming_asr_model and not Path(args.streaming_asr_model).is_file():
+        raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")
+    pipeline, load_s = load_pipeline(args)  # every option is checked before anything loads
     streaming_model = None
-    if args.streaming_asr_model:  # checked before minutes of loading the other two
-        if not Path(args.streaming_asr_model).is_file():
-            raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")
+    if args.streaming_asr_model:
         streaming_model = load_asr_model(args.streaming_asr_model)
         check_streaming_model(streaming_model)
-    pipeline, load_s = load_pipeline(args)
     pipeline.asr_workers = 1  # no forked decoding processes inside a threaded server
     print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model}, {pipeline.describe_asr_decoding()} decoding, "
           f"SLM {args.slm_model}); serving on http://{settings.host}:{settings.port}", flush=True)

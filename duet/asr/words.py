@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from duet.asr.inference import decode_texts, transcribe_audio, transcribe_files
+from duet.asr.inference import transcribe_audio, transcribe_files
 
 __all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
 
