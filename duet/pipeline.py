@@ -101,6 +101,16 @@ def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> 
     return chunks
 
 
+def speech_bounds(audio: np.ndarray, sample_rate: int, margin_s: float) -> tuple[int, int]:
+    """The sample range of ``audio`` from ``margin_s`` before its first sound to ``margin_s`` after its last (sound:
+    within ``PAUSE_DB`` of the peak), clipped to the recording; the whole range when nothing stands out."""
+    if len(audio) == 0:
+        return 0, 0
+    _, (start, end) = librosa.effects.trim(audio, top_db=PAUSE_DB, frame_length=1024, hop_length=256)
+    margin = int(margin_s * sample_rate)
+    return max(0, int(start) - margin), min(len(audio), int(end) + margin)
+
+
 class VoicePipeline:
     """Holds both loaded models; :meth:`run` processes one file and never raises for bad input.
 
@@ -108,13 +118,16 @@ class VoicePipeline:
     decoding.json it was read from, if any (both recorded in each result); ``generation`` is how the language
     model decodes; ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
     ``asr_workers``: the CPU processes a long recording's batches are decoded in (a server passes 1: forking a
-    process with threads running is unsafe).
+    process with threads running is unsafe). ``trim_silence_s``: the offline ASR hears only the recording from
+    this long before its first sound to this long after its last (None: all of it); models trained on clips with
+    little silence around them mis-hear long silences (RESULTS.md, "Silence around a recording").
     """
 
     def __init__(self, asr_model, slm_model, slm_tokenizer, generation: GenerationSettings = GenerationSettings(),
                  max_chunk_s: float = 20.0, asr_batch_size: int = 8,
                  asr_decoding: DecodingSettings | None = None, stream: bool = False,
-                 asr_decoding_source: str | None = None, asr_workers: int | None = None):
+                 asr_decoding_source: str | None = None, asr_workers: int | None = None,
+                 trim_silence_s: float | None = None):
         self.asr_model = asr_model
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
@@ -125,6 +138,9 @@ class VoicePipeline:
         self.asr_decoding_source = asr_decoding_source
         self.stream = stream
         self.asr_workers = asr_workers  # CPU decoding processes (transcribe_audio's workers; None: its default)
+        if trim_silence_s is not None and trim_silence_s < 0:
+            raise ValueError(f"trim_silence_s must be >= 0, got {trim_silence_s:g}")
+        self.trim_silence_s = trim_silence_s
         self.sample_rate = int(asr_model.cfg.sample_rate)
 
     @classmethod
@@ -172,14 +188,16 @@ class VoicePipeline:
     def transcribe_segments(self, audio: np.ndarray, words: bool = True) -> list[Segment]:
         """The pieces :func:`split_at_pauses` cuts ``audio`` into, each with its place, transcript and, with
         ``words``, its words (times from the start of ``audio``)."""
-        chunks = split_at_pauses(audio, self.sample_rate, self.max_chunk_s)
+        first, last = (0, len(audio)) if self.trim_silence_s is None else \
+            speech_bounds(audio, self.sample_rate, self.trim_silence_s)
+        chunks = split_at_pauses(audio[first:last], self.sample_rate, self.max_chunk_s)
         workers = {} if self.asr_workers is None else {"workers": self.asr_workers}
         if words:
             timed = transcribe_with_words(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
         else:
             texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
             timed = [TimedTranscript(text, None) for text in texts]
-        segments, begin = [], 0
+        segments, begin = [], first  # times stay from the start of ``audio``, silence cut or not
         for chunk, piece in zip(chunks, timed):
             end = begin + len(chunk)
             piece = piece.shifted(begin / self.sample_rate)  # the pieces are consecutive slices of ``audio``

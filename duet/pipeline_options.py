@@ -40,6 +40,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
     parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
     parser.add_argument("--asr-batch-size", type=int, default=None,
                         help=f"pieces of audio per ASR batch (default: {DEFAULT_BATCHING.batch_size}{not_streaming})")
+    parser.add_argument("--trim-silence", type=float, default=None, metavar="SECONDS",
+                        help="the ASR hears each recording from SECONDS before its first sound to SECONDS after its "
+                             f"last (e.g. 0.2; default: all of it{not_streaming}); see RESULTS.md, 'Silence around a "
+                             "recording'")
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
                         help=f"longest piece the ASR sees at once (default: {DEFAULT_BATCHING.max_chunk_seconds:g}"
                              f"{not_streaming})")
@@ -103,6 +107,9 @@ def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
     stream = getattr(args, "stream", False)
     if args.int8 and args.engine != "onnx":
         raise DuetError("--int8 needs --engine onnx (int8 is the ONNX export's graph)")
+    if args.trim_silence is not None and (args.trim_silence < 0 or stream):
+        raise DuetError(f"--trim-silence {args.trim_silence:g}: " + ("not used with --stream (a live stream is not "
+                        "trimmed)" if stream else "must be >= 0"))
     try:
         generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
     except GenerationSettingsError as e:
@@ -113,4 +120,4 @@ def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
     return VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
                               max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
                               asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream,
-                              engine=args.engine, int8=args.int8)
+                              engine=args.engine, int8=args.int8, trim_silence_s=args.trim_silence)

@@ -149,6 +149,26 @@ def test_speech_without_pauses_is_cut_hard_at_the_limit():
     assert [len(c) for c in chunks] == [10 * SR, 10 * SR, 5 * SR]
 
 
+def test_trim_silence_cuts_the_silence_around_a_recording_and_keeps_file_times(make_pipeline, tmp_path):
+    rng = np.random.default_rng(5)
+    t = np.arange(int(1.0 * SR)) / SR
+    speech = (0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
+    hiss = lambda seconds: (1e-4 * rng.standard_normal(int(seconds * SR))).astype(np.float32)  # about -80 dBFS
+    path = tmp_path / "padded.wav"
+    soundfile.write(path, np.concatenate([hiss(2.0), speech, hiss(3.0)]), SR)
+    whole, _ = make_pipeline()
+    trimmed, _ = make_pipeline(trim_silence_s=0.2)
+    kept = whole.run(path), trimmed.run(path)
+    assert len(whole.asr_model.audios[0]) == 6 * SR  # all of it, by default
+    heard = len(trimmed.asr_model.audios[0]) / SR
+    assert 1.3 <= heard <= 1.5, heard  # the 1 s of sound and 0.2 s either side (give or take a 16 ms hop)
+    words = kept[1].words
+    assert 1.7 <= words[0]["start"] <= 1.9 and words[-1]["end"] <= 3.3  # still seconds from the file's start
+    assert kept[0].transcript == kept[1].transcript
+    with pytest.raises(ValueError, match="trim_silence_s must be >= 0"):
+        make_pipeline(trim_silence_s=-1)
+
+
 def test_a_long_file_is_transcribed_in_chunks(make_pipeline, tmp_path):
     pipe, _ = make_pipeline(max_chunk_s=8.0)
     path = tmp_path / "long.flac"
@@ -267,6 +287,17 @@ def test_cli_refuses_bad_pipeline_options_before_loading(cli, model_args, monkey
     with pytest.raises(SystemExit) as exit_info:
         cli.main([str(tmp_path / "a.flac"), *model_args, *option])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err and loads == []
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--trim-silence", "-0.1"], "--trim-silence -0.1: must be >= 0"),
+    (["--trim-silence", "0.2", "--stream"], "--trim-silence 0.2: not used with --stream"),
+])
+def test_cli_refuses_a_bad_trim_silence_before_loading(cli, model_args, monkeypatch, tmp_path, capsys, option,
+                                                       message):
+    loads = stand_in_load(monkeypatch, None)
+    assert cli.main([str(tmp_path / "a.flac"), *model_args, *option]) == 2
+    assert message in capsys.readouterr().err and loads == []
 
 
 @pytest.mark.parametrize("audio, option", [(["-"], []), (["-", "a.flac"], ["--stream"])])
