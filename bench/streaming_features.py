@@ -29,11 +29,10 @@ import torch
 from duet import REPO_ROOT
 from duet.asr.inference import load_asr_model, load_audio
 from duet.asr.streaming import (
-    STREAM_PIECE_SECONDS,
     IncrementalFeatures,
     RunningFeatureNormalization,
-    StreamingSession,
     convert_to_streaming,
+    stream_transcribe,
     streaming_latency,
 )
 from duet.errors import DuetError, cli
@@ -90,12 +89,7 @@ def main(argv=None) -> int:
             model.preprocessor(input_signal=torch.from_numpy(audio)[None], length=torch.tensor([len(audio)]))
             whole_ms = 1000 * (time.perf_counter() - tic)
         feature_ms = chunk_feature_ms(model, audio)
-        session = StreamingSession(model)
-        piece = int(STREAM_PIECE_SECONDS * session.sample_rate)
-        partials = []
-        for start in range(0, len(audio), piece):
-            partials += session.feed(audio[start: start + piece])
-        partials += session.finish()
+        partials = list(stream_transcribe(model, audio))
         compute_ms = [1000 * p.compute_seconds for p in partials]
         print(f"| {path.name} | {len(audio) / 16000:.2f} | {len(partials)} | {whole_ms:.1f} | "
               f"{statistics.median(feature_ms):.1f} ({max(feature_ms):.1f}) | "

@@ -27,7 +27,8 @@ import numpy as np
 from duet.asr.decoding import DecodingSettings, set_decoding
 from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
 from duet.asr.onnx_engine import load_onnx_model
-from duet.asr.streaming import STREAM_PIECE_SECONDS, StreamingSession, check_streaming_model, streaming_report
+from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_model, session_partials,
+                                streaming_report)
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
@@ -215,20 +216,11 @@ class VoicePipeline:
         (``first_partial_s``, from the start of the ASR) and the audio it had consumed, look-ahead, chunk
         length and the median/max compute time per chunk.
         """
-        if isinstance(audio, np.ndarray):
-            piece = int(STREAM_PIECE_SECONDS * self.sample_rate)
-            samples = audio
-            audio = (samples[at: at + piece] for at in range(0, len(samples), piece))
+        pieces = audio_pieces(audio, self.sample_rate) if isinstance(audio, np.ndarray) else audio
         start = time.perf_counter()
         session = StreamingSession(self.asr_model)
-
-        def all_partials():
-            for piece in audio:
-                yield from session.feed(piece)
-            yield from session.finish()
-
         partials, first_partial_s = [], None
-        for partial in all_partials():
+        for partial in session_partials(session, pieces):
             if first_partial_s is None:
                 first_partial_s = time.perf_counter() - start
             partials.append(partial)

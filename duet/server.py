@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from duet.asr.inference import load_audio
-from duet.asr.streaming import StreamingSession, streaming_latency
+from duet.asr.streaming import StreamingSession, pcm16_samples, streaming_latency
 from duet.errors import AsrInputError, DuetError, first_line
 from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
@@ -514,7 +514,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                     data = message["bytes"]
                     if len(data) % 2:
                         raise RequestError(400, "audio: a binary message must hold whole 16-bit samples (PCM16 LE)")
-                    pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+                    pcm = pcm16_samples(data)
                     if decoder.samples + len(pcm) > limit:
                         raise RequestError(413, f"audio: the stream is longer than the limit of "
                                                 f"{settings.max_audio_seconds:g} s")

@@ -29,7 +29,7 @@ import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -486,12 +486,23 @@ def stream_transcribe(
     was_training = model.training
     try:
         session = StreamingSession(model, att_context_size)
-        piece = max(1, int(STREAM_PIECE_SECONDS * session.sample_rate))
-        for start in range(0, samples.size, piece):
-            yield from session.feed(samples[start: start + piece])
-        yield from session.finish()
+        yield from session_partials(session, audio_pieces(samples, session.sample_rate))
     finally:
         model.train(was_training)
+
+
+def audio_pieces(samples: np.ndarray, sample_rate: int,
+                 seconds: float = STREAM_PIECE_SECONDS) -> Iterator[np.ndarray]:
+    """``samples`` in consecutive pieces of ``seconds`` (the last may be shorter), as a live source delivers them."""
+    piece = max(1, int(seconds * sample_rate))
+    return (samples[start: start + piece] for start in range(0, len(samples), piece))
+
+
+def session_partials(session: StreamingSession, pieces: Iterable[np.ndarray]) -> Iterator[Partial]:
+    """Every partial of ``session`` as ``pieces`` arrive, then those of its end (the last is final)."""
+    for piece in pieces:
+        yield from session.feed(piece)
+    yield from session.finish()
 
 
 def pcm16_samples(data: bytes) -> np.ndarray:
