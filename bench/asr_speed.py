@@ -20,9 +20,10 @@ run, on the bundled sample (samples/LibriSpeech):
    model instance (same seed), so NeMo's never sees our changes; ours-fp32 and int8 transcripts are
    compared with NeMo's. Beside them, the same model exported by tools/export_onnx.py
    (``duet.asr.onnx_export``: NeMo's exporter, int8 by ONNX Runtime dynamic quantisation of the matrix
-   products) and run by ONNX Runtime with --threads intra-op threads (``duet.asr.onnx_engine``), fp32 and
-   int8, same files, same batching; then the CPU seconds of each ONNX stage (reading, features, graph,
-   CTC decoding) over one more pass.
+   products) and run by ONNX Runtime (``duet.asr.onnx_engine``), fp32 and int8, same files, same batching,
+   the same forked processes each with a one-thread session; and int8 once more in one process whose
+   session has --threads intra-op threads. Then the CPU seconds of each ONNX stage (reading, features,
+   graph, CTC decoding) over one more pass.
    Target: >= 2x (ours), >= 3x (ONNX int8). The figure is the median of --rounds interleaved rounds after one warm-up; the
    spread of the per-round speed-ups is printed too.
 2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path; and the
@@ -182,10 +183,13 @@ def onnx_export(nemo_path: Path, out: Path, check_audio: list[str]) -> Path:
 
 def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path) -> dict:
     def nemo_texts(model):
-        return [h.text if hasattr(h, "text") else h for h in model.transcribe(paths)]
+        return [inference.hypothesis_text(h) for h in model.transcribe(paths)]
 
     def ours(model):
         return inference.transcribe_files(model, paths, args.batch_size)
+
+    def one_process(model):
+        return inference.transcribe_files(model, paths, args.batch_size, workers=1)
 
     int8 = inference.quantize_linear_int8(build_model(cfg, args.seed).eval())
     nemo_path = tmp / "fastconformer_small.nemo"
@@ -197,6 +201,8 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path)
         "ours_int8": (int8, ours),
         "onnx_fp32": (OnnxCtcModel(folder), ours),
         "onnx_int8": (OnnxCtcModel(folder, int8=True), ours),
+        # the same graph in this process, one session spreading each batch over --threads intra-op threads
+        "onnx_int8_threads": (OnnxCtcModel(folder, int8=True), one_process),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
     workers = inference.decoding_processes(-(-len(paths) // args.batch_size))
@@ -217,7 +223,7 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path)
                         "differ_from_nemo": sum(a != b for a, b in zip(texts[name], texts["nemo"])),
                         # rounds are interleaved, so each round's ratio compares settings under the same load
                         "round_speedups": [n / w for n, w in zip(walls["nemo"], walls[name])],
-                        "workers": workers if name.startswith("ours") else 1, "threads": threads}
+                        "workers": 1 if name in ("nemo", "onnx_int8_threads") else workers, "threads": threads}
     return result
 
 
@@ -332,16 +338,16 @@ def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int
     ours = f"{args.batch_size}, duration-sorted; {trans['ours_fp32']['workers']} process(es)"
     rows = [("NeMo `model.transcribe(paths)`", f"4, file order; {threads} thread(s)", "nemo"),
             ("ours fp32", ours, "ours_fp32"), ("ours int8 Linear", ours, "ours_int8"),
-            ("ONNX Runtime fp32", f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)", "onnx_fp32"),
-            ("ONNX Runtime int8 (dynamic, MatMul)", f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)",
-             "onnx_int8")]
+            ("ONNX Runtime fp32", ours, "onnx_fp32"), ("ONNX Runtime int8 (dynamic, MatMul)", ours, "onnx_int8"),
+            ("ONNX Runtime int8, one process", f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)",
+             "onnx_int8_threads")]
     for label, batching, key in rows:
         r = trans[key]
         differ = "-" if key == "nemo" else f"{r['differ_from_nemo']}/{n_files}"
         print(f"| {label} | {batching} | {r['rtfx_wall']:.1f} | {r['rtfx_cpu']:.1f} | "
               f"{r['rtfx_wall'] / nemo['rtfx_wall']:.2f}x / {r['rtfx_cpu'] / nemo['rtfx_cpu']:.2f}x | {differ} |")
     spread = ", ".join(f"{key} {min(trans[key]['round_speedups']):.2f}-{max(trans[key]['round_speedups']):.2f}x"
-                       for key in ("ours_fp32", "ours_int8", "onnx_fp32", "onnx_int8"))
+                       for key in ("ours_fp32", "ours_int8", "onnx_fp32", "onnx_int8", "onnx_int8_threads"))
     print(f"\nspeed-up (wall) per round: {spread}")
     for key, stages in trans["onnx_stages"].items():
         total = sum(t["cpu_s"] for t in stages.values())

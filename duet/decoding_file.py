@@ -32,8 +32,13 @@ class DecodingFileError(DuetError, ValueError):
 
 
 def decoding_file_for(model_path: str | os.PathLike) -> Path:
-    """Where a model's decoding.json is: in the folder that holds the model."""
-    return Path(model_path).parent / DECODING_FILE_NAME
+    """Where a model's decoding.json is: in the folder that holds the model. A model that is itself a folder (an
+    ONNX export) may hold its own; otherwise it shares the one beside it, where the ``.nemo`` it came from keeps
+    its file (the export's default place is ``<stem>_onnx/`` next to the ``.nemo``)."""
+    path = Path(model_path)
+    if path.is_dir() and (path / DECODING_FILE_NAME).is_file():
+        return path / DECODING_FILE_NAME
+    return path.parent / DECODING_FILE_NAME
 
 
 def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings) -> bool:

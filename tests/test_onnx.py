@@ -51,8 +51,13 @@ def test_onnx_greedy_transcripts_equal_pytorch(micro_model_and_manifest, micro_e
     _, folder = micro_export
     torch_texts = transcribe_files(model, paths_of(entries), batch_size=3)
     assert any(torch_texts), "random weights should emit some tokens"
-    # batches of 3 over 7 files: padding inside batches, and a batch of one
-    assert transcribe_files(OnnxCtcModel(folder), paths_of(entries), batch_size=3) == torch_texts
+    onnx_model = OnnxCtcModel(folder)
+    # batches of 3 over 7 files: padding inside batches, and a batch of one; in this process (one session, its
+    # intra-op threads) and in two forked workers (each opening its own one-thread session)
+    assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=1) == torch_texts
+    parent_session = onnx_model.session
+    assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=2) == torch_texts
+    assert onnx_model.session is parent_session, "only the workers replace their session"
 
 
 def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manifest, micro_export):
@@ -154,3 +159,31 @@ def test_pipeline_engine_onnx_answers_with_the_onnx_transcript(cli, fake_slm, mi
     assert result["transcript"] == int8_text and result["response"] == f"ok: {int8_text}"
     assert cli.main([speech_file, "--asr-model", str(nemo), *fake_slm, "--int8"]) == 2  # before anything loads
     assert "--int8 needs --engine onnx" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("subsampling, factor", [("dw_striding", 8), ("striding", 4)])
+def test_lean_subsampling_masks_leave_every_valid_frame_equal(subsampling, factor):
+    import torch
+    from nemo.collections.asr.parts.submodules.subsampling import ConvSubsampling
+
+    from duet.asr.onnx_export import LeanMaskedConvSequential, use_lean_subsampling_masks
+
+    torch.manual_seed(0)
+    pre_encode = ConvSubsampling(subsampling=subsampling, subsampling_factor=factor, feat_in=16, feat_out=24,
+                                 conv_channels=8, activation=torch.nn.ReLU()).eval()
+    lengths = torch.tensor([77, 64, 31, 9])  # odd and even: each stride leaves a different boundary
+    x = torch.randn(4, 77, 16)  # [B, T, F], as the encoder hands it over; the padding holds noise, not zeros
+    with torch.no_grad():
+        nemo_out, nemo_lengths = pre_encode(x, lengths)
+        model = type("Model", (), {"encoder": type("Encoder", (), {"pre_encode": pre_encode})()})()
+        assert use_lean_subsampling_masks(model) and isinstance(pre_encode.conv, LeanMaskedConvSequential)
+        lean_out, lean_lengths = pre_encode(x, lengths)
+    assert torch.equal(lean_lengths, nemo_lengths)
+    for row, n in enumerate(nemo_lengths.tolist()):
+        assert torch.equal(lean_out[row, :n], nemo_out[row, :n]), f"utterance {row} differs"
+    # the equality means something: with no masks at all, the noise in the padding reaches valid frames
+    with torch.no_grad():
+        unmasked = torch.nn.Sequential(*pre_encode.conv)(x.unsqueeze(1))
+        b, c, t, f = unmasked.shape
+        unmasked = pre_encode.out(unmasked.transpose(1, 2).reshape(b, t, -1))
+    assert any(not torch.equal(unmasked[row, :n], nemo_out[row, :n]) for row, n in enumerate(nemo_lengths.tolist()))

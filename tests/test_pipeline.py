@@ -276,17 +276,22 @@ def test_cli_refuses_bad_language_model_options_before_loading(cli, model_args, 
     assert err.startswith("pipeline: error: language model decoding:") and message in err and loads == []
 
 
-@pytest.mark.parametrize("option, message", [
-    (["--max-chunk-seconds", "0"], "--max-chunk-seconds must be > 0"),
-    (["--asr-batch-size", "0"], "--asr-batch-size must be >= 1"),
-    (["--speak", "."], "is a folder"),
-])
-def test_cli_refuses_bad_pipeline_options_before_loading(cli, model_args, monkeypatch, tmp_path, capsys,
-                                                         option, message):
+def test_cli_refuses_a_wav_path_that_is_a_folder_before_loading(cli, model_args, monkeypatch, tmp_path, capsys):
     loads = stand_in_load(monkeypatch, None)
     with pytest.raises(SystemExit) as exit_info:
-        cli.main([str(tmp_path / "a.flac"), *model_args, *option])
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err and loads == []
+        cli.main([str(tmp_path / "a.flac"), *model_args, "--speak", "."])
+    assert exit_info.value.code == 2 and "is a folder" in capsys.readouterr().err and loads == []
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--max-chunk-seconds", "0"], "--max-chunk-seconds must be > 0, got 0"),
+    (["--asr-batch-size", "0"], "--asr-batch-size must be 1 or more, got 0"),
+])
+def test_cli_refuses_bad_batching_options_before_loading(cli, model_args, monkeypatch, tmp_path, capsys, option,
+                                                         message):
+    loads = stand_in_load(monkeypatch, None)
+    assert cli.main([str(tmp_path / "a.flac"), *model_args, *option]) == 2
+    assert message in capsys.readouterr().err and loads == []
 
 
 @pytest.mark.parametrize("option, message", [
@@ -592,6 +597,17 @@ def saved_decoding(tmp_path):
     write_decoding_file(decoding_file_for(model), DecodingSettings("beam_lm", ngram_lm=str(lm), **SAVED))
     assert '"lm": "../lms/mine.arpa"' in decoding_file_for(model).read_text()  # relative to the file's folder
     return model, lm
+
+
+def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its_own(saved_decoding):
+    from duet.decoding_file import DECODING_FILE_NAME, decoding_file_for
+
+    model, _ = saved_decoding
+    export = model.with_name("mine_onnx")  # tools/export_onnx.py's default place, beside the .nemo
+    export.mkdir()
+    assert decoding_file_for(export) == decoding_file_for(model) == model.parent / DECODING_FILE_NAME
+    (export / DECODING_FILE_NAME).write_text("{}")
+    assert decoding_file_for(export) == export / DECODING_FILE_NAME
 
 
 def resolved(cli, argv):

@@ -13,7 +13,8 @@ Usage:
   python tools/pipeline.py talk.flac --asr-model base.nemo --engine onnx
 
 The encoder and CTC head go through NeMo's own exporter (``model.export``) as one graph with dynamic batch and
-time; the log-mel features are computed outside it by the model's own NeMo preprocessor, and metadata.json
+time (the 2-D subsampling keeps only the padding masks that a valid frame depends on: the same outputs with fewer
+operations, ``duet.asr.onnx_export.LeanMaskedConvSequential``); the log-mel features are computed outside it by the model's own NeMo preprocessor, and metadata.json
 beside the graph holds the preprocessor config, the encoder's subsampling, the vocabulary and the decoding
 config, so greedy, beam and beam + LM decoding all run on the ONNX log-probs. Before anything is written,
 the greedy transcripts of --check-audio (default: the first 8 files of the bundled sample's test-clean) through

@@ -110,10 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     if STDIN in args.audio and (not args.stream or len(args.audio) > 1):
         parser.error("- (raw PCM from standard input) needs --stream and no other audio")
     check_model_paths(args)
-    if args.max_chunk_seconds is not None and args.max_chunk_seconds <= 0:
-        parser.error(f"--max-chunk-seconds must be > 0, got {args.max_chunk_seconds:g}")
-    if args.asr_batch_size is not None and args.asr_batch_size < 1:
-        parser.error(f"--asr-batch-size must be >= 1, got {args.asr_batch_size}")
     if args.engine == "onnx" and args.stream:
         parser.error("--stream is not used with --engine onnx (the ONNX export decodes offline)")
     if args.speak and args.speak.is_dir():

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from duet.asr.inference import audio_length, load_audio
+from duet.asr.inference import audio_length, hypothesis_text, load_audio
 from duet.ngram import nemo_token_lm, read_lm_info
 from duet.errors import DuetError
 
@@ -156,5 +156,5 @@ def decode_log_probs(model, cached: CachedLogProbs) -> list[str]:
     texts = [""] * cached.n_files
     for batch, log_probs, lengths in cached.batches:
         for i, hyp in zip(batch, model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)):
-            texts[i] = hyp.text if hasattr(hyp, "text") else str(hyp)
+            texts[i] = hypothesis_text(hyp)
     return texts

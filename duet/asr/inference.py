@@ -6,7 +6,9 @@ convolution front end runs channels-last two utterances at a time (``set_front_e
 batches go to one-thread worker processes (``cpu_workers``) instead of splitting every small operation
 between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
 Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
-chose beam search) — is the model's own NeMo code. Scoring the transcripts: ``duet.asr.scoring``.
+chose beam search) — is the model's own NeMo code. An ONNX export (``duet.asr.onnx_engine``) goes through
+the same batching and worker processes, each worker with its own one-thread ONNX Runtime session.
+Scoring the transcripts: ``duet.asr.scoring``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
 __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_workers", "decode_texts",
-           "decoding_processes", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",
+           "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",
            "transcribe_audio", "transcribe_files"]
 
 #: Turns one padded batch's CTC log-probabilities ``(model, log_probs [B, T, V], lengths [B])`` into one result per
@@ -185,10 +187,10 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     decode = decode or decode_texts
     texts: list = [""] * len(lengths)
     if hasattr(model, "log_probs"):
-        # an engine with its own threads (duet.asr.onnx_engine.OnnxCtcModel: ONNX Runtime's intra-op pool
-        # spreads each batch over the cores), so no forked workers and no torch layout to set
-        _decode_in_order(batches, read, readers, lambda audios: decode(model, *model.log_probs(audios)), texts,
-                         progress)
+        # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out;
+        # its forked workers open their own one-thread sessions (_init_worker)
+        _decode_batches(model, batches, read, readers, decoding_processes(len(batches), workers), decode, texts,
+                        progress)
         return texts
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
@@ -200,19 +202,7 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
         # tensors (bench/asr_speed.py); only 4-D weights change layout, the transcripts are identical.
         model.to(memory_format=torch.channels_last)
     try:
-        if workers > 1:
-            # forked children inherit the model and the reader as they are (nothing is pickled but batch
-            # indices and texts); leaving the block joins them, so their CPU time shows in os.times()
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
-                                     initargs=(model, read, decode)) as pool:
-                done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
-                for future in tqdm(done, total=len(batches), desc="transcribe", unit="batch", disable=not progress):
-                    batch, hyps = future.result()  # a worker's exception (or death) is raised here
-                    for i, text in zip(batch, hyps):
-                        texts[i] = text
-        else:
-            _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios, decode), texts,
-                             progress)
+        _decode_batches(model, batches, read, readers, workers, decode, texts, progress)
     finally:
         if on_cpu:
             set_front_end_chunking(model, None)
@@ -222,6 +212,23 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
             model.to(memory_format=torch.contiguous_format)
         model.train(was_training)
     return texts
+
+
+def _decode_batches(model, batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int, workers: int,
+                    decode: BatchDecoder, texts: list, progress: bool) -> None:
+    """``texts[i]`` for every item of ``batches``: in ``workers`` forked processes, or in this one (``workers`` 1)."""
+    if workers == 1:
+        _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios, decode), texts, progress)
+        return
+    # forked children inherit the model and the reader as they are (nothing is pickled but batch indices and
+    # texts); leaving the block joins them, so their CPU time shows in os.times()
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
+                             initargs=(model, read, decode)) as pool:
+        done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
+        for future in tqdm(done, total=len(batches), desc="transcribe", unit="batch", disable=not progress):
+            batch, hyps = future.result()  # a worker's exception (or death) is raised here
+            for i, text in zip(batch, hyps):
+                texts[i] = text
 
 
 def _decode_in_order(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int,
@@ -259,7 +266,9 @@ def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], rea
 
 
 def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> list:
-    """One padded batch through the model and ``decode``."""
+    """One padded batch through the model (or an exported engine's ``log_probs``) and ``decode``."""
+    if hasattr(model, "log_probs"):
+        return decode(model, *model.log_probs(audios))
     device = next(model.parameters()).device
     with torch.inference_mode():
         if device.type == "cpu":
@@ -273,7 +282,13 @@ def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> 
 def decode_texts(model, log_probs: "torch.Tensor", lengths: "torch.Tensor") -> list[str]:
     """The transcripts of one batch with the model's current CTC decoding (the default :data:`BatchDecoder`)."""
     hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)
-    return [hyp.text if hasattr(hyp, "text") else str(hyp) for hyp in hyps]
+    return [hypothesis_text(hyp) for hyp in hyps]
+
+
+def hypothesis_text(hyp) -> str:
+    """The text of what NeMo's decoding or ``transcribe()`` returns per utterance: a ``Hypothesis`` or, from some
+    versions and strategies, a plain string."""
+    return hyp.text if hasattr(hyp, "text") else str(hyp)
 
 
 # A forked worker's model and audio reader, inherited from the parent (never pickled).
@@ -282,6 +297,9 @@ _worker_state: dict = {}
 
 def _init_worker(model, read, decode: BatchDecoder) -> None:
     torch.set_num_threads(1)
+    if hasattr(model, "use_threads"):
+        # an ONNX Runtime session's thread pool does not survive fork: the worker opens its own, one thread
+        model.use_threads(1)
     _worker_state.update(model=model, read=read, decode=decode)
 
 

@@ -112,7 +112,9 @@ class OnnxCtcModel:
         tokenizer_path = self.folder / TOKENIZER
         if not tokenizer_path.is_file():
             raise OnnxExportError(f"{tokenizer_path} not found: the export folder is incomplete, export it again")
+        self.graph = graph
         self.session = inference_session(graph, threads)
+        self._replaced_sessions: list = []
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_name = self.session.get_outputs()[0].name
         self.tokenizer = SentencePieceTokenizer(model_path=str(tokenizer_path))
@@ -128,6 +130,16 @@ class OnnxCtcModel:
         self.encoder = SimpleNamespace(subsampling_factor=self.metadata["subsampling"]["factor"])
         self.decoding = None
         self.change_decoding_strategy(self.cfg.decoding, verbose=False)
+
+    def use_threads(self, threads: int) -> None:
+        """Run the graph in a new session with ``threads`` intra-op threads.
+
+        ``duet.asr.inference`` calls it in each forked worker: the parent's session comes with its thread pool's
+        state but not its threads, so the child opens its own. The parent's is kept, never destroyed in the child
+        (its destructor would wait for pool threads that are not there).
+        """
+        self._replaced_sessions.append(self.session)
+        self.session = inference_session(self.graph, threads)
 
     def change_decoding_strategy(self, decoding_cfg, verbose: bool = True) -> None:
         """NeMo's CTC decoding (greedy_batch, beam_batch with an n-gram LM, ...) built from ``decoding_cfg``, as

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf, open_dict
 from tqdm import tqdm
 
 from duet.asr.evaluate import evaluate_manifest
-from duet.asr.inference import load_audio
+from duet.asr.inference import hypothesis_text, load_audio
 from duet.asr.scoring import Scored
 from duet.errors import AsrInputError
 from duet.io import atomic_path
@@ -175,10 +175,6 @@ def _pad_last_chunk(buffer, shifts: tuple[int, int], first_chunk: int) -> None:
     shortfall = min_frames - (size - last_start)
     if shortfall > 0:
         buffer.buffer = torch.nn.functional.pad(buffer.buffer, (0, shortfall))
-
-
-def _text(hyp) -> str:
-    return hyp.text if hasattr(hyp, "text") else str(hyp)
 
 
 def _first_and_next(value) -> tuple[int, int]:
@@ -397,7 +393,7 @@ class StreamingSession:
                 return_transcription=True,
             )
         self._caches = caches
-        partial = Partial(text=_text(texts[0]), chunk_index=self._step,
+        partial = Partial(text=hypothesis_text(texts[0]), chunk_index=self._step,
                           audio_seconds=round(audio_frames * self._stride_s, 3),
                           compute_seconds=time.perf_counter() - tic, is_final=is_final,
                           frame_labels=self._predictions[0].tolist())
