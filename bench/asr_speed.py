@@ -20,10 +20,10 @@ run, on the bundled sample (samples/LibriSpeech):
    model instance (same seed), so NeMo's never sees our changes; ours-fp32 and int8 transcripts are
    compared with NeMo's. Beside them, the same model exported by tools/export_onnx.py
    (``duet.asr.onnx_export``: NeMo's exporter, int8 by ONNX Runtime dynamic quantisation of the matrix
-   products) and run by ONNX Runtime (``duet.asr.onnx_engine``), fp32 and int8, same files, same batching,
-   the same forked processes each with a one-thread session; and int8 once more in one process whose
-   session has --threads intra-op threads. Then the CPU seconds of each ONNX stage (reading, features,
-   graph, CTC decoding) over one more pass.
+   products) and run by ONNX Runtime (``duet.asr.onnx_engine``) with --threads intra-op threads, fp32 and
+   int8, same files, same batching; and int8 once more in forked processes with a one-thread session each
+   (as ours; each opens its session per call). Then the CPU seconds of each ONNX stage (reading,
+   features, graph, CTC decoding) over one more pass.
    Target: >= 2x (ours), >= 3x (ONNX int8). The figure is the median of --rounds interleaved rounds after one warm-up; the
    spread of the per-round speed-ups is printed too.
 2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path; and the
@@ -188,9 +188,10 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path)
     def ours(model):
         return inference.transcribe_files(model, paths, args.batch_size)
 
-    def one_process(model):
-        return inference.transcribe_files(model, paths, args.batch_size, workers=1)
+    def forked(model):
+        return inference.transcribe_files(model, paths, args.batch_size, workers=workers)
 
+    workers = inference.decoding_processes(-(-len(paths) // args.batch_size))
     int8 = inference.quantize_linear_int8(build_model(cfg, args.seed).eval())
     nemo_path = tmp / "fastconformer_small.nemo"
     build_model(cfg, args.seed).save_to(str(nemo_path))
@@ -201,11 +202,10 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path)
         "ours_int8": (int8, ours),
         "onnx_fp32": (OnnxCtcModel(folder), ours),
         "onnx_int8": (OnnxCtcModel(folder, int8=True), ours),
-        # the same graph in this process, one session spreading each batch over --threads intra-op threads
-        "onnx_int8_threads": (OnnxCtcModel(folder, int8=True), one_process),
+        # the same graph in forked processes, each opening a one-thread session per call
+        "onnx_int8_forked": (OnnxCtcModel(folder, int8=True), forked),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}
-    workers = inference.decoding_processes(-(-len(paths) // args.batch_size))
     threads = torch.get_num_threads()
     for name, (model, run) in settings.items():  # warm-up: allocator, oneDNN kernels, layouts
         texts[name] = run(model)
@@ -223,7 +223,8 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path)
                         "differ_from_nemo": sum(a != b for a, b in zip(texts[name], texts["nemo"])),
                         # rounds are interleaved, so each round's ratio compares settings under the same load
                         "round_speedups": [n / w for n, w in zip(walls["nemo"], walls[name])],
-                        "workers": 1 if name in ("nemo", "onnx_int8_threads") else workers, "threads": threads}
+                        "workers": workers if name.startswith("ours") or name == "onnx_int8_forked" else 1,
+                        "threads": threads}
     return result
 
 
@@ -336,18 +337,18 @@ def print_tables(trans: dict, wers: dict, train: dict | None, args, n_files: int
     print("|---|---|---:|---:|---:|---:|")
     threads = torch.get_num_threads()
     ours = f"{args.batch_size}, duration-sorted; {trans['ours_fp32']['workers']} process(es)"
+    onnx = f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)"
     rows = [("NeMo `model.transcribe(paths)`", f"4, file order; {threads} thread(s)", "nemo"),
             ("ours fp32", ours, "ours_fp32"), ("ours int8 Linear", ours, "ours_int8"),
-            ("ONNX Runtime fp32", ours, "onnx_fp32"), ("ONNX Runtime int8 (dynamic, MatMul)", ours, "onnx_int8"),
-            ("ONNX Runtime int8, one process", f"{args.batch_size}, duration-sorted; {threads} intra-op thread(s)",
-             "onnx_int8_threads")]
+            ("ONNX Runtime fp32", onnx, "onnx_fp32"), ("ONNX Runtime int8 (dynamic, MatMul)", onnx, "onnx_int8"),
+            ("ONNX Runtime int8, forked one-thread sessions", ours, "onnx_int8_forked")]
     for label, batching, key in rows:
         r = trans[key]
         differ = "-" if key == "nemo" else f"{r['differ_from_nemo']}/{n_files}"
         print(f"| {label} | {batching} | {r['rtfx_wall']:.1f} | {r['rtfx_cpu']:.1f} | "
               f"{r['rtfx_wall'] / nemo['rtfx_wall']:.2f}x / {r['rtfx_cpu'] / nemo['rtfx_cpu']:.2f}x | {differ} |")
     spread = ", ".join(f"{key} {min(trans[key]['round_speedups']):.2f}-{max(trans[key]['round_speedups']):.2f}x"
-                       for key in ("ours_fp32", "ours_int8", "onnx_fp32", "onnx_int8", "onnx_int8_threads"))
+                       for key in ("ours_fp32", "ours_int8", "onnx_fp32", "onnx_int8", "onnx_int8_forked"))
     print(f"\nspeed-up (wall) per round: {spread}")
     for key, stages in trans["onnx_stages"].items():
         total = sum(t["cpu_s"] for t in stages.values())

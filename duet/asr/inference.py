@@ -7,7 +7,8 @@ batches go to one-thread worker processes (``cpu_workers``) instead of splitting
 between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
 Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
 chose beam search) — is the model's own NeMo code. An ONNX export (``duet.asr.onnx_engine``) goes through
-the same batching and worker processes, each worker with its own one-thread ONNX Runtime session.
+the same batching, in this process by default (ONNX Runtime's intra-op threads), in worker processes with a
+one-thread session each when ``workers`` says so.
 Scoring the transcripts: ``duet.asr.scoring``.
 """
 
@@ -187,10 +188,12 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     decode = decode or decode_texts
     texts: list = [""] * len(lengths)
     if hasattr(model, "log_probs"):
-        # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out;
-        # its forked workers open their own one-thread sessions (_init_worker)
-        _decode_batches(model, batches, read, readers, decoding_processes(len(batches), workers), decode, texts,
-                        progress)
+        # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out.
+        # By default its own session's intra-op threads share the cores: each forked worker would open a session
+        # of its own per call, 0.7-1.4 s of graph optimisation, which made a 4 s job 1.5x slower (RESULTS.md);
+        # workers only when asked for (a long job amortises it)
+        processes = 1 if workers is None else decoding_processes(len(batches), workers)
+        _decode_batches(model, batches, read, readers, processes, decode, texts, progress)
         return texts
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
