@@ -21,8 +21,8 @@ run, on the bundled sample (samples/LibriSpeech):
    compared with NeMo's. Beside them, the same model exported by tools/export_onnx.py
    (``duet.asr.onnx_export``: NeMo's exporter, int8 by ONNX Runtime dynamic quantisation of the matrix
    products) and run by ONNX Runtime (``duet.asr.onnx_engine``) with --threads intra-op threads, fp32 and
-   int8, same files, same batching; and int8 once more in forked processes with a one-thread session each
-   (as ours; each opens its session per call). Then the CPU seconds of each ONNX stage (reading,
+   int8, same files, same batching; and int8 once more in forked processes running a one-thread session
+   (as ours; opened once in the parent, inherited by each call's workers). Then the CPU seconds of each ONNX stage (reading,
    features, graph, CTC decoding) over one more pass.
    Target: >= 2x (ours), >= 3x (ONNX int8). The figure is the median of --rounds interleaved rounds after one warm-up; the
    spread of the per-round speed-ups is printed too.
@@ -202,7 +202,7 @@ def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path)
         "ours_int8": (int8, ours),
         "onnx_fp32": (OnnxCtcModel(folder), ours),
         "onnx_int8": (OnnxCtcModel(folder, int8=True), ours),
-        # the same graph in forked processes, each opening a one-thread session per call
+        # the same graph in forked processes, each running the one-thread session the parent opened once
         "onnx_int8_forked": (OnnxCtcModel(folder, int8=True), forked),
     }
     texts, walls, cpus = {}, {k: [] for k in settings}, {k: [] for k in settings}

@@ -24,7 +24,7 @@ def demo(repo_root, python):
         pytest.fail("the bundled base checkpoint samples/checkpoints/fastconformer_tiny_base.nemo is missing")
     result = subprocess.run([python, "tools/demo.py"], cwd=repo_root, capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    stages = 10 if REAL_SPEECH.is_dir() else 9  # realmix runs only where ../shared/real_speech exists
+    stages = 12 if REAL_SPEECH.is_dir() else 11  # realmix runs only where ../shared/real_speech exists
     assert f"demo: {stages} stage(s) done" in result.stdout
     return repo_root / "experiments"
 
@@ -38,12 +38,14 @@ def test_asr_finetune_from_the_base_checkpoint_with_a_new_tokenizer_learns(demo)
     assert summary["test_before"]["utterances"] == summary["test_after"]["utterances"] == 80
     rows = list(csv.DictReader(open(demo / "demo_asr" / "csv_logs" / "metrics.csv")))
     train_loss = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
-    assert sum(train_loss[-3:]) < 0.5 * sum(train_loss[:3])
+    # the loss falls: to ~0.3 of its start on the sample + the pool; to ~0.5-0.6 with the real mix in the batches,
+    # speech the 3.3 M base hears badly (RESULTS.md), so the last batches keep a high loss of their own
+    assert sum(train_loss[-3:]) < (0.75 if REAL_SPEECH.is_dir() else 0.5) * sum(train_loss[:3])
     # The ASR acceptance: WER on the held-out voices drops. The sample is telephone speech and the base
-    # learnt from wideband speech, so there is something to learn (RESULTS.md: from base v8 64.1 % -> 49.4 %,
-    # from v7 68.9 % -> 50.4 %). On the wideband sample, the base's own conditions, a run from base v5 ended
-    # above the base (30.1 % -> 42.3 %). Ten points: a better base leaves less to learn on the sample.
-    assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.10
+    # learnt from wideband speech, so there is something to learn (RESULTS.md, from base v8: 64.1 % -> 54.6 %
+    # with the real and pool mixes, 6 passes over the sample; -> 51.9 % with the pool alone, 12 passes). On the
+    # wideband sample, the base's own conditions, a run from base v5 ended above the base (30.1 % -> 42.3 %).
+    assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.07
     assert summary["test_after"]["wer"] < 0.65  # a regression guard
 
 
@@ -97,12 +99,16 @@ def test_fine_tune_keeps_what_the_base_hears(demo):
 
     base, tuned = rows("base"), rows("demo_asr")
     assert base.keys() == tuned.keys() and {"sample test-clean", "unseen voices"} <= base.keys()
-    assert tuned["sample test-clean"]["wer"] < base["sample test-clean"]["wer"] - 0.10
+    assert tuned["sample test-clean"]["wer"] < base["sample test-clean"]["wer"] - 0.07
+    # The base's own synthetic pool in the mix keeps the voices outside every pool: from base v8 (RESULTS.md)
+    # unseen voices +1.1 points with both mixes, +2.7 with the pool alone; +7.7 with the sample alone.
+    assert tuned["unseen voices"]["wer"] < base["unseen voices"]["wer"] + 0.045
     if not REAL_SPEECH.is_dir():
         return
-    # Target: no real set more than 2 points worse: not met. Measured from base v8 (RESULTS.md): with the real
-    # mix speechocean762/test +4.1, read_sentences +1.7; without it (the sample alone) +11.5 and +2.9. The guard
-    # catches losing the mix with room for a machine's run-to-run noise; read_sentences only a collapse.
-    guards = {"speechocean762/test": 0.07, "read_sentences": 0.05}
+    # Target: no real set more than 2 points worse. Measured from base v8 (RESULTS.md) with 780 real + the pool:
+    # speechocean762/test +1.3, read_sentences -0.2 (digits +2.1: the target is reported unmet there); with 260
+    # real and no pool +4.1 / +1.7; with the sample alone +11.5 / +2.9. The guard catches losing the real mix
+    # (or going back to the small one) with room for a machine's run-to-run noise; read_sentences a collapse.
+    guards = {"speechocean762/test": 0.04, "read_sentences": 0.03}
     for name, guard in guards.items():
         assert tuned[name]["wer"] < base[name]["wer"] + guard, name

@@ -83,6 +83,27 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
         cli.main(["--list", "--from", "slm", "--only", "asr"])
 
 
+def test_the_fine_tune_mixes_in_the_bases_pool_and_its_real_speech_where_that_exists(repo_root, tmp_path,
+                                                                                   monkeypatch):
+    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    for real_root, mixes in ((tmp_path, [cli.POOL_MIX, cli.REAL_MIX]), (tmp_path / "missing", [cli.POOL_MIX])):
+        monkeypatch.setattr(cli, "REAL_SPEECH", real_root)
+        stages = {stage.name: stage for stage in cli.stages()}
+        assert ("realmix" in stages) == real_root.is_dir()
+        assert stages["pool"].outputs[0].parent == stages["poolmix"].inputs[0] == cli.POOL
+        asr = stages["asr"]
+        train = next(arg for arg in asr.command if arg.startswith("model.train_ds.manifest_filepath="))
+        assert train.split("=", 1)[1].strip("'").split(",") == [str(cli.MANIFESTS["train-clean"])] + \
+            [str(m) for m in mixes]
+        assert set(mixes) <= set(asr.inputs)  # a new pool or real mix trains the model again
+        # about the same number of steps either way: fewer passes over the sample when the real mix is there
+        epochs = cli.ASR_EPOCHS["with real mix" if real_root.is_dir() else "without"]
+        assert f"trainer.max_epochs={epochs}" in asr.command
+    assert cli.ASR_EPOCHS["with real mix"] < cli.ASR_EPOCHS["without"]
+
+
 def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
     from duet.demo import generalisation_summary
 

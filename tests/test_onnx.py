@@ -53,11 +53,16 @@ def test_onnx_greedy_transcripts_equal_pytorch(micro_model_and_manifest, micro_e
     assert any(torch_texts), "random weights should emit some tokens"
     onnx_model = OnnxCtcModel(folder)
     # batches of 3 over 7 files: padding inside batches, and a batch of one; in this process (one session, its
-    # intra-op threads) and in two forked workers (each opening its own one-thread session)
+    # intra-op threads) and in two forked workers (each running the one-thread session opened before the fork)
     assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=1) == torch_texts
     parent_session = onnx_model.session
     assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=2) == torch_texts
     assert onnx_model.session is parent_session, "only the workers replace their session"
+    worker_session = onnx_model._worker_session
+    assert worker_session is not None and worker_session is not parent_session
+    # the next call's workers inherit the same one-thread session: it is opened once per model, not per call
+    assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=2) == torch_texts
+    assert onnx_model._worker_session is worker_session
 
 
 def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manifest, micro_export):
@@ -161,8 +166,9 @@ def test_pipeline_engine_onnx_answers_with_the_onnx_transcript(cli, fake_slm, mi
     assert "--int8 needs --engine onnx" in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("subsampling, factor", [("dw_striding", 8), ("striding", 4)])
-def test_lean_subsampling_masks_leave_every_valid_frame_equal(subsampling, factor):
+@pytest.mark.parametrize("subsampling, factor, activation", [("dw_striding", 8, "ReLU"), ("striding", 4, "ReLU"),
+                                                              ("dw_striding", 4, "SiLU")])
+def test_lean_subsampling_masks_leave_every_valid_frame_equal(subsampling, factor, activation):
     import torch
     from nemo.collections.asr.parts.submodules.subsampling import ConvSubsampling
 
@@ -170,13 +176,15 @@ def test_lean_subsampling_masks_leave_every_valid_frame_equal(subsampling, facto
 
     torch.manual_seed(0)
     pre_encode = ConvSubsampling(subsampling=subsampling, subsampling_factor=factor, feat_in=16, feat_out=24,
-                                 conv_channels=8, activation=torch.nn.ReLU()).eval()
+                                 conv_channels=8, activation=getattr(torch.nn, activation)()).eval()
     lengths = torch.tensor([77, 64, 31, 9])  # odd and even: each stride leaves a different boundary
     x = torch.randn(4, 77, 16)  # [B, T, F], as the encoder hands it over; the padding holds noise, not zeros
     with torch.no_grad():
         nemo_out, nemo_lengths = pre_encode(x, lengths)
         model = type("Model", (), {"encoder": type("Encoder", (), {"pre_encode": pre_encode})()})()
         assert use_lean_subsampling_masks(model) and isinstance(pre_encode.conv, LeanMaskedConvSequential)
+        # the first convolution's mask becomes a gate channel only where a ReLU follows it
+        assert pre_encode.conv.gate_first == (activation == "ReLU")
         lean_out, lean_lengths = pre_encode(x, lengths)
     assert torch.equal(lean_lengths, nemo_lengths)
     for row, n in enumerate(nemo_lengths.tolist()):

@@ -189,9 +189,9 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     texts: list = [""] * len(lengths)
     if hasattr(model, "log_probs"):
         # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out.
-        # By default its own session's intra-op threads share the cores: each forked worker would open a session
-        # of its own per call, 0.7-1.4 s of graph optimisation, which made a 4 s job 1.5x slower (RESULTS.md);
-        # workers only when asked for (a long job amortises it)
+        # By default its own session's intra-op threads share the cores: forked workers (each running a one-thread
+        # session opened once) gained nothing on them, 1.37 vs 1.47 s for 140 files in batches of 8 and 1.75 vs
+        # 1.39 s in batches of 32, where 5 batches leave the 2 workers unevenly loaded (RESULTS.md)
         processes = 1 if workers is None else decoding_processes(len(batches), workers)
         _decode_batches(model, batches, read, readers, processes, decode, texts, progress)
         return texts
@@ -225,6 +225,8 @@ def _decode_batches(model, batches: list[list[int]], read: Callable[[int], np.nd
         return
     # forked children inherit the model and the reader as they are (nothing is pickled but batch indices and
     # texts); leaving the block joins them, so their CPU time shows in os.times()
+    if hasattr(model, "prepare_workers"):
+        model.prepare_workers()  # an exported engine's one-thread session, opened before the fork
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
                              initargs=(model, read, decode)) as pool:
         done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
@@ -300,9 +302,9 @@ _worker_state: dict = {}
 
 def _init_worker(model, read, decode: BatchDecoder) -> None:
     torch.set_num_threads(1)
-    if hasattr(model, "use_threads"):
-        # an ONNX Runtime session's thread pool does not survive fork: the worker opens its own, one thread
-        model.use_threads(1)
+    if hasattr(model, "use_worker_session"):
+        # an ONNX Runtime session's thread pool does not survive fork: the worker runs the one-thread session
+        model.use_worker_session()
     _worker_state.update(model=model, read=read, decode=decode)
 
 

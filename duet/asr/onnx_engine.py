@@ -114,7 +114,8 @@ class OnnxCtcModel:
             raise OnnxExportError(f"{tokenizer_path} not found: the export folder is incomplete, export it again")
         self.graph = graph
         self.session = inference_session(graph, threads)
-        self._replaced_sessions: list = []
+        self._worker_session = None  # see prepare_workers
+        self._parent_session = None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_name = self.session.get_outputs()[0].name
         self.tokenizer = SentencePieceTokenizer(model_path=str(tokenizer_path))
@@ -131,15 +132,23 @@ class OnnxCtcModel:
         self.decoding = None
         self.change_decoding_strategy(self.cfg.decoding, verbose=False)
 
-    def use_threads(self, threads: int) -> None:
-        """Run the graph in a new session with ``threads`` intra-op threads.
+    def prepare_workers(self) -> None:
+        """Open (once, then kept) the one-thread session that forked workers run, before they are forked.
 
-        ``duet.asr.inference`` calls it in each forked worker: the parent's session comes with its thread pool's
-        state but not its threads, so the child opens its own. The parent's is kept, never destroyed in the child
-        (its destructor would wait for pool threads that are not there).
+        A session with one intra-op thread has no thread pool, so a forked child can run the one it inherits;
+        a pool's threads do not survive fork, and a worker opening its own session paid 0.7-1.4 s of graph
+        optimisation per call (RESULTS.md). Opened here, the cost is paid once per model.
         """
-        self._replaced_sessions.append(self.session)
-        self.session = inference_session(self.graph, threads)
+        if self._worker_session is None:
+            self._worker_session = inference_session(self.graph, 1)
+
+    def use_worker_session(self) -> None:
+        """In a forked worker: run the one-thread session :meth:`prepare_workers` opened in the parent. The
+        parent's own session stays referenced: destroyed in the child, it would wait for pool threads that are
+        not there."""
+        if self._worker_session is None:
+            raise RuntimeError("prepare_workers() must run in the parent before the workers are forked")
+        self._parent_session, self.session = self.session, self._worker_session
 
     def change_decoding_strategy(self, decoding_cfg, verbose: bool = True) -> None:
         """NeMo's CTC decoding (greedy_batch, beam_batch with an n-gram LM, ...) built from ``decoding_cfg``, as

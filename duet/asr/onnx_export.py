@@ -87,6 +87,11 @@ def check_exportable(model, nemo_path: Path) -> dict:
             "factor": int(pre_encode.subsampling_factor)}
 
 
+# Added to a pre-activation, it takes any value the first convolution can give below zero (the ReLU's output
+# is then exactly 0); finite, so that the gate channel's zero weights give 0, not NaN
+GATE = -1.0e30
+
+
 class LeanMaskedConvSequential(torch.nn.Sequential):
     """NeMo's ``MaskedConvSequential`` (the 2-D subsampling convolutions, the padded frames zeroed before each
     layer) with only the masks a valid frame depends on: before each convolution whose kernel spans more than one
@@ -94,10 +99,25 @@ class LeanMaskedConvSequential(torch.nn.Sequential):
 
     NeMo also masks before the activations and the 1x1 (pointwise) convolutions, and expands each mask over the
     channels. Those layers act on each frame alone, so their masks change only padded frames, which the next
-    kept mask zeroes again; the time mask broadcasts over channels and features instead of being materialised.
-    Every valid output is the same (the export's parity check compares the graph with NeMo's forward); in the
-    graph, the dropped masks were ~10 % of fastconformer_small's ONNX Runtime time (RESULTS.md).
+    kept mask zeroes again; the time mask broadcasts over channels and features instead of being materialised,
+    and is shaped on the tensor it multiplies.
+
+    The mask after the first convolution (one input channel, then a ReLU, then a convolution across time) is not
+    a multiplication but a second input channel of that convolution (:meth:`_gated_first_conv`): a gate, 0 where
+    the output frame is valid and ``GATE`` where it is padding, read by the kernel's centre tap alone; the ReLU
+    turns the gated frames into exact zeros. That convolution's output is the largest tensor of the encoder
+    (e.g. 256 channels at half the frame rate); multiplying it by a mask made ONNX Runtime reorder all of it out
+    of its blocked layout and back (RESULTS.md). Every valid output is the same (the export's parity check
+    compares the graph with NeMo's forward).
     """
+
+    def __init__(self, *layers):
+        super().__init__(*layers)
+        first = layers[0] if layers else None
+        self.gate_first = (type(first) is torch.nn.Conv2d and first.in_channels == 1 and first.groups == 1
+                           and len(layers) > 2 and isinstance(layers[1], torch.nn.ReLU) and _mixes_time(layers[2])
+                           and all(k % 2 == 1 for k in first.kernel_size)
+                           and tuple(first.padding) == tuple(k // 2 for k in first.kernel_size))
 
     def forward(self, x, lengths):
         # NeMo (~20 s to import) is loaded with the model already
@@ -105,18 +125,38 @@ class LeanMaskedConvSequential(torch.nn.Sequential):
 
         x = x.unsqueeze(1)  # [B, 1, T, F], as NeMo's
         current = lengths.clone().float()
-        mask = _time_mask(x, current.long())
-        for layer in self:
-            if isinstance(layer, torch.nn.Conv2d) and layer.kernel_size[0] > 1:
-                x = x * mask
-            x = layer(x)
+        for index, layer in enumerate(self):
+            before = current
             if getattr(layer, "stride", (1, 1)) != (1, 1):
                 # NeMo's own length arithmetic (a causal convolution keeps its padding apart)
                 padding = ((layer._left_padding, layer._right_padding) if hasattr(layer, "_left_padding")
                            else layer.padding)
                 current = calculate_conv_output_size(current, layer.kernel_size[0], layer.stride[0], padding)
-                mask = _time_mask(x, current.long())
-        return x * mask, current.long()
+            if _mixes_time(layer) and not (self.gate_first and index == 2):
+                # shaped on the tensor it multiplies: shaped on a convolution's output, it would give that output
+                # a second consumer, and ONNX Runtime reorders the whole output to read its shape
+                x = x * _time_mask(x, before.long())
+            x = self._gated_first_conv(x, current.long()) if self.gate_first and index == 0 else layer(x)
+        return x * _time_mask(x, current.long()), current.long()
+
+    def _gated_first_conv(self, x, out_lengths):
+        """The first convolution with the gate channel (see the class docstring): its output frames at or past
+        ``out_lengths`` come out below any value the ReLU lets through."""
+        conv = self[0]
+        time_kernel, time_stride = conv.kernel_size[0], conv.stride[0]
+        # output frame t's kernel centre reads input frame t * stride (symmetric padding k // 2), never padding
+        first_gated_input = out_lengths * time_stride
+        gated = torch.arange(x.shape[2], device=x.device)[None, :] >= first_gated_input[:, None]
+        gate = (gated.to(x.dtype) * GATE)[:, None, :, None].expand(-1, 1, -1, x.shape[3])
+        centre_tap = torch.zeros_like(conv.weight[:, :1])
+        centre_tap[:, :, time_kernel // 2, conv.kernel_size[1] // 2] = 1.0
+        return torch.nn.functional.conv2d(torch.cat([x, gate], dim=1), torch.cat([conv.weight, centre_tap], dim=1),
+                                          conv.bias, (time_stride, conv.stride[1]), conv.padding)
+
+
+def _mixes_time(layer) -> bool:
+    """A convolution whose kernel spans more than one time step: it reads neighbouring (maybe padded) frames."""
+    return isinstance(layer, torch.nn.Conv2d) and layer.kernel_size[0] > 1
 
 
 def _time_mask(x, lengths):
