@@ -22,8 +22,8 @@ run, on the bundled sample (samples/LibriSpeech):
    (``duet.asr.onnx_export``: NeMo's exporter, int8 by ONNX Runtime dynamic quantisation of the matrix
    products) and run by ONNX Runtime (``duet.asr.onnx_engine``) with --threads intra-op threads, fp32 and
    int8, same files, same batching; and int8 once more in forked processes running a one-thread session
-   (as ours; opened once in the parent, inherited by each call's workers). Then the CPU seconds of each ONNX stage (reading,
-   features, graph, CTC decoding) over one more pass.
+   (as ours; opened once in the parent, inherited by each call's workers). Then the CPU seconds of each
+   ONNX stage (reading, features, graph, CTC decoding) over one more pass.
    Target: >= 2x (ours), >= 3x (ONNX int8). The figure is the median of --rounds interleaved rounds after one warm-up; the
    spread of the per-round speed-ups is printed too.
 2. What int8 costs: WER of --base (a trained checkpoint) on test-clean, fp32 vs int8, same path; and the

@@ -55,9 +55,9 @@ from duet.io import read_jsonl, write_jsonl_atomic
 # words seen a handful of times; a CTC decoder learns a smaller inventory from 20 minutes of audio faster.
 DEMO_VOCAB_SIZE = 256
 BASE_CHECKPOINT = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
-# Epochs over the sample's 520 training utterances + the mixes: ~580 steps of 16 utterances either way (82 steps
-# an epoch with the real mix, 50 without it), ~7-9 minutes on 2 cores. With the real mix the fine-tune sees the
-# sample 7 times instead of 12: it keeps more of what the base knows for a few points of sample WER (RESULTS.md,
+# Epochs over the sample's 520 training utterances + the mixes: ~600 steps of 16 utterances either way (99 steps
+# an epoch with the real mix, 51 without it), ~9 minutes on 2 cores. With the real mix the fine-tune sees the
+# sample 6 times instead of 12: it keeps more of what the base knows for a few points of sample WER (RESULTS.md,
 # "Generalisation").
 ASR_EPOCHS = {"with real mix": 6, "without": 12}
 # Twice the report's fine-tuning lr (5e-4): the base meets a new channel here, not just new sentences;
@@ -66,8 +66,8 @@ ASR_EPOCHS = {"with real mix": 6, "without": 12}
 ASR_LR = 1e-3
 # Base-domain data mixed into the fine-tune, so that it keeps what the base knows. With the sample alone, the
 # fine-tune from base v8 made the held-out real sets worse by up to 11.5 WER points (speechocean762/test) and
-# unseen voices by 7.7; with 260 real utterances by 4.1 and 4.8; with 520 real + 260 of the base's synthetic
-# pool, at the same number of steps, by 2.5 and 2.1 (RESULTS.md).
+# unseen voices by 7.7; with 260 real utterances by 4.1 and 4.8; with 780 real + the base's synthetic pool, at
+# about the same number of steps, by 1.2 and 1.4 (RESULTS.md; digits, which the base does not hear, +7.1).
 # The pool: synthesised like the base's own corpus (tools/make_sample_corpus.py --pool generalisation),
 # wideband; ~280 utterances. The real mix, where ../shared/real_speech exists: utterances of speechocean762/train
 # (the base's real training speech, spread over its 65 speakers).
