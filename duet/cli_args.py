@@ -80,8 +80,9 @@ def add_batching_arguments(parser: argparse.ArgumentParser, batch_size: int, str
     parser.add_argument("--batch-size", type=int, default=None,
                         help=f"utterances per batch (default: {batch_size}{'; not with --stream' if streaming else ''})")
     parser.add_argument("--workers", type=int, default=None,
-                        help="CPU: processes decoding whole batches at one thread each (default: torch's thread "
-                             "count, i.e. OMP_NUM_THREADS or the physical cores; 1 = all in this process)")
+                        help="CPU: processes decoding whole batches at one thread each, or with --engine onnx threads "
+                             "each running a one-thread session (default: torch's thread count, i.e. "
+                             "OMP_NUM_THREADS or the physical cores; 1 = one at a time in this process)")
 
 
 def offline_batching_from_args(args: argparse.Namespace, defaults: OfflineBatching,

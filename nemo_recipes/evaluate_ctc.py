@@ -25,7 +25,8 @@ Usage:
   # the summary adds look-ahead, chunk length and the median/max compute time per chunk
   python nemo_recipes/evaluate_ctc.py --model streaming.nemo --manifest manifests/test-clean.json --stream
 
-Files are decoded in duration-sorted batches under torch.inference_mode (on CPU by --workers processes);
+Files are decoded in duration-sorted batches under torch.inference_mode (on CPU by --workers processes, or
+--workers threads with --engine onnx);
 text is lower-cased and stripped of punctuation (except apostrophes) on both sides before jiwer counts
 errors.
 Outputs (with --manifest): <out-dir>/<prefix>_utterances.jsonl (id, ref, hyp, wer, and "words": each word's

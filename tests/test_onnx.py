@@ -12,6 +12,7 @@ import pytest
 
 from duet.asr.decoding import DecodingSettings
 from duet.asr.inference import transcribe_files
+from duet.errors import AsrInputError
 from duet.asr.onnx_engine import GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError, load_onnx_model
 from duet.text import normalize_text
 from tests.asr_helpers import transcripts_with
@@ -52,17 +53,51 @@ def test_onnx_greedy_transcripts_equal_pytorch(micro_model_and_manifest, micro_e
     torch_texts = transcribe_files(model, paths_of(entries), batch_size=3)
     assert any(torch_texts), "random weights should emit some tokens"
     onnx_model = OnnxCtcModel(folder)
-    # batches of 3 over 7 files: padding inside batches, and a batch of one; in this process (one session, its
-    # intra-op threads) and in two forked workers (each running the one-thread session opened before the fork)
+    # batches of 3 over 7 files: padding inside batches, and a batch of one; in this thread (one session, its
+    # intra-op threads) and in two decoding threads (each running the one-thread session, batches made smaller
+    # so that each thread gets several)
     assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=1) == torch_texts
-    parent_session = onnx_model.session
+    assert onnx_model._one_thread_session is None, "one batch at a time needs no second session"
+    own_session = onnx_model.session
     assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=2) == torch_texts
-    assert onnx_model.session is parent_session, "only the workers replace their session"
-    worker_session = onnx_model._worker_session
-    assert worker_session is not None and worker_session is not parent_session
-    # the next call's workers inherit the same one-thread session: it is opened once per model, not per call
+    assert onnx_model.session is own_session, "the threads run a view of the model, not the model changed"
+    one_thread_session = onnx_model._one_thread_session
+    assert one_thread_session is not None and one_thread_session is not own_session
+    # the next call's threads run the same one-thread session: it is opened once per model, not per call
     assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=2) == torch_texts
-    assert onnx_model._worker_session is worker_session
+    assert onnx_model._one_thread_session is one_thread_session
+
+
+def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(micro_model_and_manifest, micro_export,
+                                                                            monkeypatch):
+    """The decoding threads only run the graph: decoding (NeMo's objects, maybe an LM) stays in the caller's
+    thread; an error in a thread (a file that cannot be read) reaches the caller."""
+    import threading
+
+    _, _, _, entries = micro_model_and_manifest
+    _, folder = micro_export
+    onnx_model = OnnxCtcModel(folder)
+    decoding_threads = set()
+
+    def decode(model, log_probs, lengths):
+        decoding_threads.add(threading.get_ident())
+        return [int(n) for n in lengths]
+
+    frames = transcribe_files(onnx_model, paths_of(entries), batch_size=2, workers=2, decode=decode)
+    assert decoding_threads == {threading.get_ident()}
+    assert len(frames) == len(entries) and all(n > 0 for n in frames)
+    from duet.asr import inference
+
+    real_load_audio, broken = inference.load_audio, paths_of(entries)[-1]
+
+    def load_audio(path, sample_rate):  # a file that goes bad between its header and its samples
+        if str(path) == broken:
+            raise AsrInputError(f"{path}: cannot decode it")
+        return real_load_audio(path, sample_rate)
+
+    monkeypatch.setattr(inference, "load_audio", load_audio)
+    with pytest.raises(AsrInputError, match="cannot decode"):
+        transcribe_files(onnx_model, paths_of(entries), batch_size=2, workers=2)
 
 
 def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manifest, micro_export):
@@ -76,6 +111,7 @@ def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manif
     assert metadata["subsampling"]["factor"] == model.encoder.pre_encode.subsampling_factor
     assert metadata["graphs"] == {"fp32": GRAPHS["fp32"], "int8": GRAPHS["int8"]}
     assert metadata["int8"]["method"] == "dynamic"
+    assert metadata["matmul_pointwise_layers"] == len(model.encoder.layers)
     parity = metadata["parity"]
     assert len(parity["files"]) == 4 and parity["fp32"]["transcripts_differ"] == 0
     assert parity["fp32"]["max_abs_log_prob_diff"] < 1e-3
@@ -195,3 +231,32 @@ def test_lean_subsampling_masks_leave_every_valid_frame_equal(subsampling, facto
         b, c, t, f = unmasked.shape
         unmasked = pre_encode.out(unmasked.transpose(1, 2).reshape(b, t, -1))
     assert any(not torch.equal(unmasked[row, :n], nemo_out[row, :n]) for row, n in enumerate(nemo_lengths.tolist()))
+
+
+@pytest.mark.parametrize("norm_type", ["batch_norm", "layer_norm"])
+def test_matmul_pointwise_convolutions_compute_nemos_convolution_module(norm_type):
+    import torch
+    from nemo.collections.asr.parts.submodules.conformer_modules import ConformerLayer
+
+    from duet.asr.onnx_export import MatMulPointwiseConvolution, use_matmul_pointwise_convolutions
+
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([ConformerLayer(d_model=16, d_ff=32, n_heads=2, conv_kernel_size=5,
+                                                 conv_norm_type=norm_type) for _ in range(2)])
+    for layer in layers:  # statistics that are not the identity, so the norm's place in the chain matters
+        for name, buffer in layer.conv.batch_norm.named_buffers():
+            if name in ("running_mean", "running_var"):
+                buffer.copy_(torch.rand_like(buffer) + 0.5)
+    layers.eval()
+    x = torch.randn(3, 11, 16)
+    pad_mask = torch.arange(11)[None, :] >= torch.tensor([11, 7, 2])[:, None]
+    with torch.no_grad():
+        nemo_out = [layer.conv(x, pad_mask=pad_mask) for layer in layers]
+        model = type("Model", (), {"encoder": type("Encoder", (), {"layers": layers})()})()
+        assert use_matmul_pointwise_convolutions(model) == 2
+        assert all(isinstance(layer.conv, MatMulPointwiseConvolution) for layer in layers)
+        ours = [layer.conv(x, pad_mask=pad_mask) for layer in layers]
+    for a, b in zip(ours, nemo_out):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # a second call finds nothing left to wrap
+    assert use_matmul_pointwise_convolutions(model) == 0

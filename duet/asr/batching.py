@@ -21,7 +21,7 @@ class OfflineBatching:
     """Batching of offline transcription. Streaming runs one file at a time, whole, and takes none of it."""
 
     batch_size: int = 16  # utterances (or pieces of a long file) per forward pass
-    workers: int | None = None  # CPU decoding processes; None: duet.asr.inference.cpu_workers()
+    workers: int | None = None  # CPU decoding processes (ONNX: threads); None: duet.asr.inference's default
     max_chunk_seconds: float | None = None  # longest piece of a long recording the model sees (voice pipeline)
 
     def validate(self, names: Mapping[str, str] | None = None) -> None:

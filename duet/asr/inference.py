@@ -7,17 +7,18 @@ batches go to one-thread worker processes (``cpu_workers``) instead of splitting
 between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
 Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
 chose beam search) — is the model's own NeMo code. An ONNX export (``duet.asr.onnx_engine``) goes through
-the same batching, in this process by default (ONNX Runtime's intra-op threads), in worker processes with a
-one-thread session each when ``workers`` says so.
+the same batching, its whole batches shared among ``workers`` threads of this process, each running a
+one-thread ONNX Runtime session (one batch: one session with ``workers`` intra-op threads).
 Scoring the transcripts: ``duet.asr.scoring``.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import tarfile
 import warnings
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -30,7 +31,7 @@ from tqdm import tqdm
 from duet.asr.batching import check_workers
 from duet.errors import AsrInputError, first_line
 
-__all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_workers", "decode_texts",
+__all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_budget", "cpu_workers", "decode_texts",
            "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",
            "transcribe_audio", "transcribe_files"]
 
@@ -38,6 +39,10 @@ __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cp
 #: utterance (picklable: forked workers send them back); :func:`decode_texts` by default, words and times in
 #: ``duet.asr.words``.
 BatchDecoder = Callable[[Any, "torch.Tensor", "torch.Tensor"], list]
+
+#: An exported engine's decoding threads get at least this many batches each (smaller batches where needed), so
+#: that they finish together: the last batch of one is otherwise the other's idle time.
+BATCHES_PER_THREAD = 4
 
 
 def load_asr_model(path_or_name: str | Path, device: str | None = None):
@@ -146,9 +151,15 @@ def cpu_workers() -> int:
     up (a caller scoring inside a DDP run) there is one: the other ranks already use the cores. (The
     recipe itself scores outside the process group, before ``fit`` and after ``leave_distributed``.)
     """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return 1
     if "fork" not in mp.get_all_start_methods():  # workers inherit the loaded model; without fork, reload it
+        return 1
+    return cpu_budget()
+
+
+def cpu_budget() -> int:
+    """The CPU threads transcription may keep busy: ``torch.get_num_threads()``, or 1 while a process group is up
+    (see :func:`cpu_workers`). An exported engine's default decoding threads."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
         return 1
     return max(1, torch.get_num_threads())
 
@@ -181,7 +192,8 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     """Batches of ``read(i)`` (the audio of item ``i``, ``lengths[i]`` samples) longest first through the model.
 
     In one process, ``readers`` threads read the next batch while the current one is decoded (libsndfile
-    decodes outside the GIL), so at most two batches of audio are held; forked workers read their own batches.
+    decodes outside the GIL), so at most two batches of audio are held; forked workers (or an exported engine's
+    decoding threads) read their own batches.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -189,11 +201,21 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     texts: list = [""] * len(lengths)
     if hasattr(model, "log_probs"):
         # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out.
-        # By default its own session's intra-op threads share the cores: forked workers (each running a one-thread
-        # session opened once) gained nothing on them, 1.37 vs 1.47 s for 140 files in batches of 8 and 1.75 vs
-        # 1.39 s in batches of 32, where 5 batches leave the 2 workers unevenly loaded (RESULTS.md)
-        processes = 1 if workers is None else decoding_processes(len(batches), workers)
-        _decode_batches(model, batches, read, readers, processes, decode, texts, progress)
+        # Whole batches go to threads each running a one-thread session (ONNX Runtime releases the GIL), not to
+        # one session splitting every operator over its intra-op threads: 1.07 vs 1.37 s for 140 files on 2
+        # cores; forked processes were slower than either (1.45 s: RESULTS.md)
+        threads = cpu_budget() if workers is None else workers
+        if threads > 1 and len(order) > 1:
+            # a thread's last batch is the other's idle time: 5 batches of 32 over 2 threads took 1.34 s, 18 of 8
+            # took 1.07 s (and one thread alone runs batches of 8 faster than batches of 32: 2.09 vs 2.35 s)
+            size = min(batch_size, -(-len(order) // (BATCHES_PER_THREAD * threads)))
+            batches = [order[i : i + size] for i in range(0, len(order), size)]
+        threads = min(threads, len(batches))
+        if threads == 1:
+            _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios, decode), texts,
+                             progress)
+        else:
+            _decode_in_threads(model, batches, read, threads, decode, texts, progress)
         return texts
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
@@ -225,8 +247,6 @@ def _decode_batches(model, batches: list[list[int]], read: Callable[[int], np.nd
         return
     # forked children inherit the model and the reader as they are (nothing is pickled but batch indices and
     # texts); leaving the block joins them, so their CPU time shows in os.times()
-    if hasattr(model, "prepare_workers"):
-        model.prepare_workers()  # an exported engine's one-thread session, opened before the fork
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
                              initargs=(model, read, decode)) as pool:
         done = as_completed([pool.submit(_decode_in_worker, batch) for batch in batches])
@@ -234,6 +254,31 @@ def _decode_batches(model, batches: list[list[int]], read: Callable[[int], np.nd
             batch, hyps = future.result()  # a worker's exception (or death) is raised here
             for i, text in zip(batch, hyps):
                 texts[i] = text
+
+
+def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np.ndarray], threads: int,
+                       decode: BatchDecoder, texts: list, progress: bool) -> None:
+    """``texts[i]`` for every item of ``batches`` with an exported engine: ``threads`` threads each read a batch and
+    run it through the engine's one-thread session (``OnnxCtcModel.one_thread``); this thread decodes the
+    log-probs as they come, so NeMo's decoding objects (beam search, an LM) are only ever used by one thread.
+    At most two batches per thread are in flight, so memory holds a few batches of log-probs, never all."""
+    engine = model.one_thread()
+
+    def log_probs(batch):
+        return batch, *engine.log_probs([read(i) for i in batch])
+
+    pending_batches = iter(batches)
+    with ThreadPoolExecutor(threads) as pool, tqdm(total=len(batches), desc="transcribe", unit="batch",
+                                                   disable=not progress) as bar:
+        running = {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 2 * threads)}
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                batch, batch_log_probs, lengths = future.result()  # a thread's exception is raised here
+                for i, result in zip(batch, decode(model, batch_log_probs, lengths)):
+                    texts[i] = result
+                bar.update()
+                running |= {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 1)}
 
 
 def _decode_in_order(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int,
@@ -302,9 +347,6 @@ _worker_state: dict = {}
 
 def _init_worker(model, read, decode: BatchDecoder) -> None:
     torch.set_num_threads(1)
-    if hasattr(model, "use_worker_session"):
-        # an ONNX Runtime session's thread pool does not survive fork: the worker runs the one-thread session
-        model.use_worker_session()
     _worker_state.update(model=model, read=read, decode=decode)
 
 

@@ -13,6 +13,7 @@ and ``duet.asr.inference.transcribe_files`` use of a NeMo model (``cfg``, ``toke
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,8 +115,7 @@ class OnnxCtcModel:
             raise OnnxExportError(f"{tokenizer_path} not found: the export folder is incomplete, export it again")
         self.graph = graph
         self.session = inference_session(graph, threads)
-        self._worker_session = None  # see prepare_workers
-        self._parent_session = None
+        self._one_thread_session = None  # see one_thread
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_name = self.session.get_outputs()[0].name
         self.tokenizer = SentencePieceTokenizer(model_path=str(tokenizer_path))
@@ -132,23 +132,20 @@ class OnnxCtcModel:
         self.decoding = None
         self.change_decoding_strategy(self.cfg.decoding, verbose=False)
 
-    def prepare_workers(self) -> None:
-        """Open (once, then kept) the one-thread session that forked workers run, before they are forked.
+    def one_thread(self) -> "OnnxCtcModel":
+        """This model running a one-thread session (opened on first use, then kept): what each of several
+        decoding threads runs (``duet.asr.inference``), side by side in one process.
 
-        A session with one intra-op thread has no thread pool, so a forked child can run the one it inherits;
-        a pool's threads do not survive fork, and a worker opening its own session paid 0.7-1.4 s of graph
-        optimisation per call (RESULTS.md). Opened here, the cost is paid once per model.
+        A one-thread session runs on the calling thread and releases the GIL while it does, so two threads each
+        decoding whole batches keep two cores busy without synchronising inside every operator: 140 files in
+        1.07 s against 1.37 s for one session splitting each operator over two intra-op threads (RESULTS.md).
+        Everything but the session is shared with this model.
         """
-        if self._worker_session is None:
-            self._worker_session = inference_session(self.graph, 1)
-
-    def use_worker_session(self) -> None:
-        """In a forked worker: run the one-thread session :meth:`prepare_workers` opened in the parent. The
-        parent's own session stays referenced: destroyed in the child, it would wait for pool threads that are
-        not there."""
-        if self._worker_session is None:
-            raise RuntimeError("prepare_workers() must run in the parent before the workers are forked")
-        self._parent_session, self.session = self.session, self._worker_session
+        if self._one_thread_session is None:
+            self._one_thread_session = inference_session(self.graph, 1)
+        view = copy.copy(self)
+        view.session = self._one_thread_session
+        return view
 
     def change_decoding_strategy(self, decoding_cfg, verbose: bool = True) -> None:
         """NeMo's CTC decoding (greedy_batch, beam_batch with an n-gram LM, ...) built from ``decoding_cfg``, as
