@@ -67,7 +67,8 @@ ASR_LR = 1e-3
 # Base-domain data mixed into the fine-tune, so that it keeps what the base knows. With the sample alone, the
 # fine-tune from base v8 made the held-out real sets worse by up to 11.5 WER points (speechocean762/test) and
 # unseen voices by 7.7; with 260 real utterances by 4.1 and 4.8; with 780 real + the base's synthetic pool, at
-# about the same number of steps, by 1.2 and 1.4 (RESULTS.md; digits, which the base does not hear, +7.1).
+# about the same number of steps, by 1.2 and 1.4 (RESULTS.md; digits, which the base does not hear, +7.1;
+# from base v9: +0.7 and +2.0, digits +5.7).
 # The pool: synthesised like the base's own corpus (tools/make_sample_corpus.py --pool generalisation),
 # wideband; ~280 utterances. The real mix, where ../shared/real_speech exists: utterances of speechocean762/train
 # (the base's real training speech, spread over its 65 speakers).
