@@ -118,8 +118,8 @@ class VoicePipeline:
     ``asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` and ``asr_decoding_source`` the
     decoding.json it was read from, if any (both recorded in each result); ``generation`` is how the language
     model decodes; ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
-    ``asr_workers``: the CPU processes a long recording's batches are decoded in (a server passes 1: forking a
-    process with threads running is unsafe). ``trim_silence_s``: the offline ASR hears only the recording from
+    ``asr_workers``: the CPU processes a long recording's batches are decoded in, or with an ONNX engine the
+    threads (a server passes 1: forking a process with threads running is unsafe). ``trim_silence_s``: the offline ASR hears only the recording from
     this long before its first sound to this long after its last (None: all of it); models trained on clips with
     little silence around them mis-hear long silences (RESULTS.md, "Silence around a recording").
     """

@@ -68,6 +68,21 @@ def test_onnx_greedy_transcripts_equal_pytorch(micro_model_and_manifest, micro_e
     assert onnx_model._one_thread_session is one_thread_session
 
 
+def test_onnx_threads_run_padded_batches_and_nothing_at_all(micro_model_and_manifest, micro_export, monkeypatch):
+    """With one batch per thread allowed, the threads get padded batches of 3 (7 files: 3 + 3 + 1), the sizes
+    the torch engine runs; no audio at all is no transcripts, not an error."""
+    from duet.asr import inference
+
+    model, _, _, entries = micro_model_and_manifest
+    _, folder = micro_export
+    torch_texts = transcribe_files(model, paths_of(entries), batch_size=3)
+    onnx_model = OnnxCtcModel(folder)
+    monkeypatch.setattr(inference, "BATCHES_PER_THREAD", 1)
+    assert transcribe_files(onnx_model, paths_of(entries), batch_size=3, workers=2) == torch_texts
+    for workers in (None, 1, 2):
+        assert inference.transcribe_audio(onnx_model, [], workers=workers) == []
+
+
 def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(micro_model_and_manifest, micro_export,
                                                                             monkeypatch):
     """The decoding threads only run the graph: decoding (NeMo's objects, maybe an LM) stays in the caller's

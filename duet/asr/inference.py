@@ -8,7 +8,9 @@ between threads, and the Linear layers can be quantised to int8 (``quantize_line
 Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
 chose beam search) — is the model's own NeMo code. An ONNX export (``duet.asr.onnx_engine``) goes through
 the same batching, its whole batches shared among ``workers`` threads of this process, each running a
-one-thread ONNX Runtime session (one batch: one session with ``workers`` intra-op threads).
+one-thread ONNX Runtime session (smaller batches where each thread would get fewer than
+``BATCHES_PER_THREAD``); one batch, or ``workers`` 1, runs on the engine's own session (torch's thread count
+of intra-op threads).
 Scoring the transcripts: ``duet.asr.scoring``.
 """
 
@@ -126,7 +128,8 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, p
     """CTC transcripts of ``paths``, in input order, with the model's current decoding
     (``duet.asr.decoding.set_decoding``; greedy by default).
 
-    Files are decoded longest first in batches of ``batch_size``, so padding stays small and the
+    Files are decoded longest first in batches of ``batch_size`` (an exported engine's threads: at most that), so
+    padding stays small and the
     largest batch (the one that would run out of memory) comes first. Lengths come from the file headers and
     each batch's audio is read when the batch is decoded, so memory holds a few batches, never the whole list
     (a train-clean-100 manifest is ~23 GB of float32 audio). Reading: ``workers`` (default :func:`cpu_workers`)
@@ -177,7 +180,9 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, 
 
     Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
     On CPU, with more than one batch, ``workers`` forked processes (default :func:`cpu_workers`) decode
-    whole batches at one torch thread each; the transcripts are the same as with one process. A worker
+    whole batches at one torch thread each; the transcripts are the same as with one process. An exported
+    engine's batches go to ``workers`` threads instead (default :func:`cpu_budget`), each running a one-thread
+    session, in smaller batches where needed (see the module docstring). A worker
     that dies (e.g. killed for memory) is an error here, not a hang. The model leaves in the default
     (contiguous) layout and its previous train/eval mode. ``decode`` replaces the text of each utterance
     by another result (:data:`BatchDecoder`, e.g. ``duet.asr.words``' transcripts with word times).
@@ -199,6 +204,8 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     decode = decode or decode_texts
     texts: list = [""] * len(lengths)
+    if not batches:
+        return texts
     if hasattr(model, "log_probs"):
         # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out.
         # Whole batches go to threads each running a one-thread session (ONNX Runtime releases the GIL), not to
@@ -271,14 +278,19 @@ def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np
     with ThreadPoolExecutor(threads) as pool, tqdm(total=len(batches), desc="transcribe", unit="batch",
                                                    disable=not progress) as bar:
         running = {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 2 * threads)}
-        while running:
-            done, running = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                batch, batch_log_probs, lengths = future.result()  # a thread's exception is raised here
-                for i, result in zip(batch, decode(model, batch_log_probs, lengths)):
-                    texts[i] = result
-                bar.update()
-                running |= {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 1)}
+        try:
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    batch, batch_log_probs, lengths = future.result()  # a thread's exception is raised here
+                    for i, result in zip(batch, decode(model, batch_log_probs, lengths)):
+                        texts[i] = result
+                    bar.update()
+                    running |= {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 1)}
+        except BaseException:
+            for future in running:  # an error ends the call: the batches not started yet are not run
+                future.cancel()
+            raise
 
 
 def _decode_in_order(batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int,
