@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from duet.asr import inference
 from duet.asr.decoding import DecodingSettings
 from duet.asr.inference import transcribe_files
-from duet.errors import AsrInputError
 from duet.asr.onnx_engine import GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError, load_onnx_model
+from duet.errors import AsrInputError
 from duet.text import normalize_text
 from tests.asr_helpers import transcripts_with
 from tests.test_pipeline import cli, fake_slm, speech_file  # noqa: F401 (fixtures)
@@ -71,8 +72,6 @@ def test_onnx_greedy_transcripts_equal_pytorch(micro_model_and_manifest, micro_e
 def test_onnx_threads_run_padded_batches_and_nothing_at_all(micro_model_and_manifest, micro_export, monkeypatch):
     """With one batch per thread allowed, the threads get padded batches of 3 (7 files: 3 + 3 + 1), the sizes
     the torch engine runs; no audio at all is no transcripts, not an error."""
-    from duet.asr import inference
-
     model, _, _, entries = micro_model_and_manifest
     _, folder = micro_export
     torch_texts = transcribe_files(model, paths_of(entries), batch_size=3)
@@ -101,8 +100,6 @@ def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(mic
     frames = transcribe_files(onnx_model, paths_of(entries), batch_size=2, workers=2, decode=decode)
     assert decoding_threads == {threading.get_ident()}
     assert len(frames) == len(entries) and all(n > 0 for n in frames)
-    from duet.asr import inference
-
     real_load_audio, broken = inference.load_audio, paths_of(entries)[-1]
 
     def load_audio(path, sample_rate):  # a file that goes bad between its header and its samples

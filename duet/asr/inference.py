@@ -128,9 +128,8 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, p
     """CTC transcripts of ``paths``, in input order, with the model's current decoding
     (``duet.asr.decoding.set_decoding``; greedy by default).
 
-    Files are decoded longest first in batches of ``batch_size`` (an exported engine's threads: at most that), so
-    padding stays small and the
-    largest batch (the one that would run out of memory) comes first. Lengths come from the file headers and
+    Files are decoded longest first in batches of ``batch_size`` (an exported engine's threads: at most that),
+    so padding stays small and the largest batch (the one that would run out of memory) comes first. Lengths come from the file headers and
     each batch's audio is read when the batch is decoded, so memory holds a few batches, never the whole list
     (a train-clean-100 manifest is ~23 GB of float32 audio). Reading: ``workers`` (default :func:`cpu_workers`)
     threads a batch ahead of decoding on one process, or each decoding process reading its own batches
@@ -201,10 +200,9 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     decoding threads) read their own batches.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     decode = decode or decode_texts
     texts: list = [""] * len(lengths)
-    if not batches:
+    if not order:
         return texts
     if hasattr(model, "log_probs"):
         # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out.
@@ -215,15 +213,15 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
         if threads > 1 and len(order) > 1:
             # a thread's last batch is the other's idle time: 5 batches of 32 over 2 threads took 1.34 s, 18 of 8
             # took 1.07 s (and one thread alone runs batches of 8 faster than batches of 32: 2.09 vs 2.35 s)
-            size = min(batch_size, -(-len(order) // (BATCHES_PER_THREAD * threads)))
-            batches = [order[i : i + size] for i in range(0, len(order), size)]
+            batch_size = min(batch_size, -(-len(order) // (BATCHES_PER_THREAD * threads)))
+        batches = _split(order, batch_size)
         threads = min(threads, len(batches))
         if threads == 1:
-            _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios, decode), texts,
-                             progress)
+            _decode_batches(model, batches, read, readers, 1, decode, texts, progress)
         else:
             _decode_in_threads(model, batches, read, threads, decode, texts, progress)
         return texts
+    batches = _split(order, batch_size)
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
     workers = decoding_processes(len(batches), workers) if on_cpu else 1
@@ -261,6 +259,11 @@ def _decode_batches(model, batches: list[list[int]], read: Callable[[int], np.nd
             batch, hyps = future.result()  # a worker's exception (or death) is raised here
             for i, text in zip(batch, hyps):
                 texts[i] = text
+
+
+def _split(order: list[int], batch_size: int) -> list[list[int]]:
+    """``order`` in consecutive batches of ``batch_size`` (the last one shorter)."""
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np.ndarray], threads: int,

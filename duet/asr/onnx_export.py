@@ -187,7 +187,7 @@ class MatMulPointwiseConvolution(torch.nn.Module):
     The same arithmetic; but ONNX Runtime's dynamic int8 quantisation takes matrix products, not convolutions
     (its integer convolutions were slower than fp32 ones here, RESULTS.md), so the two largest products of each
     Conformer convolution module become int8 too: a one-thread session ran fastconformer_small's int8 graph
-    7 % faster (RESULTS.md). With a cache (streaming) it runs NeMo's module as it is.
+    4-8 % faster (RESULTS.md). With a cache (streaming) it runs NeMo's module as it is.
     """
 
     def __init__(self, conv):
