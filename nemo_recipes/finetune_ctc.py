@@ -35,11 +35,14 @@ import hydra
 import lightning.pytorch as pl
 from omegaconf import DictConfig, OmegaConf
 
-import duet.asr.resmha  # noqa: F401  (registers ResMHA's encoder class, which NeMo would refuse as a _target_)
+import duet.nemo_targets
 from duet.asr import recipe
 from duet.errors import cli
 
 log = logging.getLogger("finetune_ctc")
+
+
+duet.nemo_targets.install()  # lets NeMo build duet's encoders (ResMHA, Whisper) named in a config or a .nemo
 
 
 @hydra.main(version_base=None, config_path="../configs", config_name="fastconformer_small")
@@ -78,6 +81,7 @@ def run(cfg: DictConfig) -> dict:
         transfer = recipe.match_tokenizer(model, cfg.model.tokenizer, cfg.transfer_decoder)
         summary["vocabulary_changed"], summary["decoder_transfer"] = transfer is not None, transfer
     recipe.setup_data_and_training(model, cfg.model)
+    summary["encoder_finetune"] = recipe.use_encoder_finetune(model, trainer, cfg.encoder_finetune)
     with recipe.training_layout(model, trainer):
         trainer.fit(model)
     recipe.leave_distributed(trainer)

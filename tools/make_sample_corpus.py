@@ -44,7 +44,7 @@ from duet.synth.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAM
                                build_generalisation,
                                build_hours, build_sample, build_unseen_voices)
 from duet.synth.noise import build_noise_set, build_rir_set
-from duet.synth.tts import CHANNELS, missing_engines
+from duet.synth.tts import CHANNELS, missing_engines, missing_voice_packages
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         raise DuetError(f"{', '.join(required)} not installed (apt-get install {' '.join(required)})")
     if optional:
         print(f"warning: {', '.join(optional)} not installed; skipping their voices (tools/setup.sh installs them)",
+              file=sys.stderr)
+    for package in missing_voice_packages():
+        print(f"warning: Debian package {package} not installed; skipping its voice (tools/setup.sh installs it)",
               file=sys.stderr)
     counts = {"train-clean": args.train_utts, "dev-clean": args.dev_utts, "test-clean": args.test_utts}
     if args.hours is not None and args.hours <= 0:

@@ -124,6 +124,10 @@ else
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q torch==2.13.0
   "$VENV/bin/python" -m pip install -q -e ".[dev]"
+  # a .nemo built on duet's encoders (Whisper's) restores in any process of this environment: duet.nemo_targets
+  # lets NeMo instantiate them, from a .pth that Python runs at start-up (it imports nothing heavy)
+  site_dir=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$VENV/bin/python" -c 'import duet.nemo_targets as t; print(t.PTH_LINE, end="")' > "$site_dir/duet-nemo-targets.pth"
   echo "$want_stamp" > "$STAMP"
   echo "setup: done ($("$VENV/bin/python" -c 'import torch, nemo; print(f"torch {torch.__version__}, nemo {nemo.__version__}")' 2>/dev/null | tail -1))"
 fi

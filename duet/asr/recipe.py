@@ -377,6 +377,56 @@ def training_layout(model, trainer):
             model.to(memory_format=torch.contiguous_format)
 
 
+def pretrained_encoder_parameters(model) -> list:
+    """The encoder parameters that came from a pretrained model: the encoder's own ``pretrained_parameters()``
+    where it tells them apart (Whisper's encoder with adapter blocks), else all of the encoder's."""
+    chooser = getattr(model.encoder, "pretrained_parameters", None)
+    return list(chooser()) if chooser else list(model.encoder.parameters())
+
+
+def use_encoder_finetune(model, trainer, settings: DictConfig) -> dict:
+    """Apply ``encoder_finetune``: a lower learning rate for the pretrained encoder weights and/or keeping
+    them frozen for the first ``freeze_steps`` optimizer steps. Returns what was applied (for the summary).
+
+    The learning rate goes through NeMo's own hook: ``setup_optimizer_param_groups`` (called by
+    ``configure_optimizers``) is replaced on this model by one that puts those weights in a second parameter
+    group whose ``lr`` is scaled; NeMo's schedulers scale every group's base rate alike.
+    """
+    lr_scale, freeze_steps = float(settings.lr_scale), int(settings.freeze_steps)
+    if lr_scale <= 0 or freeze_steps < 0:
+        raise RecipeError(f"encoder_finetune: lr_scale must be > 0 and freeze_steps >= 0, got {lr_scale}, {freeze_steps}")
+    pretrained = pretrained_encoder_parameters(model)
+    if lr_scale != 1.0:
+        pretrained_ids = {id(p) for p in pretrained}
+
+        def param_groups():
+            rest = [p for p in model.parameters() if id(p) not in pretrained_ids]
+            model._optimizer_param_groups = [{"params": rest},
+                                             {"params": pretrained, "lr": float(model.cfg.optim.lr) * lr_scale}]
+
+        model.setup_optimizer_param_groups = param_groups
+    if freeze_steps:
+        trainer.callbacks.append(FreezeForFirstSteps(pretrained, freeze_steps))
+    return {"lr_scale": lr_scale, "freeze_steps": freeze_steps, "pretrained_parameters": sum(p.numel() for p in pretrained)}
+
+
+class FreezeForFirstSteps(pl.Callback):
+    """``requires_grad`` off for ``parameters`` until ``steps`` optimizer steps have run (a resumed run past
+    them trains them at once)."""
+
+    def __init__(self, parameters: list, steps: int):
+        self.parameters, self.steps = parameters, steps
+        self._frozen: bool | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        frozen = trainer.global_step < self.steps
+        if frozen != self._frozen:
+            for p in self.parameters:
+                p.requires_grad_(not frozen)
+            self._frozen = frozen
+            log.info("Pretrained encoder weights %s at step %d", "frozen" if frozen else "training", trainer.global_step)
+
+
 def leave_distributed(trainer) -> None:
     """After ``fit``: wait for every rank, then drop the process group so rank 0 can save and evaluate alone.
 

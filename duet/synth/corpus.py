@@ -31,6 +31,7 @@ import itertools
 import multiprocessing
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from tqdm import tqdm
 from duet.synth.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
 from duet.io import write_text_atomic
 from duet.real_speech import held_out_transcripts
-from duet.synth.tts import Speaker, speaker_catalogue, synthesize
+from duet.synth.tts import Speaker, speaker_catalogue, synthesize, usable
 from duet.synth.voices import check_exclusion, generalisation_pool, unseen_speakers
 from duet.synth.wordnet_text import wordnet_sentences
 
@@ -82,7 +83,7 @@ def speakers_by_role(skip_engines: Iterable[str] = ()) -> dict[str, list[Speaker
     skip = set(skip_engines)
     roles: dict[str, list[Speaker]] = {"train": [], "pool-dev": [], "dev": [], "test": []}
     for speaker in speaker_catalogue():
-        if speaker.engine not in skip:
+        if usable(speaker, skip):
             roles[speaker.role].append(speaker)
     return roles
 
@@ -159,18 +160,28 @@ def plan_sample(seed: int, counts: dict[str, int], skip_engines: Iterable[str] =
     return plan
 
 
-def _synthesize_one(job: tuple[Utterance, Path, str]) -> float:
-    utterance, root, channel = job
+def _synthesize_one(job: tuple[Utterance, Path, str, bool]) -> float | str:
+    utterance, root, channel, skip_failures = job
     path = root / utterance.relpath()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return synthesize(utterance.speaker, utterance.text.lower(), path, channel)
+    try:
+        return synthesize(utterance.speaker, utterance.text.lower(), path, channel)
+    except RuntimeError as e:
+        if not skip_failures:
+            raise
+        path.unlink(missing_ok=True)
+        return str(e)
 
 
-def _run(utterances: Iterable[Utterance], root: Path, jobs: int, channel: str) -> Iterator[tuple[Utterance, float]]:
-    """Synthesise in ``jobs`` worker processes, yielding (utterance, seconds) in plan order."""
+def _run(utterances: Iterable[Utterance], root: Path, jobs: int, channel: str,
+         skip_failures: bool = False) -> Iterator[tuple[Utterance, float | str]]:
+    """Synthesise in ``jobs`` worker processes, yielding (utterance, seconds) in plan order. With
+    ``skip_failures`` an utterance an engine fails on yields the error's text instead of raising (a voice
+    that says nothing for one odd sentence must not cost hours of corpus)."""
     utterances = list(utterances)
     with multiprocessing.Pool(jobs) as pool:
-        yield from zip(utterances, pool.imap(_synthesize_one, [(u, root, channel) for u in utterances], chunksize=4))
+        jobs_list = [(u, root, channel, skip_failures) for u in utterances]
+        yield from zip(utterances, pool.imap(_synthesize_one, jobs_list, chunksize=4))
 
 
 def write_transcripts(root: Path, utterances: list[Utterance]) -> None:
@@ -298,7 +309,7 @@ def build_generalisation(out: Path, hours: float, seed: int, jobs: int, skip_eng
     excluded = held_out_texts(seed) + held_out_transcripts()
     stream = generalisation_sentences(seed, exclude=excluded)
     dev_sentences = [next(stream) for _ in range(dev_utts)]
-    dev_speakers = [s for s in speaker_catalogue() if s.role == "pool-dev" and s.engine not in skip_engines]
+    dev_speakers = [s for s in speaker_catalogue() if s.role == "pool-dev" and usable(s, skip_engines)]
     return _build_training_corpus(out, hours, seed, dev_speakers, dev_sentences, pool, stream, jobs, batch, channel)
 
 
@@ -337,6 +348,7 @@ def _build_training_corpus(out: Path, hours: float, seed: int, dev_speakers: lis
     try:
         seconds: dict[str, float] = {}
         train_plan: list[Utterance] = []
+        failures: list[str] = []
         total = 0.0
         seconds.update({u.utt_id: s for u, s in tqdm(_run(dev_plan, tmp, jobs, channel), total=len(dev_plan),
                                                       desc="dev-clean", unit="utt")})
@@ -344,7 +356,10 @@ def _build_training_corpus(out: Path, hours: float, seed: int, dev_speakers: lis
             while total < target:
                 chunk = assign("train-clean", list(itertools.islice(stream, batch)), train_speakers,
                                HOURS_UTTS_PER_CHAPTER, first_index=len(train_plan))
-                for utterance, secs in _run(chunk, tmp, jobs, channel):
+                for utterance, secs in _run(chunk, tmp, jobs, channel, skip_failures=True):
+                    if isinstance(secs, str):
+                        failures.append(secs)
+                        continue
                     if total >= target:  # overshoot of the last batch: drop its files
                         (tmp / utterance.relpath()).unlink()
                         continue
@@ -360,4 +375,7 @@ def _build_training_corpus(out: Path, hours: float, seed: int, dev_speakers: lis
         _publish(tmp, out, plan, seconds, channel)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"note: {len(failures)} training utterance(s) skipped where an engine failed, e.g. {failures[0]}",
+              file=sys.stderr)
     return summarize(out, plan, seconds, time.time() - start, channel)

@@ -129,6 +129,38 @@ OPTIONAL_ENGINES = {
 }
 
 
+#: voices that come in a Debian package of their own: (engine, voice) -> (package, a path it installs). Debian
+#: puts festvox-rablpc16k and festvox-don in contrib and the mbrola voices in contrib/non-free, so a machine
+#: with main only lacks them while the engine itself is there.
+VOICE_PACKAGES = {
+    ("festival", "kal_diphone"): ("festvox-kallpc16k", "/usr/share/festival/voices/english/kal_diphone"),
+    ("festival", "ked_diphone"): ("festvox-kdlpc16k", "/usr/share/festival/voices/english/ked_diphone"),
+    ("festival", "rab_diphone"): ("festvox-rablpc16k", "/usr/share/festival/voices/english/rab_diphone"),
+    ("festival", "don_diphone"): ("festvox-don", "/usr/share/festival/voices/english/don_diphone"),
+    ("festival", "cmu_us_slt_arctic_hts"): ("festvox-us-slt-hts", "/usr/share/festival/voices/us/cmu_us_slt_arctic_hts"),
+    ("mbrola", "mb-us1"): ("mbrola-us1", "/usr/share/mbrola/us1"),
+    ("mbrola", "mb-us2"): ("mbrola-us2", "/usr/share/mbrola/us2"),
+    ("mbrola", "mb-us3"): ("mbrola-us3", "/usr/share/mbrola/us3"),
+    ("mbrola", "mb-en1"): ("mbrola-en1", "/usr/share/mbrola/en1"),
+}
+
+
+def missing_voice_package(speaker: "Speaker") -> str | None:
+    """The Debian package this speaker's voice needs when it is not installed, else None."""
+    package, probe = VOICE_PACKAGES.get((speaker.engine, speaker.voice), (None, None))
+    return package if package and not Path(probe).exists() else None
+
+
+def missing_voice_packages() -> list[str]:
+    """The voice packages of :data:`VOICE_PACKAGES` that are not installed (their speakers are skipped)."""
+    return sorted(package for package, probe in VOICE_PACKAGES.values() if not Path(probe).exists())
+
+
+def usable(speaker: "Speaker", skip_engines=()) -> bool:
+    """Whether ``speaker`` can speak here: its engine not skipped and its voice's package installed."""
+    return speaker.engine not in skip_engines and missing_voice_package(speaker) is None
+
+
 def missing_engines() -> tuple[list[str], list[str]]:
     """(required programs that are missing, optional engines that are missing)."""
     required = [p for p in ("espeak-ng", "flite", "sox") if shutil.which(p) is None]

