@@ -8,6 +8,10 @@ Usage:
   python bench/asr_generalisation.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
       --lm experiments/lm/lm_text_100k_token6.arpa --alpha 0.8 --beta 4 --beam-size 16
 
+  # the tool a user would pick instead, on the same sets: Whisper tiny.en with its own decoder (faster-whisper,
+  # greedy, int8; its digits spelt out and punctuation dropped like every transcript scored here)
+  python bench/asr_generalisation.py --model whisper-tiny.en
+
   # without the real recordings (a machine without ../shared), or from another folder
   python bench/asr_generalisation.py --model my.nemo --no-real
   python bench/asr_generalisation.py --model my.nemo --real-speech /data/real_speech
@@ -18,7 +22,7 @@ Sets, nearest to training first:
                       corpus holds; built on first use into data/unseen_voices/ (needs the TTS engines that
                       tools/setup.sh installs)
   real sets           every held-out set of ../shared/real_speech (speechocean762/test, read_sentences,
-                      digits, librispeech_clips); never trained or tuned on (its README). A missing folder is
+                      common_voice, digits, librispeech_clips); never trained or tuned on (its README). A missing folder is
                       an error naming it; --no-real leaves the real sets out.
 
 Prints one table (set, utterances, audio, WER, CER) and writes <out-dir>/generalisation.json (rows, model,
@@ -33,6 +37,7 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.asr import decoding, generalisation, inference
+from duet.asr.pseudo_label import WHISPER_TEACHER, WhisperTeacher, manifest_text
 from duet.asr.batching import OfflineBatching
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
@@ -49,7 +54,8 @@ DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, type=Path, help="a CTC .nemo checkpoint")
+    parser.add_argument("--model", required=True, type=Path,
+                        help=f"a CTC .nemo checkpoint, or {WHISPER_TEACHER} (Whisper with its own decoder)")
     parser.add_argument("--real-speech", type=Path, default=DEFAULT_ROOT,
                         help=f"folder of the real recordings (default {DEFAULT_ROOT})")
     parser.add_argument("--no-real", action="store_true", help="leave the real-speech sets out")
@@ -85,8 +91,9 @@ def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     settings = decoding_settings_from_args(args, "--decoding")
     batching = offline_batching_from_args(args, DEFAULT_BATCHING)
-    if not args.model.is_file():
-        raise DuetError(f"--model: no such file: {args.model}")
+    whisper = str(args.model) == WHISPER_TEACHER
+    if not whisper and not args.model.is_file():
+        raise DuetError(f"--model: no such file: {args.model} (or {WHISPER_TEACHER})")
     wanted = set(args.sets) if args.sets else None
     sets = []
     if not wanted or wanted & {"sample test-clean", "unseen voices"}:
@@ -100,16 +107,25 @@ def main(argv=None) -> int:
     unknown = sorted((wanted or set()) - {s.name for s in sets})
     if unknown:
         raise DuetError(f"--sets: unknown or excluded set(s): {', '.join(unknown)}")
-    model = inference.load_asr_model(args.model)
-    decoding.set_decoding(model, settings)
+    model, transcribe, described = None, None, settings.describe()
+    if whisper:
+        teacher = WhisperTeacher(threads=batching.workers or 2)
+        described = "its own decoder, greedy (faster-whisper int8)"
+
+        def transcribe(paths):
+            return [manifest_text(text) for text, _ in
+                    teacher.label([inference.load_audio(p, 16000) for p in paths])]
+    else:
+        model = inference.load_asr_model(args.model)
+        decoding.set_decoding(model, settings)
     out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
     start = time.time()
-    print(f"asr_generalisation: {args.model} ({settings.describe()}) on {len(sets)} sets", file=sys.stderr)
+    print(f"asr_generalisation: {args.model} ({described}) on {len(sets)} sets", file=sys.stderr)
     rows = generalisation.score_sets(
-        model, sets, out_dir, batch_size=batching.batch_size, workers=batching.workers,
+        model, sets, out_dir, batch_size=batching.batch_size, workers=batching.workers, transcribe=transcribe,
         on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)",
                                   file=sys.stderr))
-    report = {"model": str(args.model), "decoding": settings.describe(), "rows": rows,
+    report = {"model": str(args.model), "decoding": described, "rows": rows,
               "wall_seconds": round(time.time() - start, 1)}
     write_text_atomic(out_dir / "generalisation.json", json.dumps(report, indent=2) + "\n")
     print(generalisation.format_table(rows))

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from duet.tokenizer import nemo_tokenizer_model
 from duet.errors import DuetError
 from duet.io import atomic_path, read_jsonl, write_text_atomic
 from duet.text import normalize_text
@@ -101,10 +102,15 @@ def read_training_text(path: str | Path) -> list[str]:
 
 
 def load_tokenizer(tokenizer_dir: str | Path):
-    """NeMo's SentencePiece tokenizer from a folder holding ``tokenizer.model`` (as the ASR model uses it)."""
+    """NeMo's SentencePiece tokenizer from a folder holding ``tokenizer.model`` (as the ASR model uses it), or
+    from a ``.nemo`` model itself (the tokenizer packed inside it)."""
     # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.common.tokenizers import SentencePieceTokenizer
 
+    if Path(tokenizer_dir).suffix == ".nemo":
+        if not Path(tokenizer_dir).is_file():
+            raise NgramInputError(f"tokenizer: model not found: {tokenizer_dir}")
+        return SentencePieceTokenizer(str(nemo_tokenizer_model(tokenizer_dir, tempfile.mkdtemp(prefix="duet_tok_"))))
     model_path = Path(tokenizer_dir) / "tokenizer.model"
     if not model_path.is_file():
         raise NgramInputError(f"tokenizer folder has no tokenizer.model: {tokenizer_dir}")

@@ -17,7 +17,7 @@ DEFAULT_ROOT = REPO_ROOT.parent / "shared" / "real_speech"
 #: The only set that training or tuning may read.
 TRAINABLE_SET = "speechocean762/train"
 #: Evaluation-only sets, in the order tables list them.
-HELD_OUT_SETS = ("speechocean762/test", "read_sentences", "digits", "librispeech_clips")
+HELD_OUT_SETS = ("speechocean762/test", "read_sentences", "common_voice", "digits", "librispeech_clips")
 
 
 class RealSpeechMissing(DuetError):

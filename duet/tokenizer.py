@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -117,3 +118,22 @@ def _largest_size_from_error(message: str) -> int | None:
         return None
     digits = message.split(marker, 1)[1].split(".")[0].strip()
     return int(digits) if digits.isdigit() else None
+
+
+def nemo_tokenizer_model(nemo_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Copy the SentencePiece ``tokenizer.model`` packed inside a ``.nemo`` (a tar archive) to ``out_dir``: the
+    tokenizer a token LM must share with that model. A .nemo without one is a DuetError naming it."""
+    nemo_path, out_dir = Path(nemo_path), Path(out_dir)
+    try:
+        with tarfile.open(nemo_path) as archive:
+            members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith("tokenizer.model")]
+            if not members:
+                raise DuetError(f"{nemo_path}: holds no SentencePiece tokenizer.model")
+            data = archive.extractfile(members[0]).read()
+    except (tarfile.TarError, OSError) as e:
+        raise DuetError(f"{nemo_path}: cannot read it as a .nemo archive ({e})") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "tokenizer.model"
+    path.write_bytes(data)
+    return path
+

@@ -196,7 +196,7 @@ def _tiny_sets(root: Path) -> dict[str, Path]:
     write_chapter(unseen_root / "test-unseen", 8001, 800101, {0: ("THE CAT SAT", 1.0)})
     (unseen_root / "SPEAKERS.txt").write_text("; fake\n")
     real = root / "real_speech"
-    for n, name in enumerate(("speechocean762/test", "read_sentences", "digits", "librispeech_clips")):
+    for n, name in enumerate(("speechocean762/test", "read_sentences", "common_voice", "digits", "librispeech_clips")):
         write_chapter(real / name, 100 + n, 1, {0: ("HELLO THERE", 0.7), 1: ("ZERO", 0.5)})
     write_chapter(real / "speechocean762" / "train", 900, 1, {0: ("NEVER READ", 0.5)})
     return {"sample": sample, "unseen_root": unseen_root, "real": real}
@@ -213,9 +213,9 @@ def test_generalisation_bench_scores_every_set(micro_model_and_manifest, tmp_pat
     assert rc == 0
     report = json.loads((out / "generalisation.json").read_text())
     names = [r["set"] for r in report["rows"]]
-    assert names == ["sample test-clean", "unseen voices", "speechocean762/test", "read_sentences", "digits",
-                     "librispeech_clips"], "speechocean762/train must never be scored or read"
-    assert [r["utterances"] for r in report["rows"]] == [2, 1, 2, 2, 2, 2]
+    assert names == ["sample test-clean", "unseen voices", "speechocean762/test", "read_sentences", "common_voice",
+                     "digits", "librispeech_clips"], "speechocean762/train must never be scored or read"
+    assert [r["utterances"] for r in report["rows"]] == [2, 1, 2, 2, 2, 2, 2]
     for row in report["rows"]:  # a random model is wrong: errors are counted, not assumed
         assert row["wer"] > 0 and row["reference_words"] > 0
         utterances = out / f"{row['set'].replace(' ', '_').replace('/', '_')}_utterances.jsonl"

@@ -31,7 +31,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--text", default=str(REPO_ROOT / "manifests" / "train-clean.json"),
                         help="manifest (.json) or text file (default: manifests/train-clean.json)")
     parser.add_argument("--unit", choices=UNITS, default="token", help="LM over ASR tokens or words (default: token)")
-    parser.add_argument("--tokenizer", default=None, help="ASR tokenizer folder (required for --unit token)")
+    parser.add_argument("--tokenizer", default=None, help="ASR tokenizer folder, or the .nemo model whose tokenizer to use (required for --unit token)")
     parser.add_argument("--order", type=int, default=None,
                         help=f"n-gram order (default: {DEFAULT_ORDER['token']} for token, {DEFAULT_ORDER['word']} for word)")
     parser.add_argument("--out", default=None, help="output ARPA (default: experiments/lm/<text stem>_<unit><order>.arpa)")

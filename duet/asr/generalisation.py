@@ -56,14 +56,16 @@ def build_manifest(eval_set: EvalSet, out_dir: Path, jobs: int = 1) -> Path:
 
 
 def score_sets(model, sets: list[EvalSet], out_dir: Path, batch_size: int = 32, workers: int | None = None,
-               on_result=None) -> list[dict]:
+               on_result=None, transcribe=None) -> list[dict]:
     """Score ``model`` on every set; per-set utterance JSONL and summary go to ``out_dir``. Returns one row
     per set (name, distance, utterances, audio_minutes, wer, cer, and the errors); ``on_result(row)`` is
-    called as each set finishes."""
+    called as each set finishes. ``transcribe`` (audio paths -> transcripts) replaces the model, e.g. with
+    another toolkit's recogniser scored on the same manifests."""
     rows = []
     for eval_set in sets:
         manifest = build_manifest(eval_set, out_dir / "manifests")
-        scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False, workers=workers)
+        scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False, workers=workers,
+                                            transcribe=transcribe)
         prefix = manifest.stem
         scoring.write_results(scored, out_dir, prefix)
         s = scored.summary

@@ -24,6 +24,7 @@ import onnxruntime as ort
 import torch
 from omegaconf import OmegaConf, open_dict
 
+import duet.nemo_targets
 from duet.asr.inference import pad_batch
 from duet.errors import AsrInputError, first_line
 
@@ -103,6 +104,8 @@ class OnnxCtcModel:
         from nemo.collections.asr.modules import AudioToMelSpectrogramPreprocessor
         from nemo.collections.common.tokenizers import SentencePieceTokenizer
 
+        duet.nemo_targets.install()  # a Whisper front end's _target_ is duet's
+
         self.folder = Path(folder)
         self.metadata = read_metadata(self.folder)
         self.precision = "int8" if int8 else "fp32"
@@ -169,6 +172,8 @@ class OnnxCtcModel:
         from nemo.collections.asr.parts.submodules.subsampling import calc_length
 
         s = self.metadata["subsampling"]
+        if s.get("type") == "whisper":
+            return torch.div(feature_lengths + 1, 2, rounding_mode="floor").long()
         return calc_length(feature_lengths, all_paddings=s["all_paddings"], kernel_size=s["kernel_size"],
                            stride=s["stride"], ceil_mode=s["ceil_mode"], repeat_num=s["repeat_num"]).long()
 

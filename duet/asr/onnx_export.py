@@ -76,12 +76,14 @@ def check_exportable(model, nemo_path: Path) -> dict:
 
     if not isinstance(getattr(model, "tokenizer", None), SentencePieceTokenizer):
         raise OnnxExportError(f"{nemo_path}: only SentencePiece (BPE) CTC models are exported")
+    if type(model.encoder).__name__ == "WhisperEncoder":  # its one stride-2 convolution: ceil(T / 2) frames
+        return {"type": "whisper", "factor": int(model.encoder.subsampling_factor)}
     pre_encode = getattr(model.encoder, "pre_encode", None)
     keys = ("_left_padding", "_right_padding", "_kernel_size", "_stride", "_ceil_mode", "_sampling_num")
     if not all(hasattr(pre_encode, k) for k in keys) or getattr(model.encoder, "reduction_subsampling", None):
         raise OnnxExportError(f"{nemo_path}: the encoder's subsampling ({type(pre_encode).__name__}) is not "
                               "NeMo's ConvSubsampling without time reduction; its lengths cannot be rebuilt")
-    return {"all_paddings": pre_encode._left_padding + pre_encode._right_padding,
+    return {"type": "conv", "all_paddings": pre_encode._left_padding + pre_encode._right_padding,
             "kernel_size": pre_encode._kernel_size, "stride": pre_encode._stride,
             "ceil_mode": bool(pre_encode._ceil_mode), "repeat_num": pre_encode._sampling_num,
             "factor": int(pre_encode.subsampling_factor)}

@@ -20,7 +20,11 @@ from typing import Callable, Sequence
 import jiwer
 import numpy as np
 
-from duet.asr.inference import load_audio
+from faster_whisper import WhisperModel
+
+from duet.asr.inference import load_asr_model, load_audio
+from duet.asr.whisper_weights import whisper_model_dir
+from duet.asr.words import transcribe_with_words
 from duet.errors import AsrInputError, DuetError
 from duet.io import expand_audio_paths, write_jsonl_atomic, write_text_atomic
 from duet.text import normalize_text
@@ -86,13 +90,6 @@ class WhisperTeacher:
     name = WHISPER_TEACHER
 
     def __init__(self, threads: int = 2):
-        try:
-            from faster_whisper import WhisperModel
-        except ImportError:
-            raise DuetError("the Whisper teacher needs faster-whisper: pip install faster-whisper "
-                            "(tools/setup.sh installs it)") from None
-        from duet.asr.whisper_weights import whisper_model_dir
-
         self.model = WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
 
     def label(self, audios: Sequence[np.ndarray]) -> list[tuple[str, float]]:
@@ -111,14 +108,10 @@ class NemoTeacher:
     """A ``.nemo`` CTC model, greedy; confidence = the mean of NeMo's word confidences."""
 
     def __init__(self, path: str | Path, threads: int = 2):
-        from duet.asr.inference import load_asr_model
-
         self.name = str(path)
         self.model = load_asr_model(path, device="cpu")
 
     def label(self, audios: Sequence[np.ndarray]) -> list[tuple[str, float]]:
-        from duet.asr.words import transcribe_with_words
-
         results = []
         for timed in transcribe_with_words(self.model, list(audios)):
             words = timed.words or []

@@ -57,9 +57,13 @@ def whisper_log_mel(audio: torch.Tensor, filters: torch.Tensor, window: torch.Te
 class WhisperLogMelPreprocessor(AudioPreprocessor):
     """Waveforms [B, T] -> Whisper log-mel features [B, 80, T // 160]; frames past an utterance's end are 0."""
 
-    def __init__(self, sample_rate: int = SAMPLE_RATE, features: int = N_MELS):
-        if sample_rate != SAMPLE_RATE:
-            raise ValueError(f"Whisper's features are defined at {SAMPLE_RATE} Hz, not {sample_rate}")
+    def __init__(self, sample_rate: int = SAMPLE_RATE, features: int = N_MELS, window_size: float = N_FFT / SAMPLE_RATE,
+                 window_stride: float = HOP_LENGTH / SAMPLE_RATE):
+        # window_size/window_stride only state the fixed framing for code that reads them from the config
+        # (NeMo's timestamps: seconds per frame = window_stride x the encoder's subsampling_factor)
+        if sample_rate != SAMPLE_RATE or round(window_size * SAMPLE_RATE) != N_FFT or round(window_stride * SAMPLE_RATE) != HOP_LENGTH:
+            raise ValueError(f"Whisper's features are defined at {SAMPLE_RATE} Hz with {N_FFT / SAMPLE_RATE} s windows "
+                             f"every {HOP_LENGTH / SAMPLE_RATE} s, not {sample_rate} Hz, {window_size} s, {window_stride} s")
         super().__init__(win_length=N_FFT, hop_length=HOP_LENGTH)
         self._sample_rate = sample_rate
         self.features = features
@@ -132,6 +136,7 @@ class WhisperEncoder(NeuralModule, Exportable):
         if d_model % n_heads:
             raise ValueError(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
         self.d_model, self.max_positions = d_model, max_positions
+        self.subsampling_factor = 2  # feature frames per encoder frame (NeMo's timestamps read it)
         self._feat_in, self._feat_out = feat_in, d_model
         self.conv1 = nn.Conv1d(feat_in, d_model, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(d_model, d_model, kernel_size=3, stride=2, padding=1)

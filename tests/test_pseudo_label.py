@@ -1,0 +1,88 @@
+"""tools/pseudo_label.py: a teacher's transcripts of untranscribed audio, kept by a confidence rule, as a manifest."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from duet.asr import pseudo_label as pl
+from duet.io import read_jsonl
+
+
+def test_numbers_are_spelt_as_read():
+    assert pl.manifest_text("Chapter 22. It cost 1,250 dollars in 1999!") == (
+        "chapter twenty two it cost one thousand two hundred and fifty dollars in one thousand nine hundred and "
+        "ninety nine")
+    assert pl.manifest_text("Call 007 now") == "call 007 now"  # a code: no single reading, kept (and dropped later)
+
+
+class FakeTeacher:
+    """Answers from a table keyed by the clip's length in samples."""
+
+    name = "fake"
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def label(self, audios):
+        return [self.answers[len(a)] for a in audios]
+
+
+def write_clip(path, seconds, rate=16000):
+    t = np.arange(int(seconds * rate)) / rate
+    sf.write(path, (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
+    return path
+
+
+def test_rule_keeps_the_confident_and_lists_every_other_file_with_its_reason(tmp_path, monkeypatch):
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    clips = {"sure": 1.0, "unsure": 1.5, "empty": 2.0, "digits": 2.5, "short": 0.2}
+    for name, seconds in clips.items():
+        write_clip(audio / f"{name}.wav", seconds)
+    (audio / "broken.flac").write_bytes(b"not audio")
+    answers = {16000: ("Set a timer for 5 minutes.", 0.91), 24000: ("the whether is nice", 0.41),
+               32000: ("", 0.99), 40000: ("call 007", 0.95)}
+    monkeypatch.setattr(pl, "make_teacher", lambda name, threads: FakeTeacher(answers))
+    out = tmp_path / "out" / "pseudo.json"
+    summary = pl.pseudo_label(pl.PseudoLabelSettings(audio=(audio,), out=out, min_confidence=0.6))
+    kept = read_jsonl(out)
+    assert [r["text"] for r in kept] == ["set a timer for five minutes"]
+    assert kept[0]["duration"] == 1.0 and kept[0]["teacher_confidence"] == 0.91
+    rows = dict(line.split("\t")[:2] for line in out.with_suffix(".skipped.tsv").read_text().splitlines()[1:])
+    reasons = {name.rsplit("/", 1)[-1]: reason for name, reason in rows.items()}
+    assert reasons["unsure.wav"] == "confidence 0.410 < 0.6"
+    assert reasons["empty.wav"] == "empty transcript"
+    assert reasons["digits.wav"].startswith("a number that cannot be spelt")
+    assert reasons["short.wav"].startswith("duration 0.20 s outside")
+    assert reasons["broken.flac"].startswith("unreadable audio")
+    assert summary["kept"] == 1 and summary["skipped"] == 5
+    assert json.loads(out.with_suffix(".summary.json").read_text())["files"] == 6
+
+
+def test_confidence_table_trades_kept_share_against_wer():
+    labels = [pl.PseudoLabel("a", 1.0, text="hello world", confidence=0.9),
+              pl.PseudoLabel("b", 1.0, text="jello word", confidence=0.3)]
+    rows = pl.confidence_table(labels, ["hello world", "hello world"], thresholds=(0.0, 0.5))
+    assert rows[0].kept_share == 1.0 and rows[0].kept_wer == 0.5
+    assert rows[1].kept_share == 0.5 and rows[1].kept_wer == 0.0 and rows[1].dropped_wer == 1.0
+
+
+def test_settings_are_checked():
+    with pytest.raises(pl.DuetError, match="--min-confidence must lie in"):
+        pl.PseudoLabelSettings(audio=(), out=None, min_confidence=1.5).validate()
+    with pytest.raises(pl.DuetError, match="neither 'whisper-tiny.en' nor a .nemo file"):
+        pl.PseudoLabelSettings(audio=(), out=None, teacher="nope.nemo").validate()
+
+
+@pytest.mark.integration
+def test_a_nemo_teacher_labels_real_files(micro_model_and_manifest, tmp_path):
+    """Any .nemo is a teacher: its mean word confidence is the score (a random model is unsure of everything)."""
+    _, nemo_path, _, entries = micro_model_and_manifest
+    audio = [e["audio_filepath"] for e in entries[:3]]
+    teacher = pl.NemoTeacher(nemo_path)
+    labels = pl.label_files(audio, teacher, 0.5, 30.0)
+    assert len(labels) == 3 and all(0.0 <= lb.confidence <= 1.0 for lb in labels)
+    pl.apply_rule(labels, 1.01)  # nothing is surer than certain: every file is dropped, each with its reason
+    assert all(lb.skipped for lb in labels)

