@@ -53,9 +53,8 @@ def shown_path(path: str | os.PathLike) -> str:
 
 
 def audio_file_problem(path: str | Path) -> str | None:
-    """Why ``path`` cannot be read as audio ("no such file: …", "empty file: …", "cannot read audio …: …"), or None.
-
-    Reads the header only (milliseconds), so that a tool can name every bad input before any model loads."""
+    """Why ``path`` cannot be read as audio ("no such file: …", "empty file: …", "cannot read audio …: …"), or
+    None. Reads the header only (milliseconds), so that a tool can name every bad input before any model loads."""
     path = Path(path)
     if not path.is_file():
         return f"no such file: {path}"

@@ -55,7 +55,8 @@ from duet.asr import decoding, evaluate, inference, scoring, streaming
 from duet.asr.batching import OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
-                           decoding_settings_from_args, describe_decoding_source, log_target, offline_batching_from_args)
+                           decoding_settings_from_args, describe_decoding_source, log_target,
+                           offline_batching_from_args)
 from duet.errors import DuetError, cli
 from duet.io import audio_file_problem, expand_audio_paths, library_output_to
 from duet.manifest import read_manifest

@@ -121,7 +121,8 @@ def test_evaluate_cli_skips_unreadable_audio_naming_each_before_the_model_loads(
     empty.write_bytes(b"")
     with_bad = tmp_path / "with_bad.json"
     with_bad.write_text(manifest.read_text() + "".join(
-        json.dumps({"audio_filepath": str(path), "duration": 1.0, "text": "hello"}) + "\n" for path in (missing, empty)))
+        json.dumps({"audio_filepath": str(path), "duration": 1.0, "text": "hello"}) + "\n"
+        for path in (missing, empty)))
     said_before_loading, load = [], inference.load_asr_model
 
     def load_and_look(*args, **kwargs):

@@ -203,8 +203,8 @@ def test_missing_manifest_is_named(python, micro_setup, tmp_path):
 
 
 def test_a_missing_required_value_is_one_line_before_anything_else(python, tmp_path):
-    proc = _run(python, ["--config-name", "fastconformer_small", "name=???", "model.validation_ds.manifest_filepath=???",
-                         f"exp_manager.exp_dir={tmp_path}"], timeout=300)
+    proc = _run(python, ["--config-name", "fastconformer_small", "name=???",
+                         "model.validation_ds.manifest_filepath=???", f"exp_manager.exp_dir={tmp_path}"], timeout=300)
     assert proc.returncode == 2 and proc.stdout == ""  # no config dump before it
     assert proc.stderr.splitlines() == ["finetune_ctc: error: missing required values "
                                         "model.validation_ds.manifest_filepath, name: add "
@@ -232,16 +232,17 @@ def test_the_default_data_and_tokenizer_name_the_commands_that_make_them(tmp_pat
     assert tokenizer_training_command(cfg) == "python tools/train_tokenizer.py"
     elsewhere = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={tmp_path / 'mine.json'}",
                                                  f"model.tokenizer.dir={tmp_path / 'toks' / 'spe_unigram_v256'}"])
-    assert tokenizer_training_command(elsewhere) == (f"python tools/train_tokenizer.py --manifests {tmp_path / 'mine.json'} "
-                                                     f"--vocab-size 256 --type unigram --out-root {tmp_path / 'toks'}")
+    assert tokenizer_training_command(elsewhere) == (
+        f"python tools/train_tokenizer.py --manifests {tmp_path / 'mine.json'} --vocab-size 256 --type unigram "
+        f"--out-root {tmp_path / 'toks'}")
     # a folder the tool does not name: how to make one
     for name in ("train.json", "dev.json"):
         (tmp_path / name).write_text("{}\n")
     odd = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={tmp_path / 'train.json'}",
                                            f"model.validation_ds.manifest_filepath={tmp_path / 'dev.json'}",
                                            f"model.tokenizer.dir={tmp_path / 'my_tokenizer'}"])
-    with pytest.raises(recipe.RecipeError, match=r"no tokenizer in .*my_tokenizer \(make one with python "
-                                                 r"tools/train_tokenizer.py \(it writes tokenizers/spe_<type>_v<size>\)"):
+    with pytest.raises(recipe.RecipeError, match=r"no tokenizer in .*my_tokenizer \(make one with python tools/"
+                                                 r"train_tokenizer.py \(it writes tokenizers/spe_<type>_v<size>\)"):
         recipe.check_inputs(odd)
 
 

@@ -277,8 +277,13 @@ def test_cli_refuses_bad_language_model_options_before_loading(cli, model_args, 
 
 
 def test_cli_names_every_missing_input_in_one_line_before_loading(cli, monkeypatch, tmp_path, capsys):
-    """python tools/pipeline.py audio.flac on a fresh clone: the file and the demo's models, one line, nothing loaded."""
+    """python tools/pipeline.py audio.flac on a fresh clone: the file and the demo's models in one line, nothing
+    loaded."""
     loads = stand_in_load(monkeypatch, None)
+    import duet.pipeline_options
+
+    for name in ("EXPERIMENTS", "REPO_ROOT"):  # no model made by the recipes to suggest instead
+        monkeypatch.setattr(duet.pipeline_options, name, tmp_path / "empty")
     missing_asr, missing_slm = tmp_path / "none.nemo", tmp_path / "no_slm"
     code = cli.main([str(tmp_path / "audio.flac"), "--asr-model", str(missing_asr), "--slm-model", str(missing_slm)])
     out, err = capsys.readouterr()
@@ -301,8 +306,9 @@ def test_cli_names_the_bad_files_before_loading_and_answers_the_others(cli, make
     soundfile.write(good, utterance_with_pauses([1.0]), SR)
     empty.write_bytes(b"")
     assert cli.main([str(tmp_path / "missing.flac"), str(good), str(empty), *model_args]) == 1
-    assert said_before_loading[0].splitlines() == [f"{tmp_path / 'missing.flac'}: error: no such file: "
-                                                   f"{tmp_path / 'missing.flac'}", f"{empty}: error: empty file: {empty}"]
+    missing = tmp_path / "missing.flac"
+    assert said_before_loading[0].splitlines() == [f"{missing}: error: no such file: {missing}",
+                                                   f"{empty}: error: empty file: {empty}"]
     out, err = capsys.readouterr()
     assert err == ""  # not said twice
     assert "  response:   ok: set a timer for five minutes" in out and "3 file(s), 2 failed" in out

@@ -47,8 +47,8 @@ from duet.librispeech import (
     ARCHIVE_MD5, BASE_URL_ENV, OPENSLR_BASE_URL, DownloadSettings, extract_split, fetch_archive, read_md5sums,
 )
 from duet.manifest import (
-    MANIFEST_DIR, ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
-    spread_subset, stamp_path, write_manifest,
+    MANIFEST_DIR, ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current,
+    split_fingerprint, spread_subset, stamp_path, write_manifest,
 )
 
 MAX_PROBLEMS_SHOWN = 10

@@ -31,13 +31,17 @@ its model (beam search with the demo's token LM at the width and weights tuned o
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty transcript,
-skips the language model with a note. A missing, empty or corrupt file is reported by name and the other files
-still run; the exit code is 1 if any file failed. Latencies per stage (model load, audio load, ASR, SLM, total)
-are printed, and are in the --json output with the ASR decoding used, and with the transcript's "words": each
-word's start and end in seconds from the start of the file and its confidence in [0, 1] (NeMo's greedy CTC
-timestamps and max-probability confidence; under beam search, the beam's transcript force-aligned to the same CTC
-output with NeMo's Viterbi and read the same way; null with --stream). A folder stands for the audio files under
-it (.flac, .wav, .mp3, .ogg, .opus, ... in any case; recursive, sorted); one without any is an error naming it.
+skips the language model with a note. A missing, empty or corrupt file is named before the models load and the
+other files still run; the exit code is 1 if any file failed. When no file can run, or a model is missing, that
+is one line (exit 2) naming every missing input and what to run or pass. The first line printed says which ASR
+decoding is used and where it came from; NeMo's and transformers' log lines go to --log
+(experiments/logs/pipeline.log), or with --verbose to standard error: standard output carries the answers.
+Latencies per stage (model load, audio load, ASR, SLM, total) are printed, and are in the --json output with
+the ASR decoding used, and with the transcript's "words": each word's start and end in seconds from the start
+of the file and its confidence in [0, 1] (NeMo's greedy CTC timestamps and max-probability confidence; under beam
+search, the beam's transcript force-aligned to the same CTC output with NeMo's Viterbi and read the same way; null
+with --stream). A folder stands for the audio files under it (.flac, .wav, .mp3, .ogg, .opus, ... in any case;
+recursive, sorted); one without any is an error naming it.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
 file streams whole, the caches bound the memory); features and their normalisation are computed chunk by
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     # every missing or unreadable input, named before minutes of model loading: one line when nothing can run
     bad_audio = {path: problem for path in args.audio if path != STDIN and (problem := audio_file_problem(path))}
     problems = model_path_problems(args)
-    if len(bad_audio) == len(args.audio) or problems:
+    if all(path in bad_audio for path in args.audio) or problems:
         raise DuetError("; ".join([*bad_audio.values(), *problems]))
     for path, problem in bad_audio.items():
         print(f"{path}: error: {problem}", file=sys.stderr)
@@ -145,7 +149,8 @@ def run(args: argparse.Namespace, options: dict, bad_audio: dict, out, err) -> i
     for path, spoken_path in zip(args.audio, spoken_paths):
         on_partial = None if args.json else partial_printer(Path("stdin") if path == STDIN else path, out)
         if path in bad_audio:  # named on the console before the models loaded
-            result = PipelineResult(file=str(path), error=bad_audio[path], asr_decoding=pipeline.describe_asr_decoding())
+            result = PipelineResult(file=str(path), error=bad_audio[path],
+                                    asr_decoding=pipeline.describe_asr_decoding())
         elif path == STDIN:
             result = pipeline.run_live(read_pcm16(sys.stdin.buffer), name="stdin", on_partial=on_partial)
         else:

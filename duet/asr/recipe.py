@@ -317,23 +317,24 @@ def decoder_row_sources(old_pieces: list[str], new_pieces: list[str]) -> list[li
 
 
 def missing_values(cfg, prefix: str = "") -> list[str]:
-    """The dotted keys of ``cfg`` whose value is ``???`` (a value the user must give), in config order."""
+    """The dotted keys of ``cfg`` whose value is ``???``, in config order. (``OmegaConf.missing_keys`` fails on an
+    interpolation of a missing value, such as ctc_base's ``exp_manager.name: ${name}``: those are left alone.)"""
     keys = []
-    items = cfg.items_ex(resolve=False) if isinstance(cfg, DictConfig) else enumerate(cfg)
-    for key, _ in list(items):
+    for key in cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg)):
         name = f"{prefix}{key}" if isinstance(cfg, DictConfig) else f"{prefix[:-1]}[{key}]"
-        if OmegaConf.is_missing(cfg, key):
-            keys.append(name)
-            continue
         node = cfg._get_node(key)
-        if isinstance(node, (DictConfig, ListConfig)) and not node._is_none() and not node._is_interpolation():
+        if node._is_interpolation():
+            continue
+        if node._is_missing():
+            keys.append(name)
+        elif isinstance(node, (DictConfig, ListConfig)) and not node._is_none():
             keys += missing_values(node, f"{name}.")
     return keys
 
 
 def check_required_values(cfg: DictConfig) -> None:
-    """Every ``???`` of the config named in one error before anything runs (Hydra itself would only fail,
-    with a traceback, at the first one read)."""
+    """Every ``???`` (a value the user must give) of the config, named in one error before anything runs: Hydra
+    itself fails only where the first one is read, with a traceback."""
     missing = missing_values(cfg)
     if missing:
         given = " ".join(f"{key}=..." for key in missing)
@@ -430,9 +431,10 @@ def cpu_cost_line(parameters: int, model_cfg: DictConfig, trainer_cfg: DictConfi
     else:
         return None
     speed = cpu_training_speed(parameters)
-    step = f"{train_ds.batch_duration:g} s of audio" if train_ds.get("batch_duration") else f"{train_ds.batch_size} utterances"
-    return (f"no GPU: this {parameters / 1e6:.1f} M-parameter model trains on a 2-core CPU at about {speed:.0f}x real "
-            f"time, so {what} take {_duration(audio / speed / 3600)} (validation not counted); shorten the run "
+    step = (f"{train_ds.batch_duration:g} s of audio" if train_ds.get("batch_duration")
+            else f"{train_ds.batch_size} utterances")
+    return (f"no GPU: this {parameters / 1e6:.1f} M-parameter model trains at about {speed:.0f}x real time on a "
+            f"2-core CPU, so {what} take {_duration(audio / speed / 3600)} (validation not counted); shorten the run "
             f"with trainer.max_steps=N (a step is {step}) or trainer.max_epochs=N")
 
 
