@@ -41,8 +41,8 @@ or a non-streaming model with --stream is a one-line error.
 Before the model loads, the decoding is printed with where it came from ("decoding: greedy (default)",
 "decoding: beam8 (given: --decoding beam --beam-size 8)"), and every audio file that is missing or cannot be
 read is named on a line of its own and skipped: the others are scored, the summary counts the skipped ones and
-the exit code is 1. NeMo's log lines and the progress bar go to --log (experiments/logs/evaluate_ctc.log) unless
---verbose shows them on standard error; standard output carries the results.
+the exit code is 1. NeMo's log lines go to --log (experiments/logs/evaluate_ctc.log) unless --verbose shows them,
+and a progress bar, on standard error; standard output carries the results.
 """
 
 import argparse
@@ -119,7 +119,8 @@ def main(argv=None) -> int:
         args.audio = [path for path in args.audio if str(path) not in bad]
     print(f"evaluate_ctc: decoding: {settings.describe()} ({describe_decoding_source(args)})", file=sys.stderr)
     if not args.verbose:
-        print(f"evaluate_ctc: NeMo's log and progress: {args.log}", file=sys.stderr)
+        print(f"evaluate_ctc: NeMo's log lines: {args.log} (--verbose shows them, and a progress bar)",
+              file=sys.stderr)
     with library_output_to(log_target(args)) as (out, err):
         code = run(args, settings, batching, set(bad), out, err)
     return 1 if bad else code

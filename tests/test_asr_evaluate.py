@@ -96,7 +96,8 @@ def test_evaluate_cli_writes_per_utterance_and_summary(python, micro_model_and_m
     # NeMo's lines go to the log; the console has the decoding, where the log is, and the results
     assert "successfully restored" in log.read_text() and "NeMo" not in proc.stdout
     assert proc.stderr.splitlines() == ["evaluate_ctc: decoding: greedy (default)",
-                                        f"evaluate_ctc: NeMo's log and progress: {log}"]
+                                        f"evaluate_ctc: NeMo's log lines: {log} (--verbose shows them, and a "
+                                        "progress bar)"]
     records = [json.loads(line) for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
     assert len(records) == len(entries) and {"id", "ref", "hyp", "wer"} <= records[0].keys()
     summary = json.loads((out / "eval_summary.json").read_text())
