@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
+from duet import REPO_ROOT
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
 from duet.asr.onnx_engine import ENGINES
@@ -17,8 +19,38 @@ from duet.errors import AsrInputError
 
 # The number/path options of add_decoding_arguments and the argparse attributes they land in.
 DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))
+# Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
+LOG_DIR = REPO_ROOT / "experiments" / "logs"
 # OfflineBatching field -> option of add_batching_arguments.
 BATCHING_OPTIONS = {"batch_size": "--batch-size", "workers": "--workers"}
+
+
+def add_log_arguments(parser: argparse.ArgumentParser, tool: str) -> None:
+    """``--verbose`` and ``--log``: the libraries' log lines go to a file unless ``--verbose`` shows them (on standard
+    error); the tool's own lines stay on the console either way (``duet.io.library_output_to``)."""
+    default = LOG_DIR / f"{tool}.log"
+    parser.add_argument("--verbose", action="store_true",
+                        help="show NeMo's, Lightning's and transformers' log lines and warnings (on standard error) "
+                             "instead of writing them to --log")
+    parser.add_argument("--log", type=Path, default=default,
+                        help=f"where those lines go, this run's only (default: {default.relative_to(REPO_ROOT)} in the "
+                             "repository)")
+
+
+def log_target(args: argparse.Namespace) -> Path | None:
+    """The file for ``duet.io.library_output_to``: ``--log``, or None with ``--verbose``."""
+    return None if args.verbose else args.log
+
+
+def describe_decoding_source(args: argparse.Namespace, strategy_flag: str = "--decoding",
+                             default: str | None = DecodingSettings.strategy) -> str:
+    """Where the decoding of an :func:`add_decoding_arguments` script came from: ``default`` when no option was
+    given, else the options given (e.g. ``given: --decoding beam_lm --lm x.arpa``). ``default``: the strategy
+    flag's default (None where the script resolves it itself), which is not counted as given."""
+    given = [f"{flag} {getattr(args, attr)}" for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]
+    if args.ctc_decoding not in (None, default):
+        given.insert(0, f"{strategy_flag} {args.ctc_decoding}")
+    return f"given: {' '.join(given)}" if given else "default"
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str = "--decoding",

@@ -1,17 +1,22 @@
-"""File helpers (atomic writes, JSON Lines, native output to a log), defined in ``slm.files`` so that both
-packages share them without ``slm`` importing ``duet``; and the expansion of audio folders into files."""
+"""File helpers (atomic writes, JSON Lines, native and library output to a log), defined in ``slm.files`` so that
+both packages share them without ``slm`` importing ``duet``; the expansion of audio folders into files, the check
+that an audio file can be read, and paths as a user would type them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable
 
+import soundfile as sf
+
 from duet.errors import AsrInputError
-from slm.files import (atomic_path, native_output_to, numbered_jsonl, read_jsonl, save_png_atomic,
+from slm.files import (atomic_path, library_output_to, native_output_to, numbered_jsonl, read_jsonl, save_png_atomic,
                        write_jsonl_atomic, write_text_atomic)
 
-__all__ = ["AUDIO_EXTENSIONS", "atomic_path", "expand_audio_paths", "native_output_to", "numbered_jsonl", "read_jsonl",
-           "save_png_atomic", "write_jsonl_atomic", "write_text_atomic"]
+__all__ = ["AUDIO_EXTENSIONS", "atomic_path", "audio_file_problem", "expand_audio_paths", "library_output_to",
+           "native_output_to", "numbered_jsonl", "read_jsonl", "save_png_atomic", "shown_path", "write_jsonl_atomic",
+           "write_text_atomic"]
 
 #: File endings a folder is searched for (any case): the common ones libsndfile (``duet.asr.inference.load_audio``)
 #: reads. MP4/M4A, WebM and WMA are not among them: libsndfile has no decoder for those containers.
@@ -36,3 +41,31 @@ def expand_audio_paths(paths: Iterable[str | Path]) -> list[Path]:
             raise AsrInputError(f"no audio files in folder {path} (looked for {', '.join(sorted(AUDIO_EXTENSIONS))})")
         expanded += found
     return expanded
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as a user would type it here: relative to the working directory when inside it."""
+    absolute = Path(path).resolve()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+def audio_file_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as audio ("no such file: …", "empty file: …", "cannot read audio …: …"), or
+    None. Reads the header only (milliseconds), so that a tool can name every bad input before any model loads."""
+    path = Path(path)
+    if not path.is_file():
+        return f"no such file: {path}"
+    try:
+        if path.stat().st_size == 0:
+            return f"empty file: {path}"
+        with open(path, "rb"):
+            pass
+        sf.info(str(path))
+    except PermissionError as e:
+        return f"cannot read {path}: {e.strerror}"
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        return f"cannot read audio {path}: {e}"
+    return None

@@ -24,10 +24,23 @@ from typing import Callable, Iterable
 
 import soundfile
 
+from duet import REPO_ROOT, SAMPLES_DIR
 from duet.errors import AsrInputError
-from duet.io import numbered_jsonl, write_jsonl_atomic
+from duet.io import numbered_jsonl, shown_path, write_jsonl_atomic
 
+#: Where tools/make_manifest.py writes <split>.json by default (from the bundled sample: {train,dev,test}-clean)
+MANIFEST_DIR = REPO_ROOT / "manifests"
 AUDIO_SUFFIXES = (".flac", ".wav")
+
+
+def make_manifest_command(path: str | os.PathLike) -> str | None:
+    """The ``tools/make_manifest.py`` command that writes ``path`` from the bundled sample (whose split folders it
+    reads by default), or None when ``path`` is not ``<one of its splits>.json``."""
+    path = Path(path)
+    if path.suffix != ".json" or not (SAMPLES_DIR / "LibriSpeech" / path.stem).is_dir():
+        return None
+    moved = path.resolve().parent != MANIFEST_DIR.resolve()
+    return "python tools/make_manifest.py" + (f" --out-dir {shown_path(path.parent)}" if moved else "")
 MANIFEST_KEYS = ("audio_filepath", "duration", "text")  # what NeMo needs of every line
 TRANSCRIPT_SUFFIX = ".trans.txt"
 

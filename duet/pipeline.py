@@ -30,6 +30,7 @@ from duet.asr.onnx_engine import load_onnx_model
 from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_model, session_partials,
                                 streaming_report)
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
+from duet.io import audio_file_problem
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
 
@@ -261,11 +262,9 @@ class VoicePipeline:
         result = PipelineResult(file=str(path), asr_decoding=self.describe_asr_decoding())
         start = time.perf_counter()
         try:
-            path = Path(path)
-            if not path.is_file():
-                raise AsrInputError(f"no such file: {path}")
-            if path.stat().st_size == 0:
-                raise AsrInputError(f"empty file: {path}")
+            problem = audio_file_problem(path)
+            if problem:
+                raise AsrInputError(problem)
             audio = load_audio(path, self.sample_rate)
         except AsrInputError as e:
             result.error = str(e)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from duet import REPO_ROOT
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import DecodingInputError
 from duet.cli_args import (
@@ -15,11 +16,13 @@ from duet.cli_args import (
     add_decoding_arguments,
     add_engine_argument,
     decoding_settings_from_args,
+    describe_decoding_source,
     offline_batching_from_args,
 )
 from duet.decoding_file import USED, decoding_file_for, read_decoding_file
-from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL, EXPERIMENTS
 from duet.errors import DuetError
+from duet.io import shown_path
 from duet.pipeline import VoicePipeline
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
@@ -57,11 +60,39 @@ def add_decoding_options(parser: argparse.ArgumentParser, streaming: bool = Fals
     add_generation_arguments(parser)
 
 
-def check_model_paths(args: argparse.Namespace) -> None:
-    """A missing ``--asr-model``/``--slm-model`` is a one-line error saying how to get the demo's."""
-    for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model)):
+def model_path_problems(args: argparse.Namespace) -> list[str]:
+    """A line for each ``--asr-model``/``--slm-model`` that does not exist, saying how to get the demo's, or naming
+    the newest model the recipes wrote (nemo_recipes/finetune_ctc.py, slm/finetune.py) to pass instead."""
+    problems = []
+    for flag, path, made in (("--asr-model", args.asr_model, newest_recipe_asr_model),
+                             ("--slm-model", args.slm_model, newest_recipe_slm_model)):
         if not path.exists():
-            raise DuetError(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {flag})")
+            found = made()
+            instead = f"{flag} {shown_path(found)}" if found else flag
+            problems.append(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {instead})")
+    return problems
+
+
+def check_model_paths(args: argparse.Namespace) -> None:
+    """A missing ``--asr-model``/``--slm-model`` is a one-line error (:func:`model_path_problems`)."""
+    problems = model_path_problems(args)
+    if problems:
+        raise DuetError("; ".join(problems))
+
+
+def newest_recipe_asr_model() -> Path | None:
+    """The newest ``experiments/<name>/<name>.nemo`` that nemo_recipes/finetune_ctc.py saved, if any."""
+    return _newest(p for p in EXPERIMENTS.glob("*/*.nemo") if p.stem == p.parent.name)
+
+
+def newest_recipe_slm_model() -> Path | None:
+    """The newest model folder slm/finetune.py finished (its output_dir holds metrics.json), if any."""
+    return _newest(p.parent for root in (REPO_ROOT / "exp", EXPERIMENTS) for p in root.glob("*/metrics.json")
+                   if (p.parent / "config.json").is_file())
+
+
+def _newest(paths) -> Path | None:
+    return max(paths, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
@@ -100,10 +131,12 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
     return None
 
 
-def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
-    """Check every option, then load both models as they say; returns the pipeline and the load time in seconds.
+def resolve_pipeline_options(args: argparse.Namespace) -> tuple[dict, str]:
+    """Check every option and resolve the ASR decoding: the keyword arguments of ``VoicePipeline.load`` and a line
+    saying which decoding the ASR uses and where it came from (``decoding: beam16+LM(a=0.8,b=4) from
+    experiments/demo_asr/decoding.json``, ``decoding: greedy (default: no <model folder>/decoding.json)``).
 
-    Bad language-model options fail before anything loads, named by their flag."""
+    Bad options fail here, before anything loads, named by their flag."""
     stream = getattr(args, "stream", False)
     if args.int8 and args.engine != "onnx":
         raise DuetError("--int8 needs --engine onnx (int8 is the ONNX export's graph)")
@@ -114,10 +147,29 @@ def load_pipeline(args: argparse.Namespace) -> tuple[VoicePipeline, float]:
         generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
     except GenerationSettingsError as e:
         raise DuetError(f"language model decoding: {e}") from e
+    given = describe_decoding_source(args, "--asr-decoding", default=None)  # before the file fills the rest in
     asr_decoding_source = resolve_asr_decoding(args)
     asr_decoding = decoding_settings_from_args(args, "--asr-decoding", streaming=stream)
     batching = offline_batching_from_args(args, DEFAULT_BATCHING, BATCHING_OPTIONS, streaming=stream)
-    return VoicePipeline.load(args.asr_model, args.slm_model, generation=generation,
-                              max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
-                              asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream,
-                              engine=args.engine, int8=args.int8, trim_silence_s=args.trim_silence)
+    saved_path = decoding_file_for(args.asr_model)
+    if asr_decoding_source:
+        origin = f"from {asr_decoding_source}"
+    elif stream:
+        origin = "(--stream decodes greedily)"
+    elif given != "default":
+        origin = f"({given})"
+    else:
+        origin = f"(default: {saved_path} says greedy)" if saved_path.is_file() else f"(default: no {saved_path})"
+    options = dict(asr_path=args.asr_model, slm_path=args.slm_model, generation=generation,
+                   max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
+                   asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream,
+                   engine=args.engine, int8=args.int8, trim_silence_s=args.trim_silence)
+    return options, f"decoding: {asr_decoding.describe()} {origin}"
+
+
+def load_pipeline(args: argparse.Namespace, options: dict | None = None) -> tuple[VoicePipeline, float]:
+    """Load both models as ``options`` (:func:`resolve_pipeline_options`, resolved from ``args`` when not given)
+    say; returns the pipeline and the load time in seconds."""
+    if options is None:
+        options, _ = resolve_pipeline_options(args)
+    return VoicePipeline.load(**options)

@@ -11,15 +11,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
-from duet.io import native_output_to, read_jsonl
+from duet import REPO_ROOT
+from duet.io import native_output_to, read_jsonl, shown_path
 from duet.errors import DuetError
+from duet.manifest import MANIFEST_DIR
 
 TOKENIZER_TYPES = ("bpe", "unigram")
+# tools/train_tokenizer.py's defaults: the recipes' default model.tokenizer.dir (configs/ctc_base.yaml) is the
+# folder they make, tokenizers/spe_bpe_v1024 (the report's size; the bundled sample's text supports it)
+DEFAULT_TYPE, DEFAULT_VOCAB_SIZE = "bpe", 1024
+DEFAULT_MANIFESTS = (MANIFEST_DIR / "train-clean.json",)
+DEFAULT_OUT_ROOT = REPO_ROOT / "tokenizers"
 
 
 class VocabularyTooLarge(DuetError, ValueError):
@@ -36,6 +44,25 @@ class VocabularyTooLarge(DuetError, ValueError):
 def tokenizer_dir_name(tokenizer_type: str, vocab_size: int) -> str:
     """NeMo's naming convention: the folder says how it was made, e.g. ``spe_bpe_v1024``."""
     return f"spe_{tokenizer_type}_v{vocab_size}"
+
+
+def training_command(tokenizer_dir: str | os.PathLike, manifests: list[str | os.PathLike]) -> str | None:
+    """The ``tools/train_tokenizer.py`` command that writes ``tokenizer_dir`` from the text of ``manifests``
+    (defaults left out), or None when the folder's name is not one it writes (``spe_<type>_v<size>``)."""
+    folder = Path(tokenizer_dir)
+    named = re.fullmatch(rf"spe_({'|'.join(TOKENIZER_TYPES)})_v(\d+)", folder.name)
+    if named is None:
+        return None
+    words = ["python tools/train_tokenizer.py"]
+    if [Path(m).resolve() for m in manifests] != [m.resolve() for m in DEFAULT_MANIFESTS]:
+        words += ["--manifests", *map(shown_path, manifests)]
+    if int(named[2]) != DEFAULT_VOCAB_SIZE:
+        words += ["--vocab-size", named[2]]
+    if named[1] != DEFAULT_TYPE:
+        words += ["--type", named[1]]
+    if folder.parent.resolve() != DEFAULT_OUT_ROOT.resolve():
+        words += ["--out-root", shown_path(folder.parent)]
+    return " ".join(words)
 
 
 def manifest_texts(manifest_paths: list[str | os.PathLike]) -> list[str]:

@@ -38,6 +38,11 @@ read the same way; --no-word-timestamps leaves them out) and
 --stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
 Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)
 or a non-streaming model with --stream is a one-line error.
+Before the model loads, the decoding is printed with where it came from ("decoding: greedy (default)",
+"decoding: beam8 (given: --decoding beam --beam-size 8)"), and every audio file that is missing or cannot be
+read is named on a line of its own and skipped: the others are scored, the summary counts the skipped ones and
+the exit code is 1. NeMo's log lines go to --log (experiments/logs/evaluate_ctc.log) unless --verbose shows them,
+and a progress bar, on standard error; standard output carries the results.
 """
 
 import argparse
@@ -49,10 +54,12 @@ from pathlib import Path
 from duet.asr import decoding, evaluate, inference, scoring, streaming
 from duet.asr.batching import OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
-from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument,
-                           decoding_settings_from_args, offline_batching_from_args)
+from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
+                           decoding_settings_from_args, describe_decoding_source, log_target,
+                           offline_batching_from_args)
 from duet.errors import DuetError, cli
-from duet.io import expand_audio_paths
+from duet.io import audio_file_problem, expand_audio_paths, library_output_to
+from duet.manifest import read_manifest
 
 DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
@@ -79,6 +86,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help="word times and confidences in the per-utterance JSONL (default: on, except with "
                              "--stream, which has none)")
     add_decoding_arguments(parser, "--decoding")
+    add_log_arguments(parser, "evaluate_ctc")
     return parser
 
 
@@ -91,8 +99,35 @@ def main(argv=None) -> int:
         raise DuetError("--word-timestamps is not available with --stream (the streaming path gives no word times)")
     if args.word_timestamps and args.audio:
         raise DuetError("--word-timestamps goes with --manifest (--audio prints text lines)")
+    if args.engine == "torch" and not args.model.is_file():
+        raise DuetError(f"--model {args.model} does not exist")
+    # every unreadable audio file, named before the model loads; the others are still transcribed
     if args.audio:
         args.audio = expand_audio_paths(args.audio)
+        paths = list(map(str, args.audio))
+    else:
+        paths = [entry["audio_filepath"] for entry in read_manifest(args.manifest)]
+        if not paths:
+            raise DuetError(f"manifest is empty: {args.manifest}")
+    bad = {path: problem for path in dict.fromkeys(paths) if (problem := audio_file_problem(path))}
+    if len(bad) == len(set(paths)):
+        raise DuetError(f"no readable audio: {'; '.join(list(bad.values())[:3])}"
+                        + (f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""))
+    for problem in bad.values():
+        print(f"evaluate_ctc: skipped {problem}", file=sys.stderr)
+    if args.audio:
+        args.audio = [path for path in args.audio if str(path) not in bad]
+    print(f"evaluate_ctc: decoding: {settings.describe()} ({describe_decoding_source(args)})", file=sys.stderr)
+    if not args.verbose:
+        print(f"evaluate_ctc: NeMo's log lines: {args.log} (--verbose shows them, and a progress bar)",
+              file=sys.stderr)
+    with library_output_to(log_target(args)) as (out, err):
+        code = run(args, settings, batching, set(bad), out, err)
+    return 1 if bad else code
+
+
+def run(args, settings, batching: OfflineBatching, skip: set[str], out, err) -> int:
+    """Load the model, transcribe (and score) what ``args`` name but ``skip``; results on ``out``."""
     model = load_model(args)
     if args.stream:
         streaming.check_streaming_model(model)
@@ -100,26 +135,29 @@ def main(argv=None) -> int:
     if args.int8 and args.engine == "torch":
         inference.quantize_linear_int8(model)
     if args.audio:
-        return transcribe_only(model, args, batching)
+        return transcribe_only(model, args, batching, out, err)
     if args.stream:
-        scored = streaming.evaluate_manifest_streaming(model, args.manifest)
+        scored = streaming.evaluate_manifest_streaming(model, args.manifest, progress=args.verbose, skip=skip)
     else:
         scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
-                                             workers=batching.workers, words=args.word_timestamps is not False)
+                                             workers=batching.workers, words=args.word_timestamps is not False,
+                                             progress=args.verbose, skip=skip)
     scored.summary.update(model=str(args.model), engine=args.engine, int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)
-    print(scoring.format_examples(scored.records, args.show))
+    print(scoring.format_examples(scored.records, args.show), file=out)
     s = scored.summary
-    print(json.dumps(s, indent=2))
+    print(json.dumps(s, indent=2), file=out)
+    skipped = f", {s['skipped']} skipped (unreadable audio)" if s["skipped"] else ""
     print(
         f"evaluate_ctc: WER {100 * s['wer']:.2f}% CER {100 * s['cer']:.2f}% "
         f"(S {s['substitutions']} D {s['deletions']} I {s['insertions']} / {s['reference_words']} words) "
-        f"on {s['utterances']} utterances, RTFx {s['rtfx']}, {s['decoding']}; wrote {utt_path} and {summary_path}"
+        f"on {s['utterances']} utterances{skipped}, RTFx {s['rtfx']}, {s['decoding']}; wrote {utt_path} and "
+        f"{summary_path}", file=out
     )
     if args.stream:
         st = s["streaming"]
-        print(f"evaluate_ctc: streaming: {streaming.describe_report(st)} over {st['chunks']} chunks")
+        print(f"evaluate_ctc: streaming: {streaming.describe_report(st)} over {st['chunks']} chunks", file=out)
     return 0
 
 
@@ -133,20 +171,20 @@ def load_model(args):
     return load_onnx_model(args.model, int8=args.int8)
 
 
-def transcribe_only(model, args, batching: OfflineBatching) -> int:
-    """--audio: one "path<TAB>text" line per file on stdout, timings on stderr."""
+def transcribe_only(model, args, batching: OfflineBatching, out, err) -> int:
+    """--audio: one "path<TAB>text" line per file on ``out``, timings on ``err``."""
     start = time.perf_counter()
     if args.stream:
-        texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=True)
+        texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=args.verbose)
     else:
-        texts = inference.transcribe_files(model, args.audio, batch_size=batching.batch_size, progress=True,
+        texts = inference.transcribe_files(model, args.audio, batch_size=batching.batch_size, progress=args.verbose,
                                            workers=batching.workers)
     for path, text in zip(args.audio, texts):
-        print(f"{path}\t{text}")
-    print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        print(f"{path}\t{text}", file=out)
+    print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=err)
     if args.stream:
         print(f"evaluate_ctc: streaming: {streaming.describe_report(streaming.streaming_report(model, partials))} "
-              f"over {len(partials)} chunks", file=sys.stderr)
+              f"over {len(partials)} chunks", file=err)
     return 0
 
 

@@ -1,15 +1,20 @@
 r"""Fine-tune (or train from scratch) a NeMo CTC speech recogniser (EncDecCTCModelBPE) with Hydra configs.
 
 Usage:
+  # after python tools/make_manifest.py and python tools/train_tokenizer.py (their default outputs are the
+  # recipe's default manifests/train-clean.json, manifests/dev-clean.json and tokenizers/spe_bpe_v1024)
+  python nemo_recipes/finetune_ctc.py --config-name fastconformer_small
   python nemo_recipes/finetune_ctc.py --config-name fastconformer_small \
       init_from_nemo_model=samples/checkpoints/base.nemo \
-      model.train_ds.manifest_filepath=manifests/train-clean.json \
+      model.train_ds.manifest_filepath=manifests/train-clean-100.json \
       model.validation_ds.manifest_filepath=manifests/dev-clean.json \
       model.test_ds.manifest_filepath=manifests/test-clean.json \
       model.tokenizer.dir=tokenizers/spe_bpe_v1024 trainer.max_epochs=10
 
   Configs live in configs/ (fastconformer_small, conformer_small, fastconformer_tiny); any key can be
-  overridden as key=value, unknown keys are errors. The model comes from init_from_nemo_model (a .nemo
+  overridden as key=value, unknown keys are errors. A value the config leaves as ??? and a manifest,
+  tokenizer or checkpoint that does not exist are one-line errors naming what to give or the command that
+  makes it, before anything loads. The model comes from init_from_nemo_model (a .nemo
   file), init_from_pretrained_model (an NGC/HF name: downloaded on first use, then read from
   $NEMO_CACHE_DIR) or, with neither, is trained from scratch (add asr_optim=noam_scratch for the
   report's schedule). If model.tokenizer.dir differs from the checkpoint's tokenizer the vocabulary is
@@ -19,10 +24,11 @@ Usage:
 
   Hardware (trainer.* and num_workers left null): every visible GPU with DDP, bf16 mixed precision
   where the GPU runs it natively (else fp16), min(8, cores / GPUs) loader workers per process; on CPU one
-  process in fp32 with one worker. The test set is scored on the training device by global rank 0
+  process in fp32 with one worker, and a line saying what the run costs there and how to shorten it
+  (trainer.max_steps=N). The test set is scored on the training device by global rank 0
   (before training, while the other ranks wait to start; a resumed run reuses its first score).
 
-  Outputs in experiments/<name>/ (exp_manager.exp_dir): checkpoints/ (best by val_wer, last),
+  Outputs in experiments/<name>/ (exp_manager.exp_dir): resolved_config.yaml, checkpoints/ (best by val_wer, last),
   <name>.nemo, TensorBoard and csv_logs/, test_before_/test_after_{summary.json,utterances.jsonl},
   finetune_summary.json. Re-running the same command resumes a killed run from its last checkpoint.
 """
@@ -33,6 +39,7 @@ import time
 
 import hydra
 import lightning.pytorch as pl
+from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import DictConfig, OmegaConf
 
 import duet.nemo_targets
@@ -59,15 +66,20 @@ def fit(cfg: DictConfig) -> int:
 
 def run(cfg: DictConfig) -> dict:
     start = time.time()
+    # what the user must give or make first: one line each, before NeMo and Lightning print anything
+    recipe.check_required_values(cfg)
     OmegaConf.resolve(cfg)
-    log.info("Config:\n%s", OmegaConf.to_yaml(cfg))
+    recipe.check_inputs(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     trainer, log_dir = recipe.build_trainer(cfg)
     if trainer.is_global_zero:
-        recipe.write_resolved_config(cfg, log_dir)
-    recipe.check_manifests(cfg.model)
+        log.info("Resolved config: %s", recipe.write_resolved_config(cfg, log_dir))
     recipe.fill_loader_workers(cfg.model, trainer)
     model = recipe.load_base_model(cfg, trainer)
+    if trainer.is_global_zero and isinstance(trainer.accelerator, CPUAccelerator):
+        cost = recipe.cpu_cost_line(sum(p.numel() for p in model.parameters()), cfg.model, cfg.trainer)
+        if cost:
+            print(f"finetune_ctc: {cost}", flush=True)
     from_checkpoint = bool(cfg.init_from_nemo_model or cfg.init_from_pretrained_model)
     test_manifest = cfg.model.test_ds.manifest_filepath
     summary = {"name": cfg.name, "log_dir": str(log_dir), "from_checkpoint": from_checkpoint}

@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TextIO
 
 
 @contextlib.contextmanager
@@ -91,6 +91,56 @@ def native_output_to(log_path: str | os.PathLike) -> Iterator[None]:
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
+
+
+def _console(stream: TextIO) -> tuple[TextIO, bool]:
+    """A stream to where ``stream`` writes now, which a later swap of file descriptors 1 and 2 does not move, and
+    whether it is a new one to close. A stream without a file descriptor (a test's capture) is kept as it is."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both an OSError and a ValueError
+        return stream, False
+    return os.fdopen(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
+                     errors=getattr(stream, "errors", None) or "strict"), True
+
+
+@contextlib.contextmanager
+def library_output_to(log_path: str | os.PathLike | None) -> Iterator[tuple[TextIO, TextIO]]:
+    """Keep the console for a tool's own lines: yields ``(out, err)``, the console's standard output and error,
+    while everything else the process writes to file descriptors 1 and 2 (NeMo's, Lightning's and transformers'
+    log lines, Python warnings, native code, worker processes started meanwhile) goes to ``log_path``, truncated
+    first so that it holds this run's. With ``log_path`` None (a tool's ``--verbose``) all of that goes to standard
+    error instead, so standard output still carries only what is written to ``out``.
+
+    NeMo's logger holds the ``sys.stdout``/``sys.stderr`` it found at import and prints through them: only a swap
+    of the file descriptors under them reaches it (as :func:`native_output_to` does for C code).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    (out, close_out), (err, close_err) = _console(sys.stdout), _console(sys.stderr)
+    saved = [os.dup(1), os.dup(2)]
+    log = None
+    try:
+        if log_path is None:
+            os.dup2(2, 1)
+        else:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            log = open(log_path, "wb")
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield out, err
+    finally:
+        for stream in (sys.stdout, sys.stderr, out, err):
+            stream.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        if log is not None:
+            log.close()
+        for stream, close in ((out, close_out), (err, close_err)):
+            if close:
+                stream.close()
 
 
 def save_png_atomic(fig, path: str | os.PathLike, dpi: int = 120) -> None:

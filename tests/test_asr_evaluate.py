@@ -88,10 +88,16 @@ def test_cpu_front_end_chunks_keep_the_transcripts_and_are_undone(micro_model_an
 def test_evaluate_cli_writes_per_utterance_and_summary(python, micro_model_and_manifest, tmp_path):
     _, model_path, manifest, entries = micro_model_and_manifest
     out = tmp_path / "out"
+    log = tmp_path / "logs" / "evaluate.log"
     proc = subprocess.run([python, str(SCRIPT), "--model", str(model_path), "--manifest", str(manifest),
-                           "--out-dir", str(out), "--batch-size", "4", "--show", "2"],
+                           "--out-dir", str(out), "--batch-size", "4", "--show", "2", "--log", str(log)],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # NeMo's lines go to the log; the console has the decoding, where the log is, and the results
+    assert "successfully restored" in log.read_text() and "NeMo" not in proc.stdout
+    assert proc.stderr.splitlines() == ["evaluate_ctc: decoding: greedy (default)",
+                                        f"evaluate_ctc: NeMo's log lines: {log} (--verbose shows them, and a "
+                                        "progress bar)"]
     records = [json.loads(line) for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
     assert len(records) == len(entries) and {"id", "ref", "hyp", "wer"} <= records[0].keys()
     summary = json.loads((out / "eval_summary.json").read_text())
@@ -107,6 +113,37 @@ def test_evaluate_cli_names_a_missing_manifest(python, micro_model_and_manifest,
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"evaluate_ctc: error: manifest not found: {missing}"
+
+
+def test_evaluate_cli_skips_unreadable_audio_naming_each_before_the_model_loads(micro_model_and_manifest, tmp_path,
+                                                                                monkeypatch, capsys):
+    _, model_path, manifest, entries = micro_model_and_manifest
+    missing, empty = tmp_path / "missing.flac", tmp_path / "empty.flac"
+    empty.write_bytes(b"")
+    with_bad = tmp_path / "with_bad.json"
+    with_bad.write_text(manifest.read_text() + "".join(
+        json.dumps({"audio_filepath": str(path), "duration": 1.0, "text": "hello"}) + "\n"
+        for path in (missing, empty)))
+    said_before_loading, load = [], inference.load_asr_model
+
+    def load_and_look(*args, **kwargs):
+        said_before_loading.append(capsys.readouterr().err)
+        return load(*args, **kwargs)
+    monkeypatch.setattr(inference, "load_asr_model", load_and_look)
+    out = tmp_path / "out"
+    code, stdout, _ = run_evaluate(["--model", model_path, "--manifest", with_bad, "--out-dir", out,
+                                    "--log", tmp_path / "log.txt"], capsys)
+    assert code == 1  # the run went on, and says that not everything was scored
+    assert said_before_loading[0].splitlines()[:2] == [f"evaluate_ctc: skipped no such file: {missing}",
+                                                       f"evaluate_ctc: skipped empty file: {empty}"]
+    summary = json.loads((out / "eval_summary.json").read_text())
+    assert summary["utterances"] == len(entries) and summary["skipped"] == 2
+    assert "2 skipped (unreadable audio)" in stdout
+
+    missing_only = tmp_path / "missing_only.json"
+    missing_only.write_text(json.dumps({"audio_filepath": str(missing), "duration": 1.0, "text": "hello"}) + "\n")
+    code, _, err = run_evaluate(["--model", model_path, "--manifest", missing_only], capsys)
+    assert code == 2 and err.splitlines() == [f"evaluate_ctc: error: no readable audio: no such file: {missing}"]
 
 
 def test_worker_processes_give_the_same_transcripts_in_input_order(micro_model_and_manifest):

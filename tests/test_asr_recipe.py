@@ -202,6 +202,73 @@ def test_missing_manifest_is_named(python, micro_setup, tmp_path):
     _assert_one_line_error(proc, "model.train_ds.manifest_filepath", str(missing))
 
 
+def test_a_missing_required_value_is_one_line_before_anything_else(python, tmp_path):
+    proc = _run(python, ["--config-name", "fastconformer_small", "name=???",
+                         "model.validation_ds.manifest_filepath=???", f"exp_manager.exp_dir={tmp_path}"], timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""  # no config dump before it
+    assert proc.stderr.splitlines() == ["finetune_ctc: error: missing required values "
+                                        "model.validation_ds.manifest_filepath, name: add "
+                                        "model.validation_ds.manifest_filepath=... name=... to the command"]
+    assert not any(tmp_path.iterdir())  # and no run folder
+
+
+def test_the_default_data_and_tokenizer_name_the_commands_that_make_them(tmp_path, monkeypatch):
+    """The design's order on a fresh clone: make_manifest.py, then train_tokenizer.py, then the recipe."""
+    cfg = _compose("fastconformer_small", [])
+    assert (cfg.model.train_ds.manifest_filepath, cfg.model.validation_ds.manifest_filepath, cfg.model.tokenizer.dir) \
+        == ("manifests/train-clean.json", "manifests/dev-clean.json", "tokenizers/spe_bpe_v1024")
+    # the recipe's paths are relative to the working directory: from the repository root they are the tools' outputs
+    from duet.manifest import make_manifest_command
+
+    monkeypatch.chdir(REPO)
+    assert make_manifest_command(cfg.model.train_ds.manifest_filepath) == "python tools/make_manifest.py"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(recipe.RecipeError, match=r"^model.train_ds.manifest_filepath: manifest not found: "
+                                                 r"manifests/train-clean.json \(run python tools/make_manifest.py "
+                                                 r"--out-dir manifests first\)$"):
+        recipe.check_inputs(cfg)
+    assert make_manifest_command(tmp_path / "mine.json") is None  # not the bundled sample's: nothing to suggest
+    monkeypatch.chdir(REPO)
+    assert tokenizer_training_command(cfg) == "python tools/train_tokenizer.py"
+    elsewhere = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={tmp_path / 'mine.json'}",
+                                                 f"model.tokenizer.dir={tmp_path / 'toks' / 'spe_unigram_v256'}"])
+    assert tokenizer_training_command(elsewhere) == (
+        f"python tools/train_tokenizer.py --manifests {tmp_path / 'mine.json'} --vocab-size 256 --type unigram "
+        f"--out-root {tmp_path / 'toks'}")
+    # a folder the tool does not name: how to make one
+    for name in ("train.json", "dev.json"):
+        (tmp_path / name).write_text("{}\n")
+    odd = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={tmp_path / 'train.json'}",
+                                           f"model.validation_ds.manifest_filepath={tmp_path / 'dev.json'}",
+                                           f"model.tokenizer.dir={tmp_path / 'my_tokenizer'}"])
+    with pytest.raises(recipe.RecipeError, match=r"no tokenizer in .*my_tokenizer \(make one with python tools/"
+                                                 r"train_tokenizer.py \(it writes tokenizers/spe_<type>_v<size>\)"):
+        recipe.check_inputs(odd)
+
+
+def tokenizer_training_command(cfg) -> str:
+    from duet.tokenizer import training_command
+
+    return training_command(cfg.model.tokenizer.dir, recipe.train_manifests(cfg.model))
+
+
+def test_the_cpu_cost_line_follows_the_measured_speeds_and_the_run_length(tmp_path):
+    assert recipe.cpu_training_speed(12.8e6) == pytest.approx(6.0)
+    assert recipe.cpu_training_speed(3.3e6) == pytest.approx(20.0)
+    assert 6.0 < recipe.cpu_training_speed(8e6) < 20.0
+    manifest = tmp_path / "train.json"
+    manifest.write_text("".join(json.dumps({"audio_filepath": "x.flac", "duration": 2.25, "text": "a"}) + "\n"
+                                for _ in range(800)))  # 30 min of audio
+    cfg = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={manifest}"])
+    line = recipe.cpu_cost_line(12_800_000, cfg.model, cfg.trainer)
+    # 50 epochs x 0.5 h at 6x real time
+    assert "12.8 M-parameter model" in line and "50 epochs of 0.50 h of audio take about 4.2 h" in line
+    assert "trainer.max_steps=N (a step is 16 utterances)" in line
+    short = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={manifest}", "trainer.max_steps=200"])
+    # 200 steps x 16 x 2.25 s = 2 h of audio at 6x: 20 min
+    assert "200 steps take about 20 min" in recipe.cpu_cost_line(12_800_000, short.model, short.trainer)
+
+
 # ---------------------------------------------------------------- training
 
 
@@ -224,6 +291,7 @@ def test_finetune_from_nemo_switches_tokenizer_learns_and_writes_outputs(python,
     utterances = (run_dir / "test_after_utterances.jsonl").read_text().splitlines()
     assert len(utterances) == 4 and {"id", "ref", "hyp", "wer"} <= json.loads(utterances[0]).keys()
     assert "finetune_ctc: micro done" in proc.stdout
+    assert "Config:\n" not in proc.stdout + proc.stderr  # the resolved config is in the run folder only
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_path):

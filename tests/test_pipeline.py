@@ -20,7 +20,7 @@ import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
 from duet.asr.words import TimedTranscript, Word
 from duet.pipeline import VoicePipeline, is_silent, split_at_pauses
-from duet.pipeline_options import resolve_asr_decoding
+from duet.pipeline_options import resolve_asr_decoding, resolve_pipeline_options
 
 SR = 16000
 
@@ -276,6 +276,76 @@ def test_cli_refuses_bad_language_model_options_before_loading(cli, model_args, 
     assert err.startswith("pipeline: error: language model decoding:") and message in err and loads == []
 
 
+def test_cli_names_every_missing_input_in_one_line_before_loading(cli, monkeypatch, tmp_path, capsys):
+    """python tools/pipeline.py audio.flac on a fresh clone: the file and the demo's models in one line, nothing
+    loaded."""
+    loads = stand_in_load(monkeypatch, None)
+    import duet.pipeline_options
+
+    for name in ("EXPERIMENTS", "REPO_ROOT"):  # no model made by the recipes to suggest instead
+        monkeypatch.setattr(duet.pipeline_options, name, tmp_path / "empty")
+    missing_asr, missing_slm = tmp_path / "none.nemo", tmp_path / "no_slm"
+    code = cli.main([str(tmp_path / "audio.flac"), "--asr-model", str(missing_asr), "--slm-model", str(missing_slm)])
+    out, err = capsys.readouterr()
+    assert code == 2 and loads == [] and out == ""
+    assert err.splitlines() == [f"pipeline: error: no such file: {tmp_path / 'audio.flac'}; --asr-model {missing_asr} "
+                                "does not exist (run python tools/demo.py first, or pass --asr-model); --slm-model "
+                                f"{missing_slm} does not exist (run python tools/demo.py first, or pass --slm-model)"]
+
+
+def test_cli_names_the_bad_files_before_loading_and_answers_the_others(cli, make_pipeline, model_args, monkeypatch,
+                                                                      tmp_path, capsys):
+    pipe, _ = make_pipeline()
+    said_before_loading = []
+
+    def load(cls, *args, **kwargs):
+        said_before_loading.append(capsys.readouterr().err)
+        return pipe, 0.5
+    monkeypatch.setattr(VoicePipeline, "load", classmethod(load))
+    good, empty = tmp_path / "good.flac", tmp_path / "empty.wav"
+    soundfile.write(good, utterance_with_pauses([1.0]), SR)
+    empty.write_bytes(b"")
+    assert cli.main([str(tmp_path / "missing.flac"), str(good), str(empty), *model_args]) == 1
+    missing = tmp_path / "missing.flac"
+    assert said_before_loading[0].splitlines() == [f"{missing}: error: no such file: {missing}",
+                                                   f"{empty}: error: empty file: {empty}"]
+    out, err = capsys.readouterr()
+    assert err == ""  # not said twice
+    assert "  response:   ok: set a timer for five minutes" in out and "3 file(s), 2 failed" in out
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_library_log_lines_go_to_the_log_unless_verbose(cli, make_pipeline, model_args, monkeypatch, tmp_path, capfd,
+                                                        verbose):
+    """NeMo prints to the process's standard output and error: the console keeps the answers only."""
+    pipe, _ = make_pipeline()
+    stand_in_load(monkeypatch, pipe)  # writes "[NeMo I] model restored" to file descriptor 1
+    good, log = tmp_path / "good.flac", tmp_path / "logs" / "pipeline.log"
+    soundfile.write(good, utterance_with_pauses([1.0]), SR)
+    assert cli.main([str(good), *model_args, "--log", str(log), *(["--verbose"] if verbose else [])]) == 0
+    out, err = capfd.readouterr()
+    assert "[NeMo I]" not in out and "response:   ok: set a timer" in out and out.startswith("decoding: greedy")
+    if verbose:
+        assert "[NeMo I] model restored" in err and not log.exists()
+    else:
+        assert "[NeMo I]" not in err and "[NeMo I] model restored" in log.read_text()
+
+
+def test_the_decoding_line_says_where_the_decoding_came_from(cli, saved_decoding):
+    model, _ = saved_decoding
+    saved_file = model.parent / "decoding.json"
+
+    def line(*argv):
+        return resolve_pipeline_options(cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), *argv]))[1]
+    assert line() == f"decoding: beam16+LM(a=0.8,b=4) from {saved_file}"
+    assert line("--beam-size", "8") == f"decoding: beam8+LM(a=0.8,b=4) from {saved_file}, --beam-size given"
+    assert line("--asr-decoding", "greedy") == "decoding: greedy (given: --asr-decoding greedy)"
+    assert line("--asr-decoding", "beam") == "decoding: beam4 (given: --asr-decoding beam)"
+    assert line("--stream") == "decoding: greedy (--stream decodes greedily)"
+    saved_file.unlink()
+    assert line() == f"decoding: greedy (default: no {saved_file})"
+
+
 def test_cli_refuses_a_wav_path_that_is_a_folder_before_loading(cli, model_args, monkeypatch, tmp_path, capsys):
     loads = stand_in_load(monkeypatch, None)
     with pytest.raises(SystemExit) as exit_info:
@@ -356,6 +426,7 @@ def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder,
     shutil.copytree(tiny_slm_folder, slm)
     broken_asr = tmp_path / "broken.nemo"
     broken_asr.write_bytes(b"not a tar archive" * 50)
+    soundfile.write(tmp_path / "a.flac", utterance_with_pauses([1.0]), SR)  # a missing one would be named first
     argv = [str(tmp_path / "a.flac"), "--asr-model", str(broken_asr), "--slm-model", str(slm), "--asr-decoding",
             "greedy"]
     assert cli.main(argv) == 2
@@ -684,6 +755,7 @@ def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, saved_decoding, mo
     monkeypatch.setattr(VoicePipeline, "load", classmethod(fake_load))
     (model.parent / "slm").mkdir()
     slm = str(model.parent / "slm")
+    soundfile.write(model.parent / "a.flac", utterance_with_pauses([1.0]), SR)  # a missing one would be named first
     assert cli.main([str(model.parent / "a.flac"), "--asr-model", str(model), "--slm-model", slm]) == 2
     assert seen["decoding"].describe() == "beam16+LM(a=0.8,b=4)"
     assert Path(seen["decoding"].ngram_lm).resolve() == lm and seen["source"] == str(model.parent / "decoding.json")

@@ -150,7 +150,8 @@ def stages() -> list[Stage]:
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
         # no decoding options: the pipeline reads the decoding.json that prepare writes beside the model
-        Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json",
+        # --verbose: NeMo's lines go to standard error, which is this stage's log, like every other stage's
+        Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json", "--verbose",
                            "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir)],
               lambda: pipeline_summary(answers, requests), prepare=prepare_pipeline(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],

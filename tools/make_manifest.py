@@ -47,8 +47,8 @@ from duet.librispeech import (
     ARCHIVE_MD5, BASE_URL_ENV, OPENSLR_BASE_URL, DownloadSettings, extract_split, fetch_archive, read_md5sums,
 )
 from duet.manifest import (
-    ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current, split_fingerprint,
-    spread_subset, stamp_path, write_manifest,
+    MANIFEST_DIR, ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current,
+    split_fingerprint, spread_subset, stamp_path, write_manifest,
 )
 
 MAX_PROBLEMS_SHOWN = 10
@@ -61,7 +61,7 @@ def get_parser() -> argparse.ArgumentParser:
                              "with --download, the corpus root the splits are extracted into "
                              "(default: <download-dir>/LibriSpeech)")
     parser.add_argument("--splits", nargs="+", default=None, help="split folder names (default: all found)")
-    parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "manifests", help="where <split>.json goes")
+    parser.add_argument("--out-dir", type=Path, default=MANIFEST_DIR, help="where <split>.json goes")
     parser.add_argument("--download", nargs="+", default=None, metavar="SPLIT", choices=sorted(ARCHIVE_MD5),
                         help="download these LibriSpeech splits (unless already extracted under the corpus "
                              "root) before building")

@@ -31,13 +31,17 @@ its model (beam search with the demo's token LM at the width and weights tuned o
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty transcript,
-skips the language model with a note. A missing, empty or corrupt file is reported by name and the other files
-still run; the exit code is 1 if any file failed. Latencies per stage (model load, audio load, ASR, SLM, total)
-are printed, and are in the --json output with the ASR decoding used, and with the transcript's "words": each
-word's start and end in seconds from the start of the file and its confidence in [0, 1] (NeMo's greedy CTC
-timestamps and max-probability confidence; under beam search, the beam's transcript force-aligned to the same CTC
-output with NeMo's Viterbi and read the same way; null with --stream). A folder stands for the audio files under
-it (.flac, .wav, .mp3, .ogg, .opus, ... in any case; recursive, sorted); one without any is an error naming it.
+skips the language model with a note. A missing, empty or corrupt file is named before the models load and the
+other files still run; the exit code is 1 if any file failed. When no file can run, or a model is missing, that
+is one line (exit 2) naming every missing input and what to run or pass. The first line printed says which ASR
+decoding is used and where it came from; NeMo's and transformers' log lines go to --log
+(experiments/logs/pipeline.log), or with --verbose to standard error: standard output carries the answers.
+Latencies per stage (model load, audio load, ASR, SLM, total) are printed, and are in the --json output with
+the ASR decoding used, and with the transcript's "words": each word's start and end in seconds from the start
+of the file and its confidence in [0, 1] (NeMo's greedy CTC timestamps and max-probability confidence; under beam
+search, the beam's transcript force-aligned to the same CTC output with NeMo's Viterbi and read the same way; null
+with --stream). A folder stands for the audio files under it (.flac, .wav, .mp3, .ogg, .opus, ... in any case;
+recursive, sorted); one without any is an error naming it.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
 file streams whole, the caches bound the memory); features and their normalisation are computed chunk by
@@ -53,15 +57,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
 
 from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
+from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError, cli
-from duet.io import expand_audio_paths, read_jsonl
-from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
+from duet.io import audio_file_problem, expand_audio_paths, library_output_to, read_jsonl
+from duet.pipeline import PipelineResult
+from duet.pipeline_options import (add_decoding_options, add_model_arguments, load_pipeline, model_path_problems,
+                                   resolve_pipeline_options)
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 
 STDIN = Path("-")  # the audio argument that streams raw PCM from standard input
@@ -81,6 +87,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--speak", type=Path, default=None,
                         help="write the spoken answer to this WAV (several files: <stem>_<name>.wav beside it, "
                              "numbered when two inputs share a stem)")
+    add_log_arguments(parser, "pipeline")
     return parser
 
 
@@ -109,42 +116,42 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no audio: give files or --manifest")
     if STDIN in args.audio and (not args.stream or len(args.audio) > 1):
         parser.error("- (raw PCM from standard input) needs --stream and no other audio")
-    check_model_paths(args)
     if args.engine == "onnx" and args.stream:
         parser.error("--stream is not used with --engine onnx (the ONNX export decodes offline)")
     if args.speak and args.speak.is_dir():
         parser.error(f"--speak {args.speak} is a folder: give the WAV file to write")
     if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading
         raise DuetError(SPEAK_ENGINE_MISSING)
-
+    options, decoding_line = resolve_pipeline_options(args)
+    # every missing or unreadable input, named before minutes of model loading: one line when nothing can run
+    bad_audio = {path: problem for path in args.audio if path != STDIN and (problem := audio_file_problem(path))}
+    problems = model_path_problems(args)
+    if all(path in bad_audio for path in args.audio) or problems:
+        raise DuetError("; ".join([*bad_audio.values(), *problems]))
+    for path, problem in bad_audio.items():
+        print(f"{path}: error: {problem}", file=sys.stderr)
     if not args.json:
-        return run(args, json_out=None)
-    # NeMo logs to standard output: keep it for the JSON lines alone, send everything else to stderr.
-    sys.stdout.flush()
-    saved_stdout = os.dup(1)
-    json_out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    try:
-        return run(args, json_out)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved_stdout, 1)
-        os.close(saved_stdout)
-        json_out.close()
+        print(decoding_line, flush=True)
+    # NeMo and transformers log to standard output and error: their lines go to --log (or, with --verbose, to
+    # standard error), so that standard output carries the answers alone
+    with library_output_to(log_target(args)) as (out, err):
+        return run(args, options, bad_audio, out, err)
 
 
-def run(args: argparse.Namespace, json_out) -> int:
-    pipeline, load_s = load_pipeline(args)
+def run(args: argparse.Namespace, options: dict, bad_audio: dict, out, err) -> int:
+    pipeline, load_s = load_pipeline(args, options)
     if not args.json:
-        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, {pipeline.describe_asr_decoding()} "
-              f"decoding, SLM {args.slm_model})")
+        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, SLM {args.slm_model})", file=out)
         if args.stream:
-            print(f"streaming: {streaming_latency(pipeline.asr_model).describe()}")
+            print(f"streaming: {streaming_latency(pipeline.asr_model).describe()}", file=out)
     failures = 0
     spoken_paths = speak_paths(args.audio, args.speak) if args.speak else [None] * len(args.audio)
     for path, spoken_path in zip(args.audio, spoken_paths):
-        on_partial = None if args.json else partial_printer(Path("stdin") if path == STDIN else path)
-        if path == STDIN:
+        on_partial = None if args.json else partial_printer(Path("stdin") if path == STDIN else path, out)
+        if path in bad_audio:  # named on the console before the models loaded
+            result = PipelineResult(file=str(path), error=bad_audio[path],
+                                    asr_decoding=pipeline.describe_asr_decoding())
+        elif path == STDIN:
             result = pipeline.run_live(read_pcm16(sys.stdin.buffer), name="stdin", on_partial=on_partial)
         else:
             result = pipeline.run(path, on_partial=on_partial)
@@ -154,37 +161,39 @@ def run(args: argparse.Namespace, json_out) -> int:
             result.note = result.note or (None if result.error else f"spoken answer: {spoken_path}")
         failures += result.error is not None
         if args.json:
-            print(json.dumps(result.to_json(), ensure_ascii=False), file=json_out, flush=True)
+            print(json.dumps(result.to_json(), ensure_ascii=False), file=out, flush=True)
             continue
         if result.transcript is None:  # the file itself could not be read
-            print(f"\n{path}: error: {result.error}", file=sys.stderr)
+            if path not in bad_audio:
+                print(f"\n{path}: error: {result.error}", file=err)
             continue
         lat = result.latency_s
-        print(f"\n{result.file} ({result.audio_seconds:.1f} s)")
-        print(f"  transcript: {result.transcript or '(none)'}")
-        print(f"  response:   {result.response or '(none)'}")
+        print(f"\n{result.file} ({result.audio_seconds:.1f} s)", file=out)
+        print(f"  transcript: {result.transcript or '(none)'}", file=out)
+        print(f"  response:   {result.response or '(none)'}", file=out)
         if result.note:
-            print(f"  note:       {result.note}")
+            print(f"  note:       {result.note}", file=out)
         if result.streaming:
             st = result.streaming
             print(f"  streaming:  {st['partials']} partials, first after {st['first_partial_s'] * 1000:.0f} ms "
-                  f"({st['first_partial_audio_s']:.2f} s of audio); {describe_report(st)}")
-        print("  latency:    " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in lat.items() if k != "model_load"))
+                  f"({st['first_partial_audio_s']:.2f} s of audio); {describe_report(st)}", file=out)
+        print("  latency:    " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in lat.items() if k != "model_load"),
+              file=out)
         if result.error:  # e.g. the answer could not be spoken
-            print(f"{path}: error: {result.error}", file=sys.stderr)
+            print(f"{path}: error: {result.error}", file=err)
     if not args.json:
-        print(f"\npipeline: {len(args.audio)} file(s), {failures} failed")
+        print(f"\npipeline: {len(args.audio)} file(s), {failures} failed", file=out)
     return 1 if failures else 0
 
 
-def partial_printer(path: Path):
-    """Print a file's partial transcripts as they arrive, each time the text grows or changes."""
+def partial_printer(path: Path, out):
+    """Print a file's partial transcripts to ``out`` as they arrive, each time the text grows or changes."""
     shown = [""]
 
     def show(partial) -> None:
         if partial.text and partial.text != shown[0] and not partial.is_final:
             shown[0] = partial.text
-            print(f"{path.name} partial @ {partial.audio_seconds:.2f} s: {partial.text}", flush=True)
+            print(f"{path.name} partial @ {partial.audio_seconds:.2f} s: {partial.text}", file=out, flush=True)
     return show
 
 

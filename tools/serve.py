@@ -8,8 +8,9 @@ Usage:
   python tools/serve.py --asr-decoding greedy --strategy beam --num-beams 4   # decoding defaults for every request
 
 The models load once, with the same defaults and options as tools/pipeline.py (the ASR decoding from the
-decoding.json beside the model unless an option says otherwise; the language-model flags are the defaults a
-request's own options replace). Endpoints:
+decoding.json beside the model unless an option says otherwise, printed with where it came from; the
+language-model flags are the defaults a request's own options replace). NeMo's and transformers' log lines
+while they load go to --log (experiments/logs/serve.log), or with --verbose to standard error. Endpoints:
   GET  /                          the page: record from the microphone or send a file, hear the answer
   GET  /health                    {"status": "ok", "asr_model", "slm_model", ...}
   POST /v1/audio/transcriptions   multipart file [model] [response_format=json|text|verbose_json]
@@ -42,8 +43,11 @@ import uvicorn
 
 from duet.asr.inference import load_asr_model
 from duet.asr.streaming import check_streaming_model
+from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError, cli
-from duet.pipeline_options import add_decoding_options, add_model_arguments, check_model_paths, load_pipeline
+from duet.io import library_output_to
+from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths, load_pipeline,
+                                   resolve_pipeline_options)
 from duet.server import ServerSettings, create_app
 
 
@@ -67,6 +71,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help="a cache-aware .nemo for the WebSocket's partials and final transcript "
                              "(default: re-decode with the --asr-model)")
     add_decoding_options(parser)
+    add_log_arguments(parser, "serve")
     return parser
 
 
@@ -80,14 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     check_model_paths(args)
     if args.streaming_asr_model and not Path(args.streaming_asr_model).is_file():
         raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")
-    pipeline, load_s = load_pipeline(args)  # every option is checked before anything loads
-    streaming_model = None
-    if args.streaming_asr_model:
-        streaming_model = load_asr_model(args.streaming_asr_model)
-        check_streaming_model(streaming_model)
+    options, decoding_line = resolve_pipeline_options(args)  # every option is checked before anything loads
+    print(decoding_line, flush=True)
+    # the models' log lines go to --log (with --verbose: standard error); once they are loaded the console is
+    # the server's own again (uvicorn's lines: where it listens, requests, a port already in use)
+    with library_output_to(log_target(args)):
+        pipeline, load_s = load_pipeline(args, options)
+        streaming_model = None
+        if args.streaming_asr_model:
+            streaming_model = load_asr_model(args.streaming_asr_model)
+            check_streaming_model(streaming_model)
     pipeline.asr_workers = 1  # no forked decoding processes inside a threaded server
-    print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model}, {pipeline.describe_asr_decoding()} decoding, "
-          f"SLM {args.slm_model}); serving on http://{settings.host}:{settings.port}", flush=True)
+    print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model}, SLM {args.slm_model}); serving on "
+          f"http://{settings.host}:{settings.port}", flush=True)
     app = create_app(pipeline, settings, asr_model=str(args.asr_model), slm_model=str(args.slm_model),
                      streaming_model=streaming_model)
     uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info")

@@ -22,19 +22,20 @@ import sys
 import time
 from pathlib import Path
 
-from duet import REPO_ROOT
 from duet.errors import DuetError, cli
-from duet.tokenizer import TOKENIZER_TYPES, is_current, manifest_texts, tokenizer_dir_name, train_tokenizer
+from duet.tokenizer import (DEFAULT_MANIFESTS, DEFAULT_OUT_ROOT, DEFAULT_TYPE, DEFAULT_VOCAB_SIZE, TOKENIZER_TYPES,
+                            is_current, manifest_texts, tokenizer_dir_name, train_tokenizer)
 
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifests", nargs="+", type=Path, default=[REPO_ROOT / "manifests" / "train-clean.json"],
+    parser.add_argument("--manifests", nargs="+", type=Path, default=list(DEFAULT_MANIFESTS),
                         help="NeMo manifests whose \"text\" fields are the training text")
-    parser.add_argument("--vocab-size", type=int, default=1024, help="number of tokens (default: 1024)")
-    parser.add_argument("--type", dest="tokenizer_type", choices=TOKENIZER_TYPES, default="bpe",
-                        help="SentencePiece model type (default: bpe)")
-    parser.add_argument("--out-root", type=Path, default=REPO_ROOT / "tokenizers",
+    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE,
+                        help=f"number of tokens (default: {DEFAULT_VOCAB_SIZE})")
+    parser.add_argument("--type", dest="tokenizer_type", choices=TOKENIZER_TYPES, default=DEFAULT_TYPE,
+                        help=f"SentencePiece model type (default: {DEFAULT_TYPE})")
+    parser.add_argument("--out-root", type=Path, default=DEFAULT_OUT_ROOT,
                         help="the tokenizer goes to <out-root>/spe_<type>_v<size>/")
     parser.add_argument("--force", action="store_true", help="retrain even if the folder is up to date")
     return parser

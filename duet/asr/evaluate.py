@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from duet.asr.inference import transcribe_files
 from duet.asr.scoring import Scored, score
@@ -16,19 +16,25 @@ from duet.manifest import read_manifest
 
 def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True,
                       transcribe: Callable[[list[str]], list[str]] | None = None,
-                      workers: int | None = None, words: bool = False) -> Scored:
+                      workers: int | None = None, words: bool = False, skip: Collection[str] = ()) -> Scored:
     """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s).
 
     ``transcribe`` (audio paths -> transcripts) replaces the batched :func:`duet.asr.inference.transcribe_files`, e.g. with
     ``duet.asr.streaming``'s chunk-by-chunk path; ``workers``: see :func:`duet.asr.inference.transcribe_audio`.
     ``words`` adds each utterance's word times and confidences (``duet.asr.words``; force-aligned under beam search) to
-    its record as ``words`` (not with ``transcribe``).
+    its record as ``words`` (not with ``transcribe``). ``skip``: audio paths left out (files that cannot be read,
+    which the caller has reported); the summary counts them as ``skipped``.
     """
     if words and transcribe is not None:
         raise AsrInputError("word timestamps come from the batched transcription, not from a replacement transcribe")
     entries = read_manifest(manifest)
     if not entries:
         raise AsrInputError(f"manifest is empty: {manifest}")
+    skip = set(map(str, skip))
+    kept = [e for e in entries if e["audio_filepath"] not in skip]
+    if not kept:
+        raise AsrInputError(f"no readable audio in {manifest}")
+    skipped, entries = len(entries) - len(kept), kept
     paths = [e["audio_filepath"] for e in entries]
     start = time.perf_counter()
     timed = None
@@ -52,5 +58,6 @@ def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progres
         wall_seconds=round(wall, 3),
         rtfx=round(audio_seconds / wall, 2) if wall > 0 else None,
         batch_size=batch_size,
+        skipped=skipped,
     )
     return scored

@@ -29,7 +29,7 @@ import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Collection, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -556,9 +556,9 @@ def transcribe_files_streaming(model, paths, progress: bool = False) -> tuple[li
     return texts, partials
 
 
-def evaluate_manifest_streaming(model, manifest, progress: bool = True) -> Scored:
-    """``duet.asr.evaluate.evaluate_manifest`` through the streaming path; the summary gains a ``streaming``
-    entry (:func:`streaming_report` over every chunk of every file)."""
+def evaluate_manifest_streaming(model, manifest, progress: bool = True, skip: Collection[str] = ()) -> Scored:
+    """``duet.asr.evaluate.evaluate_manifest`` (``skip`` as there) through the streaming path; the summary gains a
+    ``streaming`` entry (:func:`streaming_report` over every chunk of every file)."""
     check_streaming_model(model)
     partials: list[Partial] = []
 
@@ -567,6 +567,6 @@ def evaluate_manifest_streaming(model, manifest, progress: bool = True) -> Score
         partials.extend(parts)
         return texts
 
-    scored = evaluate_manifest(model, manifest, batch_size=1, progress=progress, transcribe=transcribe)
+    scored = evaluate_manifest(model, manifest, batch_size=1, progress=progress, transcribe=transcribe, skip=skip)
     scored.summary["streaming"] = streaming_report(model, partials)
     return scored
