@@ -40,11 +40,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import jiwer
-
 from duet.asr.decoding import set_decoding
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model
+from duet.asr.scoring import score
 from duet.asr.words import transcribe_files_with_words
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.confidence import utterance_confidence
@@ -52,7 +51,6 @@ from duet.errors import DuetError, cli
 from duet.io import read_jsonl, write_text_atomic
 from duet.pipeline_options import resolve_asr_decoding
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
-from duet.text import normalize_text
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
 
@@ -78,18 +76,20 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def score_manifest(model, manifest: Path, batch_size: int) -> list[dict]:
-    """One row per utterance of ``manifest``: its WER and utterance confidence (None: empty transcript)."""
+    """One row per utterance of ``manifest`` (``duet.asr.scoring``'s: file, ref, hyp, wer) with its utterance
+    confidence (None: empty transcript); utterances without a reference text are left out."""
     entries = read_jsonl(manifest)
-    heard = transcribe_files_with_words(model, [e["audio_filepath"] for e in entries], batch_size=batch_size)
+    files = [e["audio_filepath"] for e in entries]
+    heard = transcribe_files_with_words(model, files, batch_size=batch_size)
+    scored = score(files, [e["text"] for e in entries], [t.text for t in heard], [e["duration"] for e in entries])
     rows = []
-    for entry, timed in zip(entries, heard):
-        ref, hyp = normalize_text(entry["text"]), normalize_text(timed.text)
-        if not ref:
+    for record, timed in zip(scored.records, heard):
+        if record["wer"] is None:
             continue
-        rows.append({"file": entry["audio_filepath"], "ref": ref, "hyp": hyp, "wer": round(jiwer.wer(ref, hyp), 4),
-                     "confidence": utterance_confidence(timed.words) if hyp else None,
+        words = timed.words if record["hyp"] else None
+        rows.append({**record, "confidence": utterance_confidence(words),
                      # the least sure word, for comparison with the mean the pipeline uses
-                     "min_word": min((w.confidence for w in timed.words or []), default=None) if hyp else None})
+                     "min_word": min((w.confidence for w in words), default=None) if words else None})
     return rows
 
 
