@@ -124,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_clip(args.seconds, Path(tmp) / "clip.flac", args.manifest)
+        # min_confidence 0: every stage is timed, the language model answering however unsure the transcript
         tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
-                                          generation=generation)
+                                          generation=generation, min_confidence=0.0)
         big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
         # before any timing: an LM that does not fit (or a model that does not load) is a one-line error here
         set_decoding(big_asr, asr_decoding)
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 
         fixed = replace(generation, max_new_tokens=answer_tokens)
-        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, generation=fixed, asr_decoding=asr_decoding)
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, generation=fixed, asr_decoding=asr_decoding,
+                            min_confidence=0.0)
         # Random weights would stop at a random EOS, or never: pin the answer length instead.
         big_slm.generation_config.min_new_tokens = answer_tokens
         results["full-size"] = measure(big, clip, args.repeats)

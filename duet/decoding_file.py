@@ -7,7 +7,10 @@ option says otherwise. The file::
     {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
 
 ``lm`` is relative to the file's folder, so the folder can be moved or copied with the LM beside it.
-Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``.
+Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``. An optional
+``"min_confidence"`` (0..1) is the low-confidence threshold chosen for this model under this decoding
+(``bench/confidence_threshold.py``; confidences depend on both, beam search + LM giving lower ones than greedy):
+the pipeline uses it whenever it decodes as the file says, instead of ``duet.confidence.DEFAULT_MIN_CONFIDENCE``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ DECODING_FILE_NAME = "decoding.json"
 KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta"}
 # the keys each strategy reads: one it would ignore is refused, never dropped silently
 USED = {"greedy": ("strategy",), "beam": ("strategy", "beam_size", "beta"), "beam_lm": tuple(KEYS)}
+# the optional key every strategy may have: the model's low-confidence threshold under this decoding
+THRESHOLD_KEY = "min_confidence"
 
 
 class DecodingFileError(DuetError, ValueError):
@@ -41,9 +46,10 @@ def decoding_file_for(model_path: str | os.PathLike) -> Path:
     return path.parent / DECODING_FILE_NAME
 
 
-def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings) -> bool:
-    """Save ``settings`` to ``path`` (atomically), the LM as a path relative to the file's folder. The file is
-    left untouched when it already says the same; returns whether it was written."""
+def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings,
+                        min_confidence: float | None = None) -> bool:
+    """Save ``settings`` (and ``min_confidence``, when given) to ``path`` (atomically), the LM as a path relative to
+    the file's folder. The file is left untouched when it already says the same; returns whether it was written."""
     path = Path(path)
     record = {"strategy": settings.strategy}
     if settings.strategy != "greedy":
@@ -51,6 +57,8 @@ def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings) -> 
     if settings.strategy == "beam_lm":
         record |= {"lm": os.path.relpath(Path(settings.ngram_lm).resolve(), path.parent.resolve()),
                    "alpha": settings.alpha}
+    if min_confidence is not None:
+        record[THRESHOLD_KEY] = min_confidence
     text = json.dumps(record, indent=1) + "\n"
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
@@ -58,9 +66,8 @@ def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings) -> 
     return True
 
 
-def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
-    """The settings saved in ``path``; anything wrong with it is a ``DecodingFileError`` naming the file."""
-    path = Path(path)
+def _read_record(path: Path) -> dict:
+    """The file's JSON object, its keys checked (``KEYS`` and ``THRESHOLD_KEY``); a ``DecodingFileError`` otherwise."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -69,9 +76,28 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
         raise DecodingFileError(f"{path}: cannot read it ({e.strerror or e})") from None
     if not isinstance(record, dict):
         raise DecodingFileError(f"{path}: expected a JSON object with the keys {', '.join(KEYS)}")
-    unknown = sorted(set(record) - set(KEYS))
+    unknown = sorted(set(record) - set(KEYS) - {THRESHOLD_KEY})
     if unknown:
-        raise DecodingFileError(f"{path}: unknown key {unknown[0]!r} (the keys are {', '.join(KEYS)})")
+        raise DecodingFileError(f"{path}: unknown key {unknown[0]!r} (the keys are {', '.join(KEYS)}, "
+                                f"{THRESHOLD_KEY})")
+    return record
+
+
+def read_min_confidence(path: str | os.PathLike) -> float | None:
+    """The low-confidence threshold saved in ``path`` (None when it has none); a value outside 0..1 is a
+    ``DecodingFileError`` naming the file."""
+    path = Path(path)
+    value = _read_record(path).get(THRESHOLD_KEY)
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1):
+        raise DecodingFileError(f"{path}: {THRESHOLD_KEY!r} must be a number in 0..1, got {value!r}")
+    return None if value is None else float(value)
+
+
+def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
+    """The settings saved in ``path``; anything wrong with it is a ``DecodingFileError`` naming the file."""
+    path = Path(path)
+    record = _read_record(path)
+    record.pop(THRESHOLD_KEY, None)  # not a decoding setting: read_min_confidence reads it
     if record.get("strategy") not in STRATEGIES:
         raise DecodingFileError(f"{path}: 'strategy' must be one of {', '.join(STRATEGIES)}, "
                                 f"got {record.get('strategy')!r}")

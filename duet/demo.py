@@ -27,11 +27,12 @@ import jiwer
 
 from duet import REPO_ROOT
 from duet.asr.decoding import DecodingSettings
+from duet.confidence import NOT_UNDERSTOOD_REPLY
 from duet.decoding_file import decoding_file_for, write_decoding_file
 from duet.io import atomic_path, read_jsonl, write_text_atomic
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-from slm.metrics import assistant_scores
+from slm.metrics import assistant_scores, check_answer
 
 EXPERIMENTS = REPO_ROOT / "experiments"
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
@@ -46,7 +47,16 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_O
 # 0.4-1.5 x beta 2-6: dev WER 43.4 % greedy -> 20.5 %; beam 4's best (alpha 0.6, beta 4) gave 22.0 % and
 # beam 32's 21.0 %, so 16 it is (RESULTS.md). Beam 16 + LM still decodes ~40x faster than real time at 1 thread.
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 0.8, 4.0
-# ... saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
+# The low-confidence threshold of the demo's model under that decoding (duet.confidence; beam search + LM gives
+# lower word confidences than greedy, so the bundled base's DEFAULT_MIN_CONFIDENCE does not fit it). Chosen by
+# bench/confidence_threshold.py on held-in data: the sample's dev-clean (60) and the 86 utterances of the 8 dev
+# speakers of speechocean762/train that the fine-tune's real mix does not hold; the highest threshold flagging at
+# most 10 % of the utterances it heard right (WER <= 0.25): 0.30 flags 5.5 % of those and 27.5 % of the badly heard
+# (0.35: 10.9 % and 38.5 %). Held out, evaluation only: 52.9 % of speechocean762/test and 80.9 % of read_sentences
+# flagged (0.5 would flag 92.1 % and 100 %, and 27 % of what it heard right). The demo's fine-tune of 2026-11-25
+# (600 steps, test-clean 53.7 %); re-choose it when the base checkpoint or the recipe changes.
+DEMO_MIN_CONFIDENCE = 0.30
+# ... both saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
 DEMO_DECODING = decoding_file_for(DEMO_ASR_MODEL)
 # Before/after WER of the fine-tune on every set of bench/asr_generalisation.py (base, then the demo's model)
 DEMO_GENERALISATION = EXPERIMENTS / "demo_generalisation"
@@ -70,6 +80,9 @@ class Stage:
     # the same command and inputs, deleted when they changed, so a new base checkpoint or tokenizer never
     # "resumes" the previous run's finished training.
     run_dir: Path | None = None
+    # trainer.max_epochs of a Lightning training command: the progress line (duet.stage_progress) counts the
+    # steps of all of them, not just the current epoch's
+    epochs: int | None = None
 
     def shown(self) -> str:
         """The command as a user would type it (python instead of the venv's interpreter path)."""
@@ -185,8 +198,9 @@ def demo_decoding() -> DecodingSettings:
 
 
 def write_demo_decoding() -> None:
-    """Save :func:`demo_decoding` as the demo model's decoding.json (untouched when it already says the same)."""
-    write_decoding_file(DEMO_DECODING, demo_decoding())
+    """Save :func:`demo_decoding` and DEMO_MIN_CONFIDENCE as the demo model's decoding.json (untouched when it
+    already says the same)."""
+    write_decoding_file(DEMO_DECODING, demo_decoding(), min_confidence=DEMO_MIN_CONFIDENCE)
 
 
 def asr_summary(summary_json: Path) -> str:
@@ -221,21 +235,71 @@ def answer_scores(answers: list[dict], texts: dict[str, str]) -> dict:
     return assistant_scores(rows, [response for _, response in scored])
 
 
-def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, examples: int = 3) -> str:
-    """Transcript WER of the pipeline's answers against the requests manifest's texts, how well the answers
-    fit the requests (:func:`answer_scores`), plus examples."""
+def judged_answers(rows: list[dict], said: dict[str, str]) -> list[dict]:
+    """The pipeline's answers (``rows``, tools/pipeline.py's JSON lines) to the requests that have a reference answer,
+    each judged by ``slm.metrics.check_answer`` against what was actually said (``said``: file -> spoken text), in
+    their order: the row with ``said``, ``correct`` and ``why`` (what is wrong; a transcript the pipeline did not
+    understand says so, with its confidence)."""
+    references = reference_answers()
+    judged = []
+    for row in rows:
+        text = said[row["file"]]
+        if text not in references:
+            continue
+        verdict = check_answer(text, references[text], row["response"] or "")
+        why = verdict.why
+        if row.get("understood") is False and row.get("confidence") is not None:
+            why = f"not understood (confidence {row['confidence']:.2f})"
+        judged.append({**row, "said": text, "correct": verdict.correct, "why": why})
+    return judged
+
+
+def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, right: int = 3, wrong: int = 2) -> str:
+    """Transcript WER of the pipeline's answers against the requests manifest's texts, how many it did not
+    understand, how well the answers fit the requests (:func:`answer_scores`) and how many are correct
+    (:func:`judged_answers`); then examples chosen by that judgement, never by hand: the first ``right`` correct
+    answers, then the first ``wrong`` wrong ones, labelled with what is wrong."""
     references = {e["audio_filepath"]: e["text"] for e in read_jsonl(requests_manifest)}
     rows = read_jsonl(answers_jsonl)
     ok = [r for r in rows if not r.get("error")]
     refs = [references[r["file"]] for r in ok]
     wer = jiwer.wer(refs, [r["transcript"] or "" for r in ok]) if ok else float("nan")
     scores = answer_scores(ok, references)
-    lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%",
+    judged = judged_answers(ok, references)
+    correct = [r for r in judged if r["correct"]]
+    unsure = [r for r in ok if r.get("understood") is False and r["transcript"]]
+    lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%; "
+             f"{len(unsure)} not understood (confidence below the threshold: answered {NOT_UNDERSTOOD_REPLY!r})",
              f"    answers to the {scores['assistant_rows']} with a reference answer: right kind "
-             f"{scores['assistant_kind']:.0f}%, on topic (right kind + all slot words) {scores['assistant_on_topic']:.0f}%"]
-    for r in ok[:examples]:
-        lines.append(f"    heard {r['transcript']!r} -> {r['response']!r}")
+             f"{scores['assistant_kind']:.0f}%, on topic (right kind + all slot words) "
+             f"{scores['assistant_on_topic']:.0f}%",
+             f"    correct (on topic, and any sum, conversion or temperature worked out right: slm.metrics."
+             f"check_answer): {len(correct)} of {len(judged)}"]
+    for r in correct[:right]:
+        lines.append(f"    right: said {r['said']!r}, heard {r['transcript']!r} -> {r['response']!r}")
+    if not correct:
+        lines.append(f"    right: none of the {len(judged)}")
+    for r in [r for r in judged if not r["correct"]][:wrong]:
+        lines.append(f"    WRONG, {r['why']}: said {r['said']!r}, heard {r['transcript']!r} -> {r['response']!r}")
     return "\n".join(lines)
+
+
+def next_steps(requests_manifest: Path) -> str:
+    """The demo's closing line: the commands that answer with the models it trained (a held-out request to try)."""
+    models = f"--asr-model {shown(DEMO_ASR_MODEL)} --slm-model {shown(DEMO_SLM_MODEL)}"
+    if not (DEMO_ASR_MODEL.is_file() and (DEMO_SLM_MODEL / "config.json").is_file()):
+        return ("next: python tools/demo.py --from asr (tools/pipeline.py and tools/serve.py answer with the models of "
+                "its asr and slm stages)")
+    requests = read_jsonl(requests_manifest) if requests_manifest.is_file() else []
+    audio = Path(requests[0]["audio_filepath"]) if requests else sorted(
+        (REPO_ROOT / "samples" / "LibriSpeech" / "test-clean").rglob("*.flac"))[0]
+    return (f"next: try python tools/pipeline.py {shown(audio)} {models}\n"
+            f"      or  python tools/serve.py {models}   (then open http://127.0.0.1:8000 and record a question)")
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it, as the stage commands are shown."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def generalisation_table(report_json: Path) -> str:

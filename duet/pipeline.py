@@ -30,6 +30,8 @@ from duet.asr.onnx_engine import load_onnx_model
 from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_model, session_partials,
                                 streaming_report)
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
+from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
+                             utterance_confidence)
 from duet.io import audio_file_problem
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
@@ -66,6 +68,11 @@ class PipelineResult:
     # each word's start/end (seconds from the start of the file) and confidence: duet.asr.words.Word as dicts;
     # None when the transcription gives no word times (streaming)
     words: list[dict] | None = None
+    # duet.confidence.utterance_confidence of ``words`` (None: no word confidences, e.g. streaming), and whether
+    # the transcript was good enough to answer (False: empty, or below the pipeline's min_confidence, in which
+    # case the response is NOT_UNDERSTOOD_REPLY and the language model was not asked)
+    confidence: float | None = None
+    understood: bool | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -123,13 +130,15 @@ class VoicePipeline:
     threads (a server passes 1: forking a process with threads running is unsafe). ``trim_silence_s``: the offline ASR hears only the recording from
     this long before its first sound to this long after its last (None: all of it); models trained on clips with
     little silence around them mis-hear long silences (RESULTS.md, "Silence around a recording").
+    ``min_confidence``: a transcript whose utterance confidence (``duet.confidence``) is below it is not understood:
+    answered ``NOT_UNDERSTOOD_REPLY`` without asking the language model (0: never).
     """
 
     def __init__(self, asr_model, slm_model, slm_tokenizer, generation: GenerationSettings = GenerationSettings(),
                  max_chunk_s: float = 20.0, asr_batch_size: int = 8,
                  asr_decoding: DecodingSettings | None = None, stream: bool = False,
                  asr_decoding_source: str | None = None, asr_workers: int | None = None,
-                 trim_silence_s: float | None = None):
+                 trim_silence_s: float | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE):
         self.asr_model = asr_model
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
@@ -143,6 +152,7 @@ class VoicePipeline:
         if trim_silence_s is not None and trim_silence_s < 0:
             raise ValueError(f"trim_silence_s must be >= 0, got {trim_silence_s:g}")
         self.trim_silence_s = trim_silence_s
+        self.min_confidence = check_min_confidence(min_confidence, "min_confidence")
         self.sample_rate = int(asr_model.cfg.sample_rate)
 
     @classmethod
@@ -289,17 +299,31 @@ class VoicePipeline:
             else:
                 timed, result.chunks = self.transcribe_timed(audio)
                 result.transcript, result.words = timed.text, timed.words_json()
+                result.confidence = utterance_confidence(timed.words)
             result.latency_s["asr"] = time.perf_counter() - t
             if not result.transcript:
                 result.note = "empty transcript; language model skipped"
         return self._answer(result, start)
 
+    def answer_transcript(self, transcript: str | None,
+                          confidence: float | None) -> tuple[str | None, bool, str | None]:
+        """``(response, understood, note)`` for a transcript of utterance ``confidence``: the language model's answer
+        when it is understood; NOT_UNDERSTOOD_REPLY and why, without asking the language model, when it was heard
+        less surely than ``min_confidence``; no answer (and no note: the caller knows why) when it is empty."""
+        if not transcript:
+            return None, False, None
+        if not is_understood(confidence, self.min_confidence):
+            return NOT_UNDERSTOOD_REPLY, False, (f"confidence {confidence:.2f} is below {self.min_confidence:g}: not "
+                                                 "understood, language model not asked")
+        return self.respond(transcript), True, None
+
     def _answer(self, result: PipelineResult, start: float) -> PipelineResult:
-        """The language model's answer to ``result.transcript`` (if any) and the total time since ``start``."""
-        if result.transcript:
-            t = time.perf_counter()
-            result.response = self.respond(result.transcript)
+        """:meth:`answer_transcript` of ``result.transcript`` into ``result``, and the total time since ``start``."""
+        t = time.perf_counter()
+        result.response, result.understood, note = self.answer_transcript(result.transcript, result.confidence)
+        if result.understood:
             result.latency_s["slm"] = time.perf_counter() - t
+        result.note = note or result.note
         result.latency_s["total"] = time.perf_counter() - start
         result.latency_s = {k: round(v, 4) for k, v in result.latency_s.items()}
         return result

@@ -19,7 +19,8 @@ from duet.cli_args import (
     describe_decoding_source,
     offline_batching_from_args,
 )
-from duet.decoding_file import USED, decoding_file_for, read_decoding_file
+from duet.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
+from duet.decoding_file import USED, decoding_file_for, read_decoding_file, read_min_confidence
 from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL, EXPERIMENTS
 from duet.errors import DuetError
 from duet.io import shown_path
@@ -34,8 +35,8 @@ BATCHING_OPTIONS = {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--ma
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
-    """``--asr-model``, ``--engine``, ``--int8``, ``--slm-model``, ``--asr-batch-size`` and ``--max-chunk-seconds``
-    (``streaming``: the script also has ``--stream``, which the batch options do not go with)."""
+    """``--asr-model``, ``--engine``, ``--int8``, ``--slm-model``, ``--asr-batch-size``, ``--max-chunk-seconds`` and
+    ``--min-confidence`` (``streaming``: the script also has ``--stream``, which the batch options do not go with)."""
     not_streaming = "; not with --stream" if streaming else ""
     parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
     add_engine_argument(parser, "--asr-model")
@@ -50,6 +51,15 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
                         help=f"longest piece the ASR sees at once (default: {DEFAULT_BATCHING.max_chunk_seconds:g}"
                              f"{not_streaming})")
+    parser.add_argument("--min-confidence", type=float, default=None, metavar="C",
+                        help="a transcript whose confidence (its mean word confidence, duet/confidence.py) is below C "
+                             f"is not understood: answered {NOT_UNDERSTOOD_REPLY!r} without asking the language model; "
+                             "0 turns the check off (default: the min_confidence of the decoding.json in the ASR "
+                             "model's folder when the model decodes as that file says (the demo writes one), else "
+                             f"{DEFAULT_MIN_CONFIDENCE:g}, chosen for the bundled base checkpoint; "
+                             "bench/confidence_threshold.py chooses one for a model)"
+                             + ("; --stream gives no word confidences, so its transcripts are never checked"
+                                if streaming else ""))
 
 
 def add_decoding_options(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
@@ -103,14 +113,27 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
     model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
     the library's weights (the file's were tuned for its own LM). No file, and ``--stream`` (``args.stream`` of
     a script that has it): greedy. Beam options that greedy by default would ignore are a
-    ``DecodingInputError`` saying why."""
+    ``DecodingInputError`` saying why.
+
+    ``args.min_confidence`` (``--min-confidence``) left unsaid is filled in too: the file's ``min_confidence``
+    when the file's decoding is the one used (the threshold was chosen for it), else DEFAULT_MIN_CONFIDENCE."""
+    source, file_used = _resolve_decoding(args)
+    if getattr(args, "min_confidence", None) is None:
+        from_file = read_min_confidence(decoding_file_for(args.asr_model)) if file_used else None
+        args.min_confidence = DEFAULT_MIN_CONFIDENCE if from_file is None else from_file
+    return source
+
+
+def _resolve_decoding(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """:func:`resolve_asr_decoding`'s decoding part: its return value, and whether the model decodes as its
+    decoding.json says (also when the file says greedy, which names no source)."""
     # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
     if getattr(args, "stream", False):
         args.ctc_decoding = args.ctc_decoding or "greedy"
-        return None
+        return None, False
     if args.lm is not None:
         args.ctc_decoding = args.ctc_decoding or "beam_lm"
-        return None
+        return None, False
     saved_path = decoding_file_for(args.asr_model)
     saved = (read_decoding_file(saved_path) if args.ctc_decoding in (None, "beam", "beam_lm") and saved_path.is_file()
              else None)
@@ -121,14 +144,15 @@ def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
         for attr, value in values.items():
             if getattr(args, attr) is None and attr in USED[saved.strategy]:
                 setattr(args, attr, value)
-        return f"{saved_path}, {', '.join(given)} given" if given else str(saved_path)
+        return f"{saved_path}, {', '.join(given)} given" if given else str(saved_path), True
     if args.ctc_decoding is None:
         args.ctc_decoding = "greedy"
         if given:
             why = f"{saved_path} says greedy" if saved is not None else f"there is no {saved_path}"
             raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "
                                      f"decodes greedily by default ({why})")
-    return None
+        return None, saved is not None  # a file that says greedy: the model decodes as it says
+    return None, False
 
 
 def resolve_pipeline_options(args: argparse.Namespace) -> tuple[dict, str]:
@@ -140,6 +164,8 @@ def resolve_pipeline_options(args: argparse.Namespace) -> tuple[dict, str]:
     stream = getattr(args, "stream", False)
     if args.int8 and args.engine != "onnx":
         raise DuetError("--int8 needs --engine onnx (int8 is the ONNX export's graph)")
+    if args.min_confidence is not None:  # given: checked before anything else (resolve_asr_decoding fills it in)
+        check_min_confidence(args.min_confidence)
     if args.trim_silence is not None and (args.trim_silence < 0 or stream):
         raise DuetError(f"--trim-silence {args.trim_silence:g}: " + ("not used with --stream (a live stream is not "
                         "trimmed)" if stream else "must be >= 0"))
@@ -163,7 +189,8 @@ def resolve_pipeline_options(args: argparse.Namespace) -> tuple[dict, str]:
     options = dict(asr_path=args.asr_model, slm_path=args.slm_model, generation=generation,
                    max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
                    asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream,
-                   engine=args.engine, int8=args.int8, trim_silence_s=args.trim_silence)
+                   engine=args.engine, int8=args.int8, trim_silence_s=args.trim_silence,
+                   min_confidence=args.min_confidence)
     return options, f"decoding: {asr_decoding.describe()} {origin}"
 
 

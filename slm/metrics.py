@@ -4,7 +4,8 @@ and the on-topic shares of answers to spoken assistant requests.
 Every standard number comes from an existing implementation: cross-entropy from the model's own loss
 head, BLEU from ``sacrebleu`` (13a tokeniser, exponential smoothing), ROUGE from ``rouge-score``
 (Porter stemming) and BERTScore from ``bert-score``. Each summary names the scorer behind each number.
-The on-topic shares (:func:`assistant_scores`) are this project's own, defined in that function.
+The on-topic shares (:func:`assistant_scores`) and the correctness of one answer (:func:`check_answer`) are this
+project's own, defined in those functions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import os
 import re
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -237,3 +239,62 @@ def assistant_scores(rows: Sequence[dict], answers: Sequence[str]) -> dict:
     return {"assistant_rows": n, "assistant_slot_rows": slot_rows, "assistant_kind": share(kind, n),
             "assistant_slots": share(slots, slot_rows), "assistant_on_topic": share(both, n),
             "assistant_exact": share(exact, n)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Correct: on topic, and what the request asked to work out (a sum, a conversion, a temperature) worked out right
+# ----------------------------------------------------------------------------------------------------
+
+# a number as written in an answer, its sign kept ("-17.78 degrees"); not the tail of a word or of "11:50"'s hour
+_SIGNED_NUMBER = re.compile(r"(?<![\w.:])-?\d+(?:\.\d+)?")
+
+
+def answer_numbers(text: str) -> list[float]:
+    """The numbers written in ``text``, sign kept: "66 degrees Celsius is about -1 degrees" -> [66.0, -1.0]."""
+    return [float(number) for number in _SIGNED_NUMBER.findall(text)]
+
+
+def computed_values(instruction: str, reference: str) -> list[float]:
+    """The numbers of the reference answer that the request does not contain, in digits or spelled out: what the
+    answer has to work out (a sum, a product, a conversion, a temperature). Empty for answers that only repeat
+    what was said (timers, lights, lists), whose numbers :func:`slot_words` checks instead."""
+    said = set(slot_words(instruction, reference))
+    return [value for value, token in zip(answer_numbers(reference), _SIGNED_NUMBER.findall(reference))
+            if token.lstrip("-") not in said]
+
+
+def same_value(written: float, wanted: float) -> bool:
+    """``written`` states ``wanted``: equal to the reference's two decimals, or ``wanted`` rounded to a whole number
+    ("about 151 degrees" for 150.8)."""
+    return abs(written - wanted) <= 0.011 or (written == int(written) and written == round(wanted))
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    correct: bool
+    why: str | None = None  # what is wrong, for a reader: "the wrong kind of answer", "works out 150.8 wrong"
+
+
+def check_answer(instruction: str, reference: str, answer: str) -> AnswerCheck:
+    """Whether ``answer`` correctly answers the spoken request ``instruction`` whose right answer is ``reference``:
+
+    * on topic, as :func:`assistant_scores` counts it: the right kind (the reference's first two words) and every
+      slot word of the reference (rooms, names, the numbers that were said);
+    * and every value the request asked to work out (:func:`computed_values`: arithmetic, unit conversions,
+      temperatures) stated with the right value (:func:`same_value`, sign included).
+
+    "66 degrees Celsius is about -1 degrees Fahrenheit." for "what is sixty six degrees celsius in fahrenheit" is on
+    topic but not correct (150.8); "Setting the thermostat to 70 degrees." for "... seventy seven degrees" is
+    neither (77 is a slot word)."""
+    got, ref = answer_words(answer), answer_words(reference)
+    if len(ref) < 2 or got[:2] != ref[:2]:
+        return AnswerCheck(False, f"the wrong kind of answer (should start {' '.join(ref[:2])!r})")
+    missing = [word for word in slot_words(instruction, reference) if word not in set(got)]
+    if missing:
+        return AnswerCheck(False, f"misses {', '.join(missing)}")
+    written = answer_numbers(answer)
+    wrong = [value for value in computed_values(instruction, reference)
+             if not any(same_value(w, value) for w in written)]
+    if wrong:
+        return AnswerCheck(False, "works out " + ", ".join(f"{v:g}" for v in wrong) + " wrong")
+    return AnswerCheck(True)

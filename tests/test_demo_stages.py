@@ -126,7 +126,7 @@ def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
 
 
 def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tmp_path, monkeypatch):
-    from duet.decoding_file import read_decoding_file
+    from duet.decoding_file import read_decoding_file, read_min_confidence
 
     spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
     cli = importlib.util.module_from_spec(spec)
@@ -142,9 +142,14 @@ def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tm
     demo.write_demo_decoding()
     assert read_decoding_file(demo.DEMO_DECODING) == replace(demo.demo_decoding(), ngram_lm=str(
         demo.DEMO_DECODING.parent / "../demo_lm/token.arpa"))
+    # the threshold chosen for this model and decoding goes with it (tools/pipeline.py uses it with the file)
+    assert read_min_confidence(demo.DEMO_DECODING) == demo.DEMO_MIN_CONFIDENCE
     stage.inputs = []  # the demo's models need not exist here
     fingerprint = stage.fingerprint()
     stage.settings["asr_decoding"]["beam_size"] += 1  # e.g. a newly tuned width: the stage reruns
+    assert stage.fingerprint() != fingerprint
+    fingerprint = stage.fingerprint()
+    stage.settings["min_confidence"] += 0.05  # a newly chosen threshold: it reruns too
     assert stage.fingerprint() != fingerprint
 
 
@@ -204,3 +209,60 @@ def test_a_failing_stage_prints_the_end_of_its_log_and_where_it_is(demo_with_sta
     assert len(tail) == 20 and tail[-1] == "warning 29" and "log line 29" in err and "log line 10\n" not in err
     assert "broken/log.txt" in err and "resume with python tools/demo.py --from broken" in err
     assert "should not run" not in out and not (tmp_path / "experiments" / "after").exists()
+
+
+def test_the_pipeline_summary_highlights_answers_judged_correct_first_then_wrong_ones_labelled(tmp_path):
+    """Examples are chosen by slm.metrics.check_answer, not by file order: the file's first answers here are wrong."""
+    said = {"a.flac": "what is sixty four degrees celsius in fahrenheit",
+            "b.flac": "set the thermostat to seventy seven degrees",
+            "c.flac": "what is nine minus eight",
+            "d.flac": "play some reggae music",
+            "e.flac": "call grandma"}
+    references = demo.reference_answers()
+    assert set(said.values()) <= set(references), "the sample's test-clean requests changed: pick others"
+    requests = tmp_path / "requests.json"
+    requests.write_text("".join(json.dumps({"audio_filepath": f, "text": t, "duration": 2.0}) + "\n"
+                                for f, t in said.items()))
+    rows = [
+        {"file": "a.flac", "transcript": said["a.flac"],
+         "response": "64 degrees Celsius is about -1 degrees Fahrenheit.", "confidence": 0.8, "understood": True},
+        {"file": "b.flac", "transcript": "set the thermostat to seventy degrees",
+         "response": "Setting the thermostat to 70 degrees.", "confidence": 0.7, "understood": True},
+        {"file": "c.flac", "transcript": said["c.flac"], "response": "9 minus 8 is 1.", "confidence": 0.9,
+         "understood": True},
+        {"file": "d.flac", "transcript": "play some rag music", "response": demo.NOT_UNDERSTOOD_REPLY,
+         "confidence": 0.31, "understood": False},
+        {"file": "e.flac", "transcript": said["e.flac"], "response": "Calling Grandma.", "confidence": 0.9,
+         "understood": True},
+    ]
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({**r, "error": None}) + "\n" for r in rows))
+    lines = demo.pipeline_summary(answers, requests, right=3, wrong=3).splitlines()
+    # 64 C in F worked out wrong is on topic but not correct: on topic 3 of 5, correct 2
+    assert "1 not understood" in lines[0]
+    assert lines[1].endswith("right kind 80%, on topic (right kind + all slot words) 60%")
+    assert lines[2].startswith("    correct (on topic, and any sum") and lines[2].endswith("check_answer): 2 of 5")
+    examples = lines[3:]
+    assert [line.split(":")[0].strip() for line in examples] == [
+        "right", "right", "WRONG, works out 147.2 wrong", "WRONG, misses 77", "WRONG, not understood (confidence 0.31)"]
+    assert "'9 minus 8 is 1.'" in examples[0] and "'Calling Grandma.'" in examples[1]
+    assert "heard 'set the thermostat to seventy degrees'" in examples[3]
+    none_right = tmp_path / "none.jsonl"
+    none_right.write_text(json.dumps({**rows[0], "error": None}) + "\n")
+    assert "    right: none of the 1" in demo.pipeline_summary(none_right, requests).splitlines()
+
+
+def test_the_demo_ends_with_the_commands_that_answer_with_its_models(tmp_path, monkeypatch):
+    requests = tmp_path / "requests.json"
+    requests.write_text(json.dumps({"audio_filepath": str(tmp_path / "q.flac"), "text": "call grandma"}) + "\n")
+    monkeypatch.setattr(demo, "DEMO_ASR_MODEL", tmp_path / "demo_asr" / "demo_asr.nemo")
+    monkeypatch.setattr(demo, "DEMO_SLM_MODEL", tmp_path / "demo_slm")
+    assert demo.next_steps(requests).startswith("next: python tools/demo.py --from asr")  # no models yet
+    demo.DEMO_ASR_MODEL.parent.mkdir()
+    demo.DEMO_ASR_MODEL.write_bytes(b"x")
+    demo.DEMO_SLM_MODEL.mkdir()
+    (demo.DEMO_SLM_MODEL / "config.json").write_text("{}")
+    models = f"--asr-model {demo.DEMO_ASR_MODEL} --slm-model {demo.DEMO_SLM_MODEL}"
+    first, second = demo.next_steps(requests).splitlines()
+    assert first == f"next: try python tools/pipeline.py {tmp_path / 'q.flac'} {models}"
+    assert second.startswith(f"      or  python tools/serve.py {models}   (then open http://127.0.0.1:8000")

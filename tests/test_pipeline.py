@@ -19,6 +19,7 @@ import soundfile
 import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
 from duet.asr.words import TimedTranscript, Word
+from duet.confidence import NOT_UNDERSTOOD_REPLY
 from duet.pipeline import VoicePipeline, is_silent, split_at_pauses
 from duet.pipeline_options import resolve_asr_decoding, resolve_pipeline_options
 
@@ -61,14 +62,17 @@ def make_pipeline(monkeypatch):
             names, seconds = model.text.split(), len(audio) / SR
             step = seconds / max(1, len(names))
             transcripts.append(TimedTranscript(model.text, [
-                Word(name, round(i * step, 3), round((i + 1) * step, 3), 0.9) for i, name in enumerate(names)]))
+                Word(name, round(i * step, 3), round((i + 1) * step, 3), model.confidence)
+                for i, name in enumerate(names)]))
         return transcripts
 
     monkeypatch.setattr(pipeline_module, "transcribe_with_words", fake_transcribe)
     monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: responses.append(text) or f"ok: {text}")
 
-    def build(text="set a timer for five minutes", **kwargs):
-        return VoicePipeline(FakeAsr(text), slm_model=None, slm_tokenizer=None, **kwargs), responses
+    def build(text="set a timer for five minutes", confidence=0.9, **kwargs):
+        asr = FakeAsr(text)
+        asr.confidence = confidence  # every word's
+        return VoicePipeline(asr, slm_model=None, slm_tokenizer=None, **kwargs), responses
     return build
 
 
@@ -729,6 +733,7 @@ def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding,
     ('{"strategy": "beam", "beam_size": 0}', "'beam_size' must be a number >= 1, got 0"),
     ('{"strategy": "viterbi"}', "'strategy' must be one of greedy, beam, beam_lm, got 'viterbi'"),
     ('{"strategy": "beam_lm",', "not valid JSON"),
+    ('{"strategy": "greedy", "min_confidence": 2}', "'min_confidence' must be a number in 0..1, got 2"),
 ])
 def test_a_broken_decoding_json_is_a_one_line_error_naming_it(cli, saved_decoding, capsys, content, message):
     model, _ = saved_decoding
@@ -739,6 +744,30 @@ def test_a_broken_decoding_json_is_a_one_line_error_naming_it(cli, saved_decodin
                      str(model.parent / "slm")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"pipeline: error: {saved_file}: {message}") and "\n" not in err, err
+
+
+def test_the_model_folders_threshold_goes_with_its_decoding(cli, saved_decoding):
+    """A decoding.json's min_confidence was chosen for that decoding: used when the model decodes as the file says,
+    replaced by --min-confidence, and set aside (for the default) with the file's decoding."""
+    from duet.confidence import DEFAULT_MIN_CONFIDENCE
+    from duet.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence, write_decoding_file
+
+    model, lm = saved_decoding
+    saved = decoding_file_for(model)
+    assert read_min_confidence(saved) is None
+    write_decoding_file(saved, read_decoding_file(saved), min_confidence=0.3)
+    assert read_min_confidence(saved) == 0.3 and read_decoding_file(saved).beam_size == SAVED["beam_size"]
+
+    def threshold(*argv):
+        args = cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), *argv])
+        resolve_asr_decoding(args)
+        return args.min_confidence
+    assert threshold() == 0.3 and threshold("--beam-size", "8") == 0.3  # its decoding, a value given over it
+    assert threshold("--min-confidence", "0.5") == 0.5 and threshold("--min-confidence", "0") == 0.0
+    for other in (["--asr-decoding", "greedy"], ["--asr-decoding", "beam"], ["--lm", str(lm)], ["--stream"]):
+        assert threshold(*other) == DEFAULT_MIN_CONFIDENCE, other
+    saved.unlink()
+    assert threshold() == DEFAULT_MIN_CONFIDENCE
 
 
 def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, saved_decoding, monkeypatch, capsys):
@@ -868,3 +897,67 @@ def test_pipeline_with_an_empty_folder_is_a_one_line_error(cli, tmp_path, capsys
     assert cli.main([str(tmp_path / "none"), "--asr-model", str(tmp_path / "m.nemo")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"pipeline: error: no audio files in folder {tmp_path / 'none'}") and "\n" not in err
+
+
+# ---------------------------------------------------------------- low confidence: not understood
+
+
+def test_a_transcript_heard_unsurely_gets_the_apology_without_asking_the_language_model(make_pipeline, tmp_path):
+    pipe, responses = make_pipeline(confidence=0.4, min_confidence=0.5)
+    path = tmp_path / "unsure.flac"
+    soundfile.write(path, utterance_with_pauses([1.0]), SR)
+    result = pipe.run(path)
+    assert result.transcript == "set a timer for five minutes" and responses == []  # heard, but the LM not asked
+    assert result.response == NOT_UNDERSTOOD_REPLY and result.understood is False
+    assert result.confidence == 0.4 and "below 0.5" in result.note and "slm" not in result.latency_s
+    body = result.to_json()
+    assert body["confidence"] == 0.4 and body["understood"] is False
+
+
+def test_a_transcript_at_the_threshold_is_answered_and_zero_turns_the_check_off(make_pipeline, tmp_path):
+    path = tmp_path / "sure.flac"
+    soundfile.write(path, utterance_with_pauses([1.0]), SR)
+    for confidence, threshold in ((0.5, 0.5), (0.05, 0.0)):
+        pipe, responses = make_pipeline(confidence=confidence, min_confidence=threshold)
+        result = pipe.run(path)
+        assert result.understood is True and result.confidence == confidence
+        assert result.response == "ok: set a timer for five minutes" and responses[-1] == result.transcript
+
+
+def test_the_default_threshold_applies_when_none_is_given(make_pipeline):
+    from duet.confidence import DEFAULT_MIN_CONFIDENCE
+
+    pipe, _ = make_pipeline()
+    assert pipe.min_confidence == DEFAULT_MIN_CONFIDENCE > 0
+
+
+def test_cli_json_carries_confidence_and_the_flag_and_the_console_says_not_understood(cli, make_pipeline, model_args,
+                                                                                      monkeypatch, tmp_path, capfd):
+    pipe, responses = make_pipeline(confidence=0.3)
+    loads = []
+
+    def load(cls, *args, **kwargs):
+        loads.append(kwargs["min_confidence"])
+        pipe.min_confidence = kwargs["min_confidence"]
+        return pipe, 0.5
+    monkeypatch.setattr(VoicePipeline, "load", classmethod(load))
+    good = tmp_path / "good.flac"
+    soundfile.write(good, utterance_with_pauses([1.0]), SR)
+    assert cli.main([str(good), "--json", "--min-confidence", "0.35", *model_args]) == 0
+    line = json.loads(capfd.readouterr().out)
+    assert (line["confidence"], line["understood"], line["response"]) == (0.3, False, NOT_UNDERSTOOD_REPLY)
+    assert cli.main([str(good), "--min-confidence", "0.35", *model_args]) == 0
+    out = capfd.readouterr().out
+    assert "  confidence: 0.30 (below 0.35: NOT UNDERSTOOD" in out and f"  response:   {NOT_UNDERSTOOD_REPLY}" in out
+    assert cli.main([str(good), "--json", "--min-confidence", "0", *model_args]) == 0
+    line = json.loads(capfd.readouterr().out)
+    assert line["understood"] is True and line["response"] == "ok: set a timer for five minutes"
+    assert loads == [0.35, 0.35, 0.0] and responses == [line["transcript"]]
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5"])
+def test_cli_refuses_a_threshold_outside_0_1_before_loading(cli, model_args, monkeypatch, tmp_path, capsys, value):
+    loads = stand_in_load(monkeypatch, None)
+    assert cli.main([str(tmp_path / "a.flac"), *model_args, "--min-confidence", value]) == 2
+    assert f"--min-confidence must be in 0..1 (0 turns the check off), got {float(value):g}" in capsys.readouterr().err
+    assert loads == []

@@ -25,6 +25,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from duet.asr.inference import load_audio
 from duet.asr.streaming import transcribe_streaming
+from duet.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
 from duet.pipeline import VoicePipeline
 from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
 from slm.generate import load_model
@@ -38,7 +39,10 @@ SETTINGS = ServerSettings(queue_size=16)
 def pipeline(micro_model_and_manifest, tiny_slm_folder) -> VoicePipeline:
     model, _, _, _ = micro_model_and_manifest
     tokenizer, slm = load_model(tiny_slm_folder)
-    return VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1)
+    # the random-weight micro model is unsure of every word: the low-confidence check is off here, and the tests
+    # of the check set thresholds around the confidence it actually has
+    return VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1,
+                         min_confidence=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +160,61 @@ def test_pipeline_answers_with_per_stage_latency(client, pipeline, clips):
     assert body["error"] is None and body["file"] == clips[0].name
     assert {"audio_load", "queue_wait", "asr", "slm", "total"} <= set(body["latency_s"])
     assert body["latency_s"]["total"] >= body["latency_s"]["asr"] > 0
+
+
+def heard_confidence(pipeline: VoicePipeline, audio: np.ndarray) -> float:
+    """The utterance confidence the pipeline's own offline decoding gives ``audio``."""
+    return utterance_confidence(pipeline.transcribe_timed(audio)[0].words)
+
+
+def with_min_confidence(pipeline: VoicePipeline, min_confidence: float) -> VoicePipeline:
+    other = copy.copy(pipeline)
+    other.min_confidence = min_confidence
+    return other
+
+
+def test_pipeline_below_the_threshold_is_not_understood_and_the_language_model_is_not_asked(pipeline, clips,
+                                                                                              monkeypatch):
+    confidence = heard_confidence(pipeline, load_audio(clips[0], SR))
+    assert 0.02 < confidence < 0.98, "thresholds on both sides of the clip's confidence must exist"
+    asked = []
+    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: asked.append(text) or "the model's answer")
+    for threshold, understood in ((round(confidence + 0.01, 4), False), (round(confidence - 0.01, 4), True)):
+        with TestClient(create_app(with_min_confidence(pipeline, threshold), SETTINGS)) as client:
+            assert client.get("/health").json()["min_confidence"] == threshold
+            body = client.post("/v1/pipeline", files=upload(clips[0])).json()
+        assert body["confidence"] == confidence and body["understood"] is understood, (threshold, body)
+        if understood:
+            assert body["response"] == "the model's answer" and "slm" in body["latency_s"]
+        else:
+            assert body["response"] == NOT_UNDERSTOOD_REPLY and "slm" not in body["latency_s"]
+            assert f"below {threshold:g}" in body["note"] and asked == []  # the language model was not asked
+    assert asked == [body["transcript"]]
+
+
+def test_stream_below_the_threshold_is_not_understood_and_the_language_model_is_not_asked(pipeline, clips,
+                                                                                            monkeypatch):
+    chunks = pcm16_chunks(load_audio(clips[0], SR))
+    heard = (np.frombuffer(b"".join(chunks), dtype="<i2") / 32768.0).astype(np.float32)
+    confidence = heard_confidence(pipeline, heard)
+    asked = []
+    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: asked.append(text) or "the model's answer")
+    finals = {}
+    for threshold in (round(confidence + 0.01, 4), round(confidence - 0.01, 4)):
+        app = create_app(with_min_confidence(pipeline, threshold), replace(SETTINGS, stream_interval=0.5))
+        with TestClient(app) as client, client.websocket_connect("/v1/stream") as ws:
+            for chunk in chunks:
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            while (message := ws.receive_json())["type"] == "partial":
+                pass
+        finals[threshold] = message
+    unsure, sure = finals.values()
+    assert unsure["confidence"] == sure["confidence"] == confidence
+    assert unsure["understood"] is False and unsure["response"] == NOT_UNDERSTOOD_REPLY
+    assert "below" in unsure["note"] and "slm" not in unsure["latency_s"]
+    assert sure["understood"] is True and sure["response"] == "the model's answer"
+    assert asked == [sure["transcript"]]  # asked once: for the understood stream only
 
 
 def test_pipeline_speaks_the_answer_as_a_wav(client, clips):
@@ -391,6 +450,7 @@ def test_a_streaming_model_serves_the_websocket_chunk_by_chunk(pipeline, clips, 
         assert message["transcript"] == expected and message["response"] == pipeline.respond(expected)
         assert message["stream"]["decoder"] == "cache-aware" and message["stream"]["chunks"] > 2
         assert message["stream"]["how"].startswith("cache-aware")
+        assert message["confidence"] is None and message["understood"] is True  # no word confidences: unchecked
     # the offline model's own transcript differs: the answer must come from the streaming model's words
     assert expected != pipeline.transcribe(heard)[0]
 

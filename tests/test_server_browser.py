@@ -19,6 +19,7 @@ import pytest
 import soundfile
 
 from duet.asr.inference import load_audio
+from duet.confidence import NOT_UNDERSTOOD_REPLY
 from duet.pipeline import VoicePipeline
 from duet.server import ServerSettings, create_app
 from slm.generate import load_model
@@ -79,8 +80,11 @@ def serve_in_thread(app):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("min_confidence", [0.0, 1.0])
 def test_the_page_records_the_microphone_and_shows_transcript_and_answer(micro_model_and_manifest, tiny_slm_folder,
-                                                                        tmp_path):
+                                                                        tmp_path, min_confidence):
+    """With the confidence check off the page shows the language model's answer; with a threshold no transcript of
+    the random micro model reaches (1.0), it marks the transcript as not understood and shows the apology."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -89,7 +93,8 @@ def test_the_page_records_the_microphone_and_shows_transcript_and_answer(micro_m
     soundfile.write(wav, np.concatenate([load_audio(e["audio_filepath"], SR) for e in entries[:2]]), SR,
                     subtype="PCM_16")
     tokenizer, slm = load_model(tiny_slm_folder)
-    pipeline = VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1)
+    pipeline = VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1,
+                             min_confidence=min_confidence)
     server, url = serve_in_thread(create_app(pipeline, ServerSettings(stream_interval=0.5), asr_model="micro.nemo"))
     driver = start_chromium(wav, tmp_path / "profile")
     try:
@@ -104,12 +109,20 @@ def test_the_page_records_the_microphone_and_shows_transcript_and_answer(micro_m
         wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("done"))
         transcript = driver.find_element(By.ID, "transcript").text
         answer = driver.find_element(By.ID, "response").text
+        confidence = driver.find_element(By.ID, "confidence").text
+        marked = "unsure" in driver.find_element(By.ID, "transcript").get_attribute("class")
         stages = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#latency tr")]
         driver.save_screenshot(str(tmp_path / "serve_page.png"))
     finally:
         driver.quit()
         server.should_exit = True
     assert transcript and transcript != "(nothing heard)", "the micro model should hear some tokens"
-    # the page shows the server's answer to what it heard (selenium collapses whitespace as a browser shows it)
-    assert answer == " ".join(pipeline.respond(transcript).split())
-    assert any(row.startswith("asr_final") for row in stages) and any(row.startswith("slm") for row in stages)
+    assert confidence.startswith("confidence 0.") or confidence == "confidence 1.00", confidence
+    if min_confidence == 0.0:
+        # the page shows the server's answer to what it heard (selenium collapses whitespace as a browser shows it)
+        assert answer == " ".join(pipeline.respond(transcript).split())
+        assert any(row.startswith("slm") for row in stages) and not marked and "not understood" not in confidence
+    else:
+        assert answer == NOT_UNDERSTOOD_REPLY and marked and "not understood" in confidence
+        assert not any(row.startswith("slm") for row in stages)
+    assert any(row.startswith("asr_final") for row in stages)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from slm.metrics import (assistant_scores, bleu_scores, dataset_losses, is_spoken_request, local_minilm_path,
-                         rouge_scores, slot_words, text_metrics)
+from slm.metrics import (answer_numbers, assistant_scores, bleu_scores, check_answer, computed_values, dataset_losses,
+                         is_spoken_request, local_minilm_path, rouge_scores, slot_words, text_metrics)
 
 HYP = ["the cat sat on the mat"]
 REF = ["the cat sat on a mat"]
@@ -123,3 +123,37 @@ def test_assistant_scores_hand_worked():
     assert scores["assistant_on_topic"] == pytest.approx(100 * 3 / 5)  # blinds, sum, joke
     assert scores["assistant_exact"] == pytest.approx(100 * 1 / 5)
     assert assistant_scores(rows[5:], answers[5:])["assistant_rows"] == 0
+
+
+@pytest.mark.parametrize("instruction, reference, answer, correct, why", [
+    # the two answers the demo once highlighted as if they were fine
+    ("what is sixty six degrees celsius in fahrenheit", "66 degrees Celsius is about 150.8 degrees Fahrenheit.",
+     "66 degrees Celsius is about -1 degrees Fahrenheit.", False, "works out 150.8 wrong"),
+    ("set the thermostat to seventy seven degrees", "Setting the thermostat to 77 degrees.",
+     "Setting the thermostat to 70 degrees.", False, "misses 77"),
+    # arithmetic, a conversion and a negative temperature worked out right (to the reference's decimals, or rounded)
+    ("what is sixty six plus forty two", "66 plus 42 is 108.", "66 plus 42 is 108.", True, None),
+    ("what is sixty six plus forty two", "66 plus 42 is 108.", "66 plus 42 is 110.", False, "works out 108 wrong"),
+    ("convert ten miles to kilometers", "10 miles is about 16.09 kilometers.", "10 miles is roughly 16.09 kilometers.",
+     True, None),
+    ("what is one degrees fahrenheit in celsius", "1 degrees Fahrenheit is about -17.22 degrees Celsius.",
+     "1 degrees Fahrenheit is about 17.22 degrees Celsius.", False, "works out -17.22 wrong"),
+    ("what is sixty six degrees celsius in fahrenheit", "66 degrees Celsius is about 150.8 degrees Fahrenheit.",
+     "66 degrees Celsius is about 151 degrees Fahrenheit.", True, None),
+    # nothing to work out: on topic is correct
+    ("dim the dining room lights to ninety percent", "Setting the dining room lights to 90 percent.",
+     "Setting the dining room lights to 90 percent!", True, None),
+    ("call nina", "Calling Nina.", "Playing music.", False, "the wrong kind of answer (should start 'calling nina')"),
+])
+def test_check_answer_needs_the_topic_and_what_was_worked_out(instruction, reference, answer, correct, why):
+    verdict = check_answer(instruction, reference, answer)
+    assert (verdict.correct, verdict.why) == (correct, why)
+
+
+def test_computed_values_are_the_numbers_the_request_did_not_say():
+    assert answer_numbers("It is -1.5 degrees at 11:50, not 3.") == [-1.5, 11.0, 3.0]
+    assert computed_values("what is sixty six plus forty two", "66 plus 42 is 108.") == [108.0]
+    assert computed_values("set a timer for ninety seconds", "OK, your timer is set for 1 minute and 30 seconds.") \
+        == [1.0, 30.0]
+    assert computed_values("dim the dining room lights to ninety percent",
+                           "Setting the dining room lights to 90 percent.") == []

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU (about 16 minutes on 2 cores).
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 27 minutes on 2 cores that a
+training run shares (the last full run recorded in RESULTS.md, "The whole demo": 27.4 min, of which the ASR
+fine-tune 25 min), about 16 minutes on 2 idle cores (an earlier full run there, before the pool stage).
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
@@ -8,9 +10,12 @@ Usage:
   python tools/demo.py --from slm
   python tools/demo.py --only lm --verbose    # show the stage's own output live, as well as in its log
 
-Each stage prints its command, a line that counts the seconds while it runs, and its result in one line. The
-command's own output (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g.
-experiments/asr/log.txt; --verbose shows it live too. A failing stage prints the last 20 lines of its log.
+Each stage prints its command, its progress while it runs, and its result in one line. The command's own output
+(NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
+--verbose shows it live too. The progress is read from that log (duet/stage_progress.py): the ASR fine-tune's
+epoch and step of all its steps, the SLM's step, any other progress bar, with the time left at the stage's own
+pace so far, e.g. "running 9:30: epoch 2/6, step 132/600 (22 %), about 28 min left": redrawn in place on a
+terminal, a new line every 30 s otherwise (a log file, CI). A failing stage prints the last 20 lines of its log.
 
 Stages, each one of the toolkit's own entry scripts run as a user would:
   manifests  samples/LibriSpeech -> manifests/{train,dev,test}-clean.json
@@ -26,11 +31,15 @@ Stages, each one of the toolkit's own entry scripts run as a user would:
   lm         a token 6-gram LM (KenLM) on that text, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
   pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances;
-             the decoding is saved as experiments/demo_asr/decoding.json, which tools/pipeline.py then uses
+             the decoding and the model's low-confidence threshold are saved as experiments/demo_asr/decoding.json,
+             which tools/pipeline.py and tools/serve.py then use
   generalise the base and the fine-tuned model on every set of bench/asr_generalisation.py (the sample's
              test-clean, unseen synthetic voices, and the held-out real speech of ../shared/real_speech when it
              exists): WER before -> after, a real set more than 2 points worse flagged
-Outputs go to manifests/, tokenizers/ and experiments/ (all git-ignored). Ends with a summary table.
+Outputs go to manifests/, tokenizers/ and experiments/ (all git-ignored). Ends with a summary table and a
+"next: try ..." line: the tools/pipeline.py and tools/serve.py commands that answer with the demo's models. The
+pipeline stage's example answers are chosen by slm.metrics.check_answer (on topic, and any sum, conversion or
+temperature worked out right against what was actually said): the correct ones first, then wrong ones labelled.
 """
 
 from __future__ import annotations
@@ -44,12 +53,14 @@ from pathlib import Path
 
 from duet import REPO_ROOT, SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_SLM_MODEL,
-                       EXPERIMENTS, LM_ORDER, LM_SENTENCES, Stage, asr_summary, demo_decoding, generalisation_summary,
-                       log_tail, pipeline_summary, slm_summary, write_demo_decoding)
+from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
+                       DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, Stage, asr_summary, demo_decoding,
+                       generalisation_summary, log_tail, next_steps, pipeline_summary, shown, slm_summary,
+                       write_demo_decoding)
 from duet.errors import cli
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.io import read_jsonl, write_jsonl_atomic
+from duet.stage_progress import ConsoleProgress, LogProgress
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
 # words seen a handful of times; a CTC decoder learns a smaller inventory from 20 minutes of audio faster.
@@ -79,6 +90,8 @@ POOL = EXPERIMENTS / "demo_pool" / "LibriSpeech"
 POOL_MIX = EXPERIMENTS / "demo_poolmix" / "train-clean.json"
 REAL_MIX_UTTERANCES = 780
 REAL_MIX = EXPERIMENTS / "demo_realmix" / "train.json"
+# the held-out assistant requests the pipeline stage answers (written by its prepare step)
+REQUESTS = EXPERIMENTS / "demo_pipeline" / "requests.json"
 MANIFESTS = {split: REPO_ROOT / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
 
 
@@ -100,7 +113,7 @@ def stages() -> list[Stage]:
     py = sys.executable
     tokenizer_dir = REPO_ROOT / "tokenizers" / f"spe_bpe_v{DEMO_VOCAB_SIZE}"
     asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, DEMO_SLM_MODEL, EXPERIMENTS / "demo_pipeline"
-    answers, requests = pipeline_dir / "answers.jsonl", pipeline_dir / "requests.json"
+    answers, requests = pipeline_dir / "answers.jsonl", REQUESTS
     generalise = [py, "bench/asr_generalisation.py"] + ([] if REAL_SPEECH.is_dir() else ["--no-real"])
     base_report, demo_report = (DEMO_GENERALISATION / name / "generalisation.json" for name in ("base", "demo_asr"))
     # the base's own synthetic pool and, where it exists, its real speech, mixed into the fine-tune
@@ -135,7 +148,7 @@ def stages() -> list[Stage]:
                       f"model.tokenizer.dir={tokenizer_dir}", f"trainer.max_epochs={epochs}"],
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, tokenizer_dir, *MANIFESTS.values(), *train_manifests[1:]],
-              outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir),
+              outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir, epochs=epochs),
         Stage("lmtext", [py, "tools/make_lm_text.py", "--sentences", str(LM_SENTENCES),
                          "--out", str(DEMO_LM_TEXT)],
               lambda: f"{DEMO_LM_TEXT.relative_to(REPO_ROOT)} ({LM_SENTENCES} sentences)",
@@ -155,7 +168,8 @@ def stages() -> list[Stage]:
                            "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir)],
               lambda: pipeline_summary(answers, requests), prepare=prepare_pipeline(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
-              outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={"asr_decoding": asdict(demo_decoding())}),
+              outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={"asr_decoding": asdict(demo_decoding()),
+                                                               "min_confidence": DEMO_MIN_CONFIDENCE}),
         # one command per model: the base's scores are kept while the base is unchanged
         Stage("generalise-base", [*generalise, "--model", str(BASE_CHECKPOINT), "--out-dir", str(base_report.parent)],
               lambda: f"base scored on {len(json.loads(base_report.read_text())['rows'])} sets",
@@ -164,21 +178,6 @@ def stages() -> list[Stage]:
               lambda: generalisation_summary(base_report, demo_report),
               inputs=[DEMO_ASR_MODEL], outputs=[demo_report]),
     ]
-
-
-class ProgressLine:
-    """The console line that counts a running stage's seconds, redrawn in place (on a terminal only)."""
-
-    def __call__(self, seconds: float) -> None:
-        print(f"\r  running ... {seconds:.0f} s", end="", flush=True)
-
-    def clear(self) -> None:
-        print("\r" + " " * 40 + "\r", end="", flush=True)
-
-
-def shown_path(path: Path) -> str:
-    """``path`` relative to the repository when it is inside it, as the stage commands are shown."""
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 @cli
@@ -205,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         if stage.up_to_date():
             print(f"{stage.name}: outputs are up to date (same command and inputs), skipped")
         else:
-            progress = ProgressLine() if not args.verbose and sys.stdout.isatty() else None
+            # the stage's own output shows its progress with --verbose; otherwise its log is read for it
+            progress = None if args.verbose else ConsoleProgress(LogProgress(stage.log_path, epochs=stage.epochs),
+                                                                 sys.stdout, terminal=sys.stdout.isatty())
             code = stage.run(verbose=args.verbose, on_tick=progress)
             if progress:
                 progress.clear()
-            log = shown_path(stage.log_path)
+            log = shown(stage.log_path)
             if code != 0:
                 if stage.log_path.is_file():
                     print("\n".join([f"--- last lines of {log}:", *log_tail(stage.log_path), "---"]),
@@ -227,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds, summary in rows:
         print(f"{name:<10} {seconds:>6}  {summary}")
     print(f"demo: {len(rows)} stage(s) done in {(time.time() - demo_start) / 60:.1f} min")
+    print(next_steps(REQUESTS))
     return 0
 
 

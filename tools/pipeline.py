@@ -21,6 +21,8 @@ Usage:
   arecord -f S16_LE -r 16000 -c 1 -t raw | python tools/pipeline.py --stream --asr-model m.nemo -
   # ASR through ONNX Runtime: the export of tools/export_onnx.py in <stem>_onnx/ beside the .nemo (--int8: its int8 graph)
   python tools/pipeline.py talk.flac --engine onnx --int8
+  # answer whatever was heard, however unsure (no "Sorry, I didn't catch that.")
+  python tools/pipeline.py talk.flac --min-confidence 0
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample (DEFAULT_ASR_MODEL and DEFAULT_SLM_MODEL
 in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
@@ -42,6 +44,13 @@ of the file and its confidence in [0, 1] (NeMo's greedy CTC timestamps and max-p
 search, the beam's transcript force-aligned to the same CTC output with NeMo's Viterbi and read the same way; null
 with --stream). A folder stands for the audio files under it (.flac, .wav, .mp3, .ogg, .opus, ... in any case;
 recursive, sorted); one without any is an error naming it.
+
+A transcript heard unsurely is not answered: its "confidence" (the mean of its word confidences,
+duet/confidence.py) below --min-confidence makes it "understood": false, and the response "Sorry, I didn't
+catch that." instead of the language model's (which is not asked; the note says why). Each --json line carries
+both, e.g. "confidence": 0.23, "understood": false; the console prints the confidence under the transcript.
+--min-confidence 0 turns the check off; with --stream there are no word confidences ("confidence": null) and no
+check. The default threshold was chosen with bench/confidence_threshold.py; re-choose it there for another model.
 
 --stream feeds each file through NeMo's cache-aware streaming step chunk by chunk (greedy decoding; a long
 file streams whole, the caches bound the memory); features and their normalisation are computed chunk by
@@ -170,6 +179,9 @@ def run(args: argparse.Namespace, options: dict, bad_audio: dict, out, err) -> i
         lat = result.latency_s
         print(f"\n{result.file} ({result.audio_seconds:.1f} s)", file=out)
         print(f"  transcript: {result.transcript or '(none)'}", file=out)
+        if result.confidence is not None:
+            print(f"  confidence: {result.confidence:.2f}" + ("" if result.understood else
+                  f" (below {pipeline.min_confidence:g}: NOT UNDERSTOOD, the language model was not asked)"), file=out)
         print(f"  response:   {result.response or '(none)'}", file=out)
         if result.note:
             print(f"  note:       {result.note}", file=out)

@@ -18,10 +18,16 @@ while they load go to --log (experiments/logs/serve.log), or with --verbose to s
   POST /v1/respond                JSON {"text": ...[, strategy, max_new_tokens, ...]} -> {"response"}
   WS   /v1/stream[?speak=true]    binary messages of 16 kHz mono PCM16 (little-endian), then the text message
                                   {"type": "end"}; the server sends {"type": "partial", "text"} as audio
-                                  arrives and {"type": "final", "transcript", "response", "latency_s", ...}
+                                  arrives and {"type": "final", "transcript", "response", "confidence",
+                                  "understood", "latency_s", ...}
 Uploads: WAV/FLAC/OGG at any rate and channel count (libsndfile), MP3/WebM and the rest through ffmpeg.
 Requests over --max-audio-seconds or --max-upload-mb, corrupt or empty audio and bad options are answered
 4xx with {"error": "..."}; more than --queue-size requests at once, 503. All inference runs on one thread.
+
+/v1/pipeline and the WebSocket's final message carry the transcript's "confidence" (mean word confidence,
+duet/confidence.py) and "understood"; below --min-confidence (as in tools/pipeline.py; 0 turns it off) the
+answer is "Sorry, I didn't catch that." and the language model is not asked. The page shows both. A cache-aware
+--streaming-asr-model gives no word confidences: its transcripts have "confidence": null and are not checked.
 
 Partial transcripts on the WebSocket: with --streaming-asr-model (a cache-aware model, e.g. trained with
 configs/fastconformer_small_streaming.yaml or made by tools/convert_to_streaming.py) each chunk is encoded

@@ -11,15 +11,27 @@ let recording = null; // {socket, context, stream, processor, resampler, pending
 function setStatus(text) { $("status").textContent = text; }
 
 function clearResults() {
-  for (const id of ["partial", "transcript", "response"]) $(id).textContent = "";
+  for (const id of ["partial", "transcript", "confidence", "response"]) $(id).textContent = "";
+  $("transcript").classList.remove("unsure");
   $("latency").tBodies[0].innerHTML = "";
   const audio = $("answer-audio");
   audio.hidden = true;
   audio.removeAttribute("src");
 }
 
+// The server's judgement of the transcript (duet/confidence.py): its confidence, and whether it was understood;
+// a transcript that was not is marked, and its answer is the server's apology, not the language model's.
+function describeConfidence(result) {
+  if (!result.transcript) return "";
+  if (result.confidence === null || result.confidence === undefined) return "confidence: not measured (not checked)";
+  const value = "confidence " + result.confidence.toFixed(2);
+  return result.understood === false ? value + " — not understood, so the language model was not asked" : value;
+}
+
 function showResult(result) {
   $("transcript").textContent = result.transcript || "(nothing heard)";
+  $("transcript").classList.toggle("unsure", result.understood === false && Boolean(result.transcript));
+  $("confidence").textContent = describeConfidence(result);
   $("response").textContent = result.response || "(no answer: " + (result.note || "empty transcript") + ")";
   const body = $("latency").tBodies[0];
   body.innerHTML = "";
@@ -144,7 +156,9 @@ async function sendFile() {
 async function showModels() {
   try {
     const health = await (await fetch("/health")).json();
-    $("models").textContent = `ASR ${health.asr_model} (${health.asr_decoding}), SLM ${health.slm_model}`;
+    const check = health.min_confidence > 0 ? `not understood below confidence ${health.min_confidence}`
+                                            : "confidence check off";
+    $("models").textContent = `ASR ${health.asr_model} (${health.asr_decoding}), SLM ${health.slm_model}; ${check}`;
   } catch (e) {
     $("models").textContent = "server not reachable";
   }

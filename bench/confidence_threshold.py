@@ -1,0 +1,181 @@
+r"""Choose the pipeline's low-confidence threshold for a model: how often it would flag what it heard right and
+what it heard wrong.
+
+Usage:
+  # the bundled base, greedy (no decoding.json beside it), tuned on the sample's dev split and the dev speakers
+  # of speechocean762/train; then scored once, at the chosen threshold, on held-out real speech
+  python tools/make_manifest.py                                  # manifests/dev-clean.json
+  python tools/make_manifest.py --data-root ../shared/real_speech/speechocean762 --splits train \
+      --out-dir /tmp/so762 --dev-speakers 8                      # /tmp/so762/train.dev.json
+  python bench/confidence_threshold.py --model samples/checkpoints/fastconformer_tiny_base.nemo \
+      --tune manifests/dev-clean.json /tmp/so762/train.dev.json \
+      --held-out-sets speechocean762/test read_sentences
+  # the demo's model decodes as its decoding.json says (beam 16 + LM), as tools/pipeline.py does
+  python bench/confidence_threshold.py --model experiments/demo_asr/demo_asr.nemo \
+      --tune manifests/dev-clean.json /tmp/so762/train.dev.json --held-out-sets speechocean762/test read_sentences
+
+Each utterance is transcribed with word confidences (``duet.asr.words``, the pipeline's own path) and gets
+the utterance confidence the pipeline uses (``duet.confidence.utterance_confidence``) and its own WER. It was
+heard right when that WER is at most --wer-bound (default 0.25: at most one word in four wrong), badly
+otherwise; an empty transcript counts as flagged (the pipeline does not answer it either). For each threshold
+the table gives, over the --tune manifests together, the share of the rightly heard utterances that would be
+flagged (wrongly: the user would be asked again) and the share of the badly heard ones that would be flagged
+(rightly: the language model would otherwise answer something that was not said). The chosen threshold is
+the highest at which at most --max-right-flagged (default 10 %) of the rightly heard are flagged. The
+``--held-out-sets`` (evaluation-only sets of ../shared/real_speech) are never used to choose: they are scored at
+the chosen threshold and at the model's current one only (what tools/pipeline.py would use: the min_confidence
+of the decoding.json beside the model when it decodes as that file says, else duet.confidence's
+DEFAULT_MIN_CONFIDENCE). --out writes everything as JSON, per utterance included.
+
+Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/confidence.py) for the bundled base checkpoint,
+DEMO_MIN_CONFIDENCE (duet/demo.py, written into the demo model's decoding.json) for the demo's fine-tune, the
+"min_confidence" of its decoding.json for any other model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from duet.asr.decoding import set_decoding
+from duet.asr.generalisation import build_manifest, real_sets
+from duet.asr.inference import load_asr_model
+from duet.asr.scoring import score
+from duet.asr.words import transcribe_files_with_words
+from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
+from duet.confidence import utterance_confidence
+from duet.errors import DuetError, cli
+from duet.io import read_jsonl, write_text_atomic
+from duet.pipeline_options import resolve_asr_decoding
+from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
+
+THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path, help="a CTC .nemo checkpoint")
+    parser.add_argument("--tune", nargs="+", required=True, type=Path, metavar="MANIFEST",
+                        help="held-in manifests the threshold is chosen on (never a held-out set)")
+    parser.add_argument("--held-out-sets", nargs="+", default=[], choices=HELD_OUT_SETS, metavar="SET",
+                        help=f"evaluation-only sets of --real-speech, scored at the chosen threshold: "
+                             f"{', '.join(HELD_OUT_SETS)}")
+    parser.add_argument("--real-speech", type=Path, default=DEFAULT_ROOT, help=f"default {DEFAULT_ROOT}")
+    parser.add_argument("--wer-bound", type=float, default=0.25,
+                        help="an utterance was heard right when its WER is at most this (default 0.25)")
+    parser.add_argument("--max-right-flagged", type=float, default=0.10,
+                        help="the chosen threshold flags at most this share of the rightly heard (default 0.10)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=None, help="also write the table and the scores as JSON")
+    add_decoding_arguments(parser, "--decoding", strategy_default=(
+        "the decoding.json beside the model, as tools/pipeline.py decodes; greedy without one"))
+    return parser
+
+
+def score_manifest(model, manifest: Path, batch_size: int) -> list[dict]:
+    """One row per utterance of ``manifest`` (``duet.asr.scoring``'s: file, ref, hyp, wer) with its utterance
+    confidence (None: empty transcript); utterances without a reference text are left out."""
+    entries = read_jsonl(manifest)
+    files = [e["audio_filepath"] for e in entries]
+    heard = transcribe_files_with_words(model, files, batch_size=batch_size)
+    scored = score(files, [e["text"] for e in entries], [t.text for t in heard], [e["duration"] for e in entries])
+    rows = []
+    for record, timed in zip(scored.records, heard):
+        if record["wer"] is None:
+            continue
+        words = timed.words if record["hyp"] else None
+        rows.append({**record, "confidence": utterance_confidence(words),
+                     # the least sure word, for comparison with the mean the pipeline uses
+                     "min_word": min((w.confidence for w in words), default=None) if words else None})
+    return rows
+
+
+def flagged(row: dict, threshold: float, key: str = "confidence") -> bool:
+    return row[key] is None or row[key] < threshold
+
+
+def share(rows: list[dict], threshold: float, key: str = "confidence") -> float | None:
+    return sum(flagged(r, threshold, key) for r in rows) / len(rows) if rows else None
+
+
+def threshold_table(rows: list[dict], wer_bound: float, key: str = "confidence") -> list[dict]:
+    right = [r for r in rows if r["wer"] <= wer_bound]
+    bad = [r for r in rows if r["wer"] > wer_bound]
+    return [{"threshold": t, "right_flagged": share(right, t, key), "bad_flagged": share(bad, t, key),
+             "all_flagged": share(rows, t, key)} for t in THRESHOLDS]
+
+
+def choose(table: list[dict], max_right_flagged: float) -> float | None:
+    """The highest threshold flagging at most ``max_right_flagged`` of the rightly heard (None: none does)."""
+    ok = [row["threshold"] for row in table if (row["right_flagged"] or 0.0) <= max_right_flagged]
+    return max(ok) if ok else None
+
+
+def percent(value: float | None) -> str:
+    return "    -" if value is None else f"{100 * value:5.1f}"
+
+
+def format_table(table: list[dict], other: list[dict]) -> str:
+    lines = ["threshold | right flagged | bad flagged | all flagged || min-word: right / bad flagged"]
+    for row, alt in zip(table, other):
+        lines.append(f"{row['threshold']:9.2f} | {percent(row['right_flagged']):>11} % | "
+                     f"{percent(row['bad_flagged']):>9} % | {percent(row['all_flagged']):>9} % || "
+                     f"{percent(alt['right_flagged'])} % / {percent(alt['bad_flagged'])} %")
+    return "\n".join(lines)
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    for manifest in args.tune:
+        if not manifest.is_file():
+            parser.error(f"--tune {manifest}: no such manifest")
+    args.asr_model, args.min_confidence = args.model, None  # resolve_asr_decoding reads the pipeline's names
+    source = resolve_asr_decoding(args)
+    current = args.min_confidence  # the model's threshold as the pipeline resolves it
+    settings = decoding_settings_from_args(args, "--decoding")
+    held_out = real_sets(args.real_speech, tuple(args.held_out_sets)) if args.held_out_sets else []
+    if not args.model.is_file():
+        raise DuetError(f"--model {args.model} does not exist")
+    model = load_asr_model(args.model)
+    set_decoding(model, settings)
+    decoding = settings.describe() + (f" from {source}" if source else "")
+    print(f"model {args.model}, decoding {decoding}, current threshold {current:g}; right = utterance WER <= "
+          f"{args.wer_bound:g}", flush=True)
+
+    sets = {}
+    for manifest in args.tune:
+        sets[str(manifest)] = score_manifest(model, manifest, args.batch_size)
+    tune_rows = [r for name in sets for r in sets[name]]
+    for name, rows in sets.items():
+        right = sum(r["wer"] <= args.wer_bound for r in rows)
+        print(f"tune {name}: {len(rows)} utterances, {right} heard right", flush=True)
+    table = threshold_table(tune_rows, args.wer_bound)
+    print(format_table(table, threshold_table(tune_rows, args.wer_bound, key="min_word")))
+    chosen = choose(table, args.max_right_flagged)
+    print(f"chosen threshold (highest flagging <= {100 * args.max_right_flagged:g} % of the rightly heard): "
+          f"{chosen if chosen is not None else 'none'}")
+
+    evaluated = {}
+    with tempfile.TemporaryDirectory(prefix="confidence-") as folder:
+        for eval_set in held_out:
+            rows = score_manifest(model, build_manifest(eval_set, Path(folder)), args.batch_size)
+            evaluated[eval_set.name] = rows
+            at = {t: share(rows, t) for t in {current, *([chosen] if chosen is not None else [])}}
+            right = sum(r["wer"] <= args.wer_bound for r in rows)
+            print(f"held out {eval_set.name}: {len(rows)} utterances ({right} heard right); flagged "
+                  + ", ".join(f"{100 * s:.1f} % at {t:g}" for t, s in sorted(at.items())), flush=True)
+    if args.out:
+        write_text_atomic(args.out, json.dumps({
+            "model": str(args.model), "decoding": decoding, "current": current, "wer_bound": args.wer_bound,
+            "max_right_flagged": args.max_right_flagged, "chosen": chosen, "table": table,
+            "tune": sets, "held_out": evaluated}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""bench/confidence_threshold.py: the table it chooses a threshold from, the rule, and a run on the micro model."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(repo_root):
+    path = repo_root / "bench" / "confidence_threshold.py"
+    spec = importlib.util.spec_from_file_location("confidence_threshold", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_threshold_flags_few_rightly_heard_utterances_and_the_table_counts_both_kinds(bench):
+    right = [{"wer": 0.0, "confidence": c} for c in (0.42, 0.61, 0.72, 0.8, 0.85, 0.9, 0.9, 0.93, 0.95, 0.97)]
+    bad = [{"wer": 0.6, "confidence": c} for c in (0.2, 0.3, 0.45, 0.5, 0.7)] + [{"wer": 1.0, "confidence": None}]
+    table = {row["threshold"]: row for row in bench.threshold_table(right + bad, wer_bound=0.25)}
+    assert table[0.5]["right_flagged"] == pytest.approx(0.1)       # 0.42
+    assert table[0.5]["bad_flagged"] == pytest.approx(4 / 6)       # 0.2, 0.3, 0.45 and the empty transcript
+    assert table[0.65]["right_flagged"] == pytest.approx(0.2) and table[0.65]["all_flagged"] == pytest.approx(7 / 16)
+    # the highest threshold that flags at most 10 % of the rightly heard
+    assert bench.choose(list(table.values()), 0.10) == 0.6
+    assert bench.choose(list(table.values()), 0.0) == 0.4
+    assert bench.choose([{"threshold": 0.05, "right_flagged": 0.5}], 0.1) is None
+
+
+def test_a_run_scores_each_utterance_and_writes_its_choice(bench, micro_model_and_manifest, tmp_path, capsys):
+    _, nemo_path, manifest, entries = micro_model_and_manifest
+    out = tmp_path / "choice.json"
+    assert bench.main(["--model", str(nemo_path), "--tune", str(manifest), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["tune"][str(manifest)]
+    assert len(rows) == len(entries) and report["decoding"] == "greedy" and report["current"] == 0.65
+    assert all(r["confidence"] is None or 0 <= r["confidence"] <= 1 for r in rows)
+    assert [row["threshold"] for row in report["table"]] == bench.THRESHOLDS
+    assert "chosen threshold" in capsys.readouterr().out
