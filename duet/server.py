@@ -374,6 +374,8 @@ class TurnsSession:
         self.last_final: asyncio.Task | None = None
         self.speculation: tuple[int, tuple[int, int], asyncio.Task] | None = None
         self.answered = 0
+        self.final_sent = 0  # the last turn whose final (or error) is going out
+        self.partials: dict[int, int] = {}  # partials sent per turn
         self._new_turn()
 
     def _new_turn(self) -> None:
@@ -381,7 +383,6 @@ class TurnsSession:
         self.turn_samples = 0
         self.partial_at = 0  # turn samples at the last partial decode
         self.partial_task: asyncio.Task | None = None
-        self.partials = 0
         self.turn_stream: CacheAwareStream | None = None
 
     def _spawn(self, coroutine) -> asyncio.Task:
@@ -501,8 +502,8 @@ class TurnsSession:
 
     async def send_partial(self, turn: int, audio: np.ndarray) -> None:
         text = await self.on_worker(self.transcribe, audio)
-        if self.taker.open and self.taker.turn == turn:  # not once its final is on the way
-            self.partials += 1
+        if turn > self.final_sent:  # never after the turn's final
+            self.partials[turn] = self.partials.get(turn, 0) + 1
             await self.send({"type": "partial", "turn": turn, "text": text,
                              "audio_s": round(len(audio) / STREAM_SAMPLE_RATE, 3)})
 
@@ -519,9 +520,7 @@ class TurnsSession:
                 self.cancel_speculation()
                 work = self._spawn(self.on_worker(self.answer, event.audio))
             report = {"decoder": "re-decode", "interval_s": self.settings.stream_interval,
-                      "audio_s": round(len(event.audio) / STREAM_SAMPLE_RATE, 3), "partials": self.partials}
-        if self.partial_task is not None:
-            self.partial_task.cancel()
+                      "audio_s": round(len(event.audio) / STREAM_SAMPLE_RATE, 3)}
         self.last_final = self._spawn(self.deliver(event, work, speculative, {**report, "how": self.stream_note},
                                                    self.last_final, decided))
         self._new_turn()
@@ -538,9 +537,13 @@ class TurnsSession:
         if previous is not None:
             await asyncio.wait([previous])
         if "error" in result:
+            self.final_sent = event.turn
             await self.send({"type": "error", "turn": event.turn, "error": result["error"]})
             return
         transcript, response = result["transcript"], result["response"]
+        self.final_sent = event.turn  # no partial of this turn from here on
+        if stream["decoder"] == "re-decode":
+            stream["partials"] = self.partials.pop(event.turn, 0)
         final = {"type": "final", "turn": event.turn, "transcript": transcript, "response": response,
                  "note": None if transcript else "no speech heard; language model skipped",
                  "speech_end_s": event.at_s, "forced_end": event.forced, "speculative": speculative,

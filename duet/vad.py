@@ -199,8 +199,9 @@ class SpeechDecider:
     - Speech stops after its last speech window, or earlier (by at most ``MAX_END_SHIFT_S``) after its last audible
       window outside a silence: within ``TAIL_DB`` of its loudest window and ``AUDIBLE_DB`` above the floor. The
       model's probability decays for 0.1-0.3 s after the words end, the level falls at once; in noise a quiet last
-      sound can sink below the floor's margin, which the cap bounds. Without levels, the probability alone. It
-      ends once ``min_silence_s`` has passed since it stopped, with the silence still on.
+      sound can sink below the floor's margin, which the cap bounds. Without levels, the probability alone.
+    - It ends once ``min_silence_s`` has passed since its last speech window, with the silence still on (counted
+      from there, not from where it stopped: a pause inside a sentence never looks longer than it is).
 
     The noise floor is the 10th percentile of the last ``NOISE_FLOOR_S`` of levels, digital silence left out; a
     recording with digital silence in that time has no noise: its floor is ``NO_SIGNAL_DB``.
@@ -276,7 +277,9 @@ class SpeechDecider:
                 self.confirmed = True
                 events.append(("speech_start", self.start))
         self.index += 1
-        if self.start is not None and self.in_silence and self.index - self.stop >= self.min_silence:
+        # the silence that ends speech counts from its last speech window, not from where the level says it stopped:
+        # a pause inside a sentence then never looks longer than it is (the early stop only places the boundary)
+        if self.start is not None and self.in_silence and self.index - self.speech_end >= self.min_silence:
             if self.confirmed:
                 events.append(("speech_end", self.stop))
             self._reset()

@@ -499,6 +499,24 @@ def test_a_failed_turn_is_an_error_naming_it_and_the_session_goes_on(pipeline, c
     assert [m for m in messages if m["type"] == "error"][0]["error"] == "internal error: decoder broke"
 
 
+def test_the_stream_client_plays_turns_over_a_real_socket(pipeline, clips):
+    """duet.stream_client (what the benches drive the server with) against uvicorn on a loopback port."""
+    from duet.stream_client import play
+    from tests.test_server_browser import serve_in_thread
+
+    talk, _, _ = two_turns(clips)
+    server, url = serve_in_thread(create_app(pipeline, SETTINGS))
+    try:
+        played = play(url, talk.audio, realtime=False, timeout_s=60)
+        plain = play(url, talk.audio[:SR], query="turns=false", realtime=False, timeout_s=60, until=("final",))
+    finally:
+        server.should_exit = True
+    assert [m["turn"] for _, m in played.of_type("final")] == [1, 2] and played.of_type("done")[0][1]["turns"] == 2
+    times = [at for at, _ in played.messages]
+    assert times == sorted(times) and times[0] >= played.start
+    assert [m["type"] for _, m in plain.messages][-1] == "final"
+
+
 # ---------------------------------------------------------------- tools/serve.py
 
 
