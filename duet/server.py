@@ -358,7 +358,9 @@ class TurnsSession:
     audio can no longer change unless the speaker goes on (the ``pause`` event, ``pad_s`` into the silence), the
     answer is computed; speech resuming cancels it, and the turn's end sends it (``"speculative": true``) instead
     of starting the work then. Partials re-decode the open turn every ``stream_interval`` seconds of new audio,
-    one decode in flight at a time, none during a pause. With a cache-aware model (``streaming_model``), each turn
+    one decode in flight at a time, none once a silence has begun (and one still waiting for the model is dropped
+    when the answer starts: it would only delay it), none when every slot of the queue is taken (answers wait for
+    one). With a cache-aware model (``streaming_model``), each turn
     streams through its own :class:`CacheAwareStream`, finished when the turn ends.
     """
 
@@ -472,6 +474,8 @@ class TurnsSession:
                 await self.on_audio(event)
             elif event.kind == "pause" and self.streaming_model is None:
                 self.cancel_speculation()
+                if self.partial_task is not None:  # a partial still waiting for the model would delay the answer
+                    self.partial_task.cancel()
                 self.speculation = (event.turn, event.bounds, self._spawn(self.on_worker(self.answer, event.audio)))
             elif event.kind == "resume":
                 self.cancel_speculation()
@@ -495,13 +499,17 @@ class TurnsSession:
         self.turn_samples += len(event.audio)
         due = self.turn_samples - self.partial_at >= self.interval
         idle = self.partial_task is None or self.partial_task.done()
-        if due and idle and self.taker.pause_bounds is None:
+        if due and idle and self.taker.detector.silence_samples == 0:  # none once a silence has begun
             audio = np.concatenate(self.pieces)
             self.pieces, self.partial_at = [audio], self.turn_samples
             self.partial_task = self._spawn(self.send_partial(event.turn, audio))
 
     async def send_partial(self, turn: int, audio: np.ndarray) -> None:
-        text = await self.on_worker(self.transcribe, audio)
+        try:
+            async with self.worker.slot():  # a partial never waits for a slot: when the server is busy, none
+                text = await self.worker.run(self.transcribe, audio)
+        except RequestError:
+            return
         if turn > self.final_sent:  # never after the turn's final
             self.partials[turn] = self.partials.get(turn, 0) + 1
             await self.send({"type": "partial", "turn": turn, "text": text,

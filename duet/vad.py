@@ -7,7 +7,8 @@ every stream of a process: the context and the state travel with each stream (:c
 session, so concurrent streams never mix.
 
 Decisions use two thresholds (hysteresis): a window at or above ``threshold`` is speech; once speech has begun,
-only windows below ``threshold - 0.15`` count as silence, and speech ends after ``min_silence_s`` of them.
+only windows below ``threshold - 0.15`` begin a silence, and speech ends ``min_silence_s`` after its last speech
+window with the silence still on.
 Speech shorter than ``min_speech_s`` (a click, a cough) is no speech. The model is slow to be sure of an onset
 (a first short word of the sample's voices can stay below 0.1 for 0.4 s) and its probability decays for 0.1-0.3 s
 after the words stop, so the window levels move the boundaries to the sound: speech begins where the probability
@@ -85,7 +86,9 @@ class VadSettings:
     onset_threshold: float = 0.1
     onset_db: float = 15.0
     max_onset_s: float = 0.5  # the level moves a start at most this far before the first speech window
-    min_silence_s: float = 0.5  # speech ends after this long below threshold - 0.15 (a turn ends: the speaker stopped)
+    # speech ends this long after its last speech window, a silence (below threshold - 0.15) having begun: the end of
+    # a turn (0.5 s: longer than the pauses inside a sentence, 0.3 s)
+    min_silence_s: float = 0.5
     min_speech_s: float = 0.25  # less speech than this, before such a silence, is no speech
     pad_s: float = 0.2  # what a segment (or a turn's audio) keeps either side of its speech
 
@@ -117,7 +120,7 @@ class VadState:
 class SileroVad:
     """The Silero VAD ONNX session: one intra-op thread, shared by every stream of the process (:meth:`shared`).
 
-    ``seconds`` adds up the time spent in the model, for cost reports."""
+    ``seconds`` adds up the time :meth:`probabilities` spent, for cost reports."""
 
     _shared: "SileroVad | None" = None
     _shared_lock = threading.Lock()
@@ -143,23 +146,25 @@ class SileroVad:
             return cls._shared
 
     def step(self, window: np.ndarray, state: VadState) -> float:
-        """The speech probability of one window of ``WINDOW`` samples; advances ``state``."""
+        """The speech probability of one window of ``WINDOW`` samples; advances ``state``. Safe from several threads
+        at once (ONNX Runtime's sessions are), each with its own ``state``."""
         x = np.concatenate([state.context, window]).astype(np.float32, copy=False)[None, :]
-        start = time.perf_counter()
         probability, state.state = self.session.run(None, {"input": x, "state": state.state, "sr": self._rate})
-        self.seconds += time.perf_counter() - start
         state.context = x[0, -CONTEXT:]
         return float(probability[0, 0])
 
     def probabilities(self, audio: np.ndarray) -> np.ndarray:
         """One speech probability per window of 16 kHz ``audio``, from a fresh state; a last partial window is
-        padded with zeros."""
+        padded with zeros. Adds its time to ``seconds`` (read it from one thread only)."""
+        start = time.perf_counter()
         state = VadState()
         count = -(-len(audio) // WINDOW)
         padded = np.zeros(count * WINDOW, dtype=np.float32)
         padded[:len(audio)] = audio
-        return np.array([self.step(padded[i * WINDOW:(i + 1) * WINDOW], state) for i in range(count)],
-                        dtype=np.float32)
+        probabilities = np.array([self.step(padded[i * WINDOW:(i + 1) * WINDOW], state) for i in range(count)],
+                                 dtype=np.float32)
+        self.seconds += time.perf_counter() - start
+        return probabilities
 
 
 def to_vad_rate(audio: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -371,7 +376,7 @@ class SpeechDetector:
         self.state = VadState()
         self.rest = np.zeros(0, dtype=np.float32)
         self.samples = 0  # fed so far
-        self.windows_seconds = 0.0  # model time spent on this stream
+        self.windows_seconds = 0.0  # time spent deciding this stream's windows (the model and the rules)
 
     @property
     def in_speech(self) -> bool:
@@ -397,13 +402,13 @@ class SpeechDetector:
         self.rest = data[whole:].copy()
         base = self.samples - len(data)  # where ``data`` begins in the stream
         events = []
-        before = self.vad.seconds
+        started = time.perf_counter()
         levels = window_levels(data[:whole]) if whole else ()
         for i, at in enumerate(range(0, whole, WINDOW)):
             probability = self.vad.step(data[at:at + WINDOW], self.state)
             for kind, window in self.decider.push(probability, float(levels[i])):
                 events.append(VadEvent(kind, window * WINDOW, base + at + WINDOW))
-        self.windows_seconds += self.vad.seconds - before
+        self.windows_seconds += time.perf_counter() - started
         return events
 
     def flush(self) -> list[VadEvent]:

@@ -517,6 +517,27 @@ def test_the_stream_client_plays_turns_over_a_real_socket(pipeline, clips):
     assert [m["type"] for _, m in plain.messages][-1] == "final"
 
 
+def test_turns_with_a_streaming_model_finish_each_turns_own_stream(pipeline, clips, tiny_streaming_model):
+    """Each turn streams through its own cache-aware session: the final is that model's transcript of the audio the
+    turn was given (from its pre-roll to where the VAD ended it), whatever the offline model would say."""
+    _, chunks, _ = two_turns(clips)
+    with TestClient(create_app(pipeline, SETTINGS, streaming_model=tiny_streaming_model)) as client:
+        messages = take_turns(client, chunks)
+    finals = [m for m in messages if m["type"] == "final"]
+    assert [m["turn"] for m in finals] == [1, 2] and messages[-1]["turns"] == 2
+    taker, given = TurnTaker(SETTINGS.vad_settings()), {1: [], 2: []}
+    for chunk in chunks:  # as the server fed it: one message at a time
+        samples = (np.frombuffer(chunk, dtype="<i2") / 32768.0).astype(np.float32)
+        for event in taker.feed(samples):
+            if event.kind == "audio":
+                given[event.turn].append(event.audio)
+    for final in finals:
+        expected = transcribe_streaming(tiny_streaming_model, np.concatenate(given[final["turn"]]))[0].strip()
+        assert final["transcript"] == expected and final["stream"]["decoder"] == "cache-aware"
+        assert final["speculative"] is False
+        assert final["response"] == (pipeline.respond(expected) if expected else None)
+
+
 # ---------------------------------------------------------------- tools/serve.py
 
 
