@@ -360,8 +360,9 @@ class TurnsSession:
     of starting the work then. Partials re-decode the open turn every ``stream_interval`` seconds of new audio,
     one decode in flight at a time, none once a silence has begun (and one still waiting for the model is dropped
     when the answer starts: it would only delay it), none when every slot of the queue is taken (answers wait for
-    one). With a cache-aware model (``streaming_model``), each turn
-    streams through its own :class:`CacheAwareStream`, finished when the turn ends.
+    one). With a cache-aware model (``streaming_model``), each turn streams through its own
+    :class:`CacheAwareStream`, finished when the turn ends. A turn longer than ``max_audio_seconds`` ends there and
+    the speech goes on as the next turn (``"forced_end": true``); the session itself has no length limit.
     """
 
     def __init__(self, websocket: WebSocket, pipeline: VoicePipeline, worker: InferenceWorker,
