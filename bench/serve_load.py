@@ -6,6 +6,7 @@ Usage:
   python bench/serve_load.py --clients 8 --seconds 60 --endpoint transcriptions
   python bench/serve_load.py --url http://127.0.0.1:8000 --clients 4 --seconds 30   # a server already running
   python bench/serve_load.py --clients 4 --seconds 30 --stream-seconds 20   # then one 20 s WebSocket stream
+  python bench/serve_load.py --clients 4 --seconds 60 --turn-sessions 16   # and 16 hands-free sessions beside them
   # options after -- go to tools/serve.py (models, decoding, --queue-size ...):
   python bench/serve_load.py --clients 4 --seconds 30 -- --asr-model my.nemo --slm-model my_gpt2/
 
@@ -21,6 +22,13 @@ loaded, after the warm-up and after the load.
 messages as fast as the server takes them, alone on the server, and reports what the final message says
 of the re-decoding: how many decodes, the median and the last (largest) decode time, and the time from
 the end of the audio to the final transcript and answer.
+
+--turn-sessions N runs N hands-free WebSocket sessions (/v1/stream?turns=true) beside the HTTP clients for the
+same --seconds: each thread plays a two-turn conversation (two held-out sample utterances 1.5 s apart, faint room
+noise under them; duet.stream_client) in real time, checks that exactly two finals came back, numbered 1 and 2, and
+starts the next session until the time is up (at most --max-sessions-each per thread). A session that errs, loses,
+splits or merges a turn is a failure. The server's memory is also sampled every 5 s during the load (only loopback
+addresses are used; every loop is bounded by --seconds and the per-request timeouts).
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -44,9 +51,14 @@ import numpy as np
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, RejectConnection, Request, TextMessage
 
-from duet import REPO_ROOT
+from duet import REPO_ROOT, SAMPLES_DIR
+from duet.asr.inference import load_audio
 from duet.errors import DuetError, cli
 from duet.io import write_text_atomic
+from duet.local_server import rss_mb, start_server, stop_server
+from duet.manifest import build_split_manifest
+from duet.stream_client import SAMPLE_RATE, StreamClientError, play
+from duet.synth.conversation import compose
 
 DEFAULT_AUDIO = REPO_ROOT / "samples" / "LibriSpeech" / "test-clean" / "7001" / "700101" / "7001-700101-0000.flac"
 ENDPOINTS = {"pipeline": "/v1/pipeline", "transcriptions": "/v1/audio/transcriptions"}
@@ -60,52 +72,59 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--audio", type=Path, default=DEFAULT_AUDIO, help="the clip every request posts")
     parser.add_argument("--stream-seconds", type=float, default=0.0,
                         help="after the load, one WebSocket stream of this many seconds (default: 0, none)")
+    parser.add_argument("--turn-sessions", type=int, default=0,
+                        help="hands-free WebSocket sessions running beside the HTTP clients (default: 0)")
+    parser.add_argument("--max-sessions-each", type=int, default=50,
+                        help="at most this many sessions one --turn-sessions thread runs (default: 50)")
     parser.add_argument("--url", default=None, help="a running server (default: start tools/serve.py)")
     parser.add_argument("--json", type=Path, default=REPO_ROOT / "bench" / "out" / "serve_load.json",
                         help="where the figures go")
     return parser
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def two_turn_conversations(count: int) -> list[np.ndarray]:
+    """``count`` recordings of two turns (two held-out sample utterances 1.5 s apart, faint room noise under them)."""
+    entries = list(build_split_manifest(SAMPLES_DIR / "LibriSpeech" / "test-clean").entries)
+    clips = [load_audio(e["audio_filepath"], SAMPLE_RATE) for e in entries]
+    return [compose([clips[(2 * i) % len(clips)], clips[(2 * i + 1) % len(clips)]], [0.6, 1.5, 1.2], SAMPLE_RATE,
+                    noise_dbfs=-55.0, seed=i).audio for i in range(count)]
 
 
-def rss_mb(pid: int | None) -> float | None:
-    """Resident memory of process ``pid`` in MiB (Linux /proc), or None."""
-    if pid is None:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
+def run_turn_sessions(url: str, conversations: list[np.ndarray], deadline: float, max_each: int) -> dict:
+    """One thread per conversation, each playing it in hands-free sessions until ``deadline``; a session passes
+    when it gets finals 1 and 2 and "done" with turns 2, and no error."""
+    passed, failures, end_of_turn = [], [], []
+    lock = threading.Lock()
 
+    def session_thread(audio: np.ndarray) -> None:
+        for _ in range(max_each):
+            if time.monotonic() >= deadline:
+                return
+            try:
+                played = play(url, audio, timeout_s=120)
+                turns = [m["turn"] for _, m in played.of_type("final")]
+                errors = [m.get("error") for _, m in played.of_type("error")]
+                done = played.of_type("done")
+                problem = (f"errors {errors}" if errors else None) or \
+                          (None if turns == [1, 2] and done and done[-1][1]["turns"] == 2 else f"finals {turns}")
+            except (StreamClientError, OSError) as e:
+                problem = f"{type(e).__name__}: {e}"
+            with lock:
+                if problem:
+                    failures.append(problem)
+                else:
+                    passed.append(1)
+                    end_of_turn.extend(m["latency_s"]["after_end"] for _, m in played.of_type("final"))
 
-def start_server(serve_args: list[str]) -> tuple[subprocess.Popen, str]:
-    """tools/serve.py on a free port; returns the process and its URL once /health answers."""
-    port = free_port()
-    log = open(REPO_ROOT / "bench" / "out" / "serve_load_server.log", "w")
-    # the whole path is measured: the language model answers every request, however unsure the transcript (a
-    # flagged clip would skip it and inflate requests/s); a --min-confidence after -- replaces this one
-    process = subprocess.Popen([sys.executable, str(REPO_ROOT / "tools" / "serve.py"), "--port", str(port),
-                                "--min-confidence", "0", *serve_args], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DuetError(f"tools/serve.py exited with code {process.returncode} (log: {log.name})")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise DuetError(f"tools/serve.py did not answer /health within 300 s (log: {log.name})")
+    threads = [threading.Thread(target=session_thread, args=(audio,)) for audio in conversations]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ordered = sorted(end_of_turn)
+    return {"sessions": len(passed), "failures": len(failures), "failure_examples": failures[:5],
+            "after_end_s": {"p50": round(ordered[len(ordered) // 2], 4) if ordered else None,
+                            "max": round(ordered[-1], 4) if ordered else None}}
 
 
 def run_load(url: str, endpoint: str, audio: bytes, name: str, clients: int, seconds: float) -> dict:
@@ -196,11 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         raise DuetError("--clients must be >= 1 and --seconds > 0")
     if not args.audio.is_file():
         raise DuetError(f"--audio {args.audio} does not exist")
+    if args.turn_sessions < 0 or args.max_sessions_each < 1:
+        raise DuetError("--turn-sessions must be >= 0 and --max-sessions-each >= 1")
     audio = args.audio.read_bytes()
+    conversations = two_turn_conversations(args.turn_sessions)
     (REPO_ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
     process = None
     if args.url is None:
-        process, url = start_server(serve_args)
+        # the whole path is measured: the language model answers every request, however unsure the transcript (a
+        # flagged clip would skip it and inflate requests/s); a --min-confidence after -- replaces this one
+        process, url = start_server(["--min-confidence", "0", *serve_args],
+                                    REPO_ROOT / "bench" / "out" / "serve_load_server.log")
     else:
         url = args.url.rstrip("/")
     pid = process.pid if process else None
@@ -211,33 +236,56 @@ def main(argv: list[str] | None = None) -> int:
         warm = httpx.post(f"{url}{endpoint}", files={"file": (args.audio.name, audio)}, timeout=120)
         if warm.status_code != 200:
             raise DuetError(f"the warm-up request failed: HTTP {warm.status_code} {warm.text[:300]}")
+        if conversations:  # and one hands-free session, so that the VAD and the turn code are warm too
+            play(url, conversations[0], realtime=False, timeout_s=120)
         memory["after_warm_up"] = rss_mb(pid)
+        samples, sampling = [], threading.Event()
+
+        def sample_memory() -> None:
+            while not sampling.wait(5.0):
+                samples.append(rss_mb(pid))
+        sampler = threading.Thread(target=sample_memory, daemon=True)
+        sampler.start()
+        turns_result, turns_thread = None, None
+        if conversations:
+            deadline = time.monotonic() + args.seconds
+
+            def turns_runner() -> None:
+                nonlocal turns_result
+                turns_result = run_turn_sessions(url, conversations, deadline, args.max_sessions_each)
+            turns_thread = threading.Thread(target=turns_runner)
+            turns_thread.start()
         result = run_load(url, endpoint, audio, args.audio.name, args.clients, args.seconds)
+        if turns_thread is not None:
+            turns_thread.join()
+        sampling.set()
         memory["after_load"] = rss_mb(pid)
+        memory["during_load"] = [m for m in samples if m is not None]
         stream = stream_once(url, args.audio, args.stream_seconds) if args.stream_seconds > 0 else None
     finally:
         if process is not None:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop_server(process)
     report = {"url": url, "endpoint": endpoint, "clients": args.clients, "seconds": args.seconds,
               "audio": str(args.audio), "audio_s": round(soundfile.info(str(args.audio)).duration, 3),
               "server": {k: health.get(k) for k in
               ("asr_model", "slm_model", "asr_decoding")}, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "server_rss_mib": memory, "warm_up_answer": warm.json(), **result, "stream": stream}
+              "server_rss_mib": memory, "warm_up_answer": warm.json(), **result, "turn_sessions": turns_result,
+              "stream": stream}
     write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     lat = result["latency_s"]
     print(f"{args.clients} clients x {args.seconds:g} s on {endpoint}: {result['requests']} requests "
           f"({result['requests_per_s']:.2f}/s), p50 {lat['p50']} s, p95 {lat['p95']} s, max {lat['max']} s, "
           f"{result['failures']} failures; server RSS {memory['models_loaded']} -> {memory['after_warm_up']} -> "
           f"{memory['after_load']} MiB (loaded, warm, after); written to {args.json}")
+    if turns_result:
+        print(f"{args.turn_sessions} hands-free session threads beside them: {turns_result['sessions']} two-turn sessions "
+              f"passed, {turns_result['failures']} failed; answers {turns_result['after_end_s']['p50']} s (median) "
+              f"after each turn's end was decided; server RSS during the load {memory['during_load']} MiB")
     if stream:
         print(f"stream of {stream['audio_s']:g} s: {stream['decodes']} decodes, median {stream['decode_s_median']} s, "
               f"last {stream['decode_s_last']} s; final transcript and answer {stream['latency_s']['after_end']} s "
               f"after the end of the audio (wall {stream['wall_s']} s)")
-    return 1 if result["failures"] else 0
+    return 1 if result["failures"] or (turns_result and turns_result["failures"]) else 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
 #!/usr/bin/env python
-r"""WER with and without the pipeline's silence trimming (--trim-silence), on recordings as they are and with
-silence added around them, as a microphone gives it.
+r"""WER without and with the pipeline's silence trimming (--trim-silence), by Silero VAD and by the energy threshold
+it replaced, on recordings as they are and with silence added around them, as a microphone gives it.
 
 Usage:
   python bench/silence_ab.py                                   # bundled base checkpoint, the sample's test-clean
   python bench/silence_ab.py --model experiments/demo_asr/demo_asr.nemo --manifest data/so/test.json --limit 150
+  python bench/silence_ab.py --real-set speechocean762/test --limit 150    # a set of ../shared/real_speech
+  python bench/silence_ab.py --real-set read_sentences --limit 141
 
-Each utterance of --manifest (the first --limit after a fixed shuffle) is transcribed greedily four ways: as
-recorded; trimmed by ``duet.pipeline.speech_bounds`` (from --margin seconds before the first sound to --margin after
-the last); with --before/--after seconds of faint noise (-60 dBFS) added around it; and added then trimmed. One
-table of WER per way; the words of a reference are those of ``duet.text.normalize_text``.
+Each utterance of --manifest or --real-set (default: the sample's test-clean; the first --limit after a fixed
+shuffle) is transcribed greedily as recorded, with --before/--after seconds of faint noise (-60 dBFS) added around
+it, and with as much room noise (``duet.synth.conversation.room_noise``: fan, hum, key clicks; --room-dbfs) added around
+it, each three ways: whole; trimmed by the energy threshold (``duet.vad.energy_speech_bounds``: within 35 dB of the
+peak, the pipeline's trimming before the VAD); trimmed by Silero VAD (``duet.pipeline.speech_bounds``, what
+--trim-silence does now); both from --margin seconds before the first sound or speech to --margin after the last.
+One table of WER; the words of a reference are those of ``duet.text.normalize_text``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from duet.asr.inference import load_asr_model, load_audio, transcribe_audio
 from duet.errors import DuetError, cli
 from duet.manifest import build_split_manifest, read_manifest
 from duet.pipeline import speech_bounds
+from duet.real_speech import DEFAULT_ROOT, set_dir
+from duet.synth.conversation import room_noise
+from duet.vad import energy_speech_bounds
 from duet.text import normalize_text
 
 DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
@@ -38,10 +46,13 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="NeMo .nemo file (default: bundled base)")
     parser.add_argument("--manifest", type=Path, default=None,
                         help="NeMo manifest (default: the bundled sample's test-clean)")
+    parser.add_argument("--real-set", default=None, metavar="SET",
+                        help=f"a set of the real-speech folder ({DEFAULT_ROOT}), e.g. speechocean762/test")
     parser.add_argument("--limit", type=int, default=80, help="utterances to score (default: 80)")
     parser.add_argument("--margin", type=float, default=0.2, help="--trim-silence's seconds (default: 0.2)")
     parser.add_argument("--before", type=float, default=0.5, help="seconds of noise added before (default: 0.5)")
     parser.add_argument("--after", type=float, default=1.0, help="seconds of noise added after (default: 1.0)")
+    parser.add_argument("--room-dbfs", type=float, default=-45.0, help="level of the room noise (default: -45)")
     return parser
 
 
@@ -50,8 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if not args.model.is_file():
         raise DuetError(f"--model {args.model} does not exist")
-    entries = (read_manifest(args.manifest) if args.manifest
-               else build_split_manifest(SAMPLES_DIR / "LibriSpeech" / "test-clean").entries)
+    if args.manifest and args.real_set:
+        raise DuetError("--manifest and --real-set: give one of them")
+    if args.manifest:
+        entries, source = read_manifest(args.manifest), str(args.manifest)
+    elif args.real_set:
+        entries, source = build_split_manifest(set_dir(DEFAULT_ROOT, args.real_set)).entries, args.real_set
+    else:
+        entries, source = build_split_manifest(SAMPLES_DIR / "LibriSpeech" / "test-clean").entries, \
+            "the sample test-clean"
     entries = list(entries)
     random.Random(0).shuffle(entries)
     entries = entries[: args.limit]
@@ -62,22 +80,23 @@ def main(argv: list[str] | None = None) -> int:
     def noise(seconds: float) -> np.ndarray:
         return (rng.standard_normal(int(seconds * rate)) * 10 ** (NOISE_DBFS / 20)).astype(np.float32)
 
-    def trim(audio: np.ndarray) -> np.ndarray:
-        first, last = speech_bounds(audio, rate, args.margin)
-        return audio[first:last]
+    def trimmed(audios: list[np.ndarray], bounds) -> list[np.ndarray]:
+        return [audio[slice(*bounds(audio, rate, args.margin))] for audio in audios]
 
     clips = [load_audio(e["audio_filepath"], rate) for e in entries]
     padded = [np.concatenate([noise(args.before), clip, noise(args.after)]) for clip in clips]
+    roomy = [np.concatenate([room_noise(args.before, rate, 2 * i, args.room_dbfs), clip,
+                             room_noise(args.after, rate, 2 * i + 1, args.room_dbfs)]) for i, clip in enumerate(clips)]
     refs = [normalize_text(e["text"]) for e in entries]
-    print(f"{args.model.name}, {len(entries)} utterances of {args.manifest or 'the sample test-clean'}; "
-          f"trim margin {args.margin:g} s; added {args.before:g} s + {args.after:g} s at {NOISE_DBFS:g} dBFS\n")
-    print("| audio | WER as given | WER trimmed |\n|---|---:|---:|")
-    for name, audios in (("as recorded", clips), ("with silence added", padded)):
+    print(f"{args.model.name}, {len(entries)} utterances of {source}; trim margin {args.margin:g} s; "
+          f"added {args.before:g} s + {args.after:g} s at {NOISE_DBFS:g} dBFS, or of room noise at {args.room_dbfs:g} dBFS\n")
+    print("| audio | WER whole | WER energy-trimmed | WER VAD-trimmed |\n|---|---:|---:|---:|")
+    for name, audios in (("as recorded", clips), ("with silence added", padded), ("with room noise added", roomy)):
         wers = []
-        for batch in (audios, [trim(a) for a in audios]):
+        for batch in (audios, trimmed(audios, energy_speech_bounds), trimmed(audios, speech_bounds)):
             hyps = [normalize_text(t) for t in transcribe_audio(model, batch, batch_size=16)]
             wers.append(100 * jiwer.wer(refs, hyps))
-        print(f"| {name} | {wers[0]:.2f} % | {wers[1]:.2f} % |")
+        print(f"| {name} | " + " | ".join(f"{w:.2f} %" for w in wers) + " |")
     return 0
 
 

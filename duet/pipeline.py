@@ -2,8 +2,8 @@
 
 The two models stay decoupled (the report's figure 4-1): the transcript is handed to the language
 model as an Alpaca instruction. Models load once; each file then costs audio loading, ASR and
-generation, timed separately. Long recordings are cut at pauses into chunks of at most
-``max_chunk_s`` so memory stays bounded whatever the file's length.
+generation, timed separately. Long recordings are cut at pauses (where Silero VAD hears no speech:
+``duet.vad``) into chunks of at most ``max_chunk_s`` so memory stays bounded whatever the file's length.
 
 With ``stream=True`` (a model trained with ``configs/fastconformer_small_streaming.yaml``) the ASR runs
 through a ``duet.asr.streaming.StreamingSession`` instead: the audio goes in 100 ms pieces, each chunk that
@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-import librosa
 import numpy as np
 
 from duet.asr.decoding import DecodingSettings, set_decoding
@@ -33,13 +32,16 @@ from duet.asr.words import TimedTranscript, Word, transcribe_with_words
 from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
                              utterance_confidence)
 from duet.io import audio_file_problem
+from duet.vad import VadSettings, speech_segments
 from slm.generate import load_model, respond
 from slm.generation import GenerationSettings
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
 SILENCE_RMS = 0.003
-# Pauses are regions this many dB below the recording's peak (librosa.effects.split's top_db).
-PAUSE_DB = 35.0
+# Speech in a whole recording, for the cuts at pauses and --trim-silence: a pause of 0.3 s is a place to cut (shorter
+# dips of the model's probability inside a sentence are not), and 0.1 s of speech counts (a short word alone, e.g.
+# "six"); segments are used unpadded (the callers add margins).
+RECORDING_VAD = VadSettings(min_silence_s=0.3, min_speech_s=0.1, pad_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -87,18 +89,21 @@ def is_silent(audio: np.ndarray, sample_rate: int) -> bool:
     return float(rms.max()) < SILENCE_RMS
 
 
-def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> list[np.ndarray]:
+def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float,
+                    speech: list[tuple[int, int]] | None = None) -> list[np.ndarray]:
     """Cut ``audio`` into chunks of at most ``max_chunk_s``, in the middle of pauses where possible.
 
-    Speech without any pause longer than ``max_chunk_s`` is cut hard at that length.
+    Pauses are the gaps between the VAD's speech segments (``speech``, or :func:`duet.vad.speech_segments` with
+    ``RECORDING_VAD`` when not given; only computed when a cut is needed). Speech without any pause inside a stretch
+    of ``max_chunk_s`` is cut hard at that length.
     """
     max_len = int(max_chunk_s * sample_rate)
     if max_len < 1:  # a zero-length chunk would never move past the start
         raise ValueError(f"max_chunk_s must be > 0, got {max_chunk_s}")
     if len(audio) <= max_len:
         return [audio]
-    voiced = librosa.effects.split(audio, top_db=PAUSE_DB, frame_length=1024, hop_length=256)
-    # Candidate cut points: the middle of each pause between two voiced regions.
+    voiced = speech_segments(audio, sample_rate, RECORDING_VAD) if speech is None else speech
+    # Candidate cut points: the middle of each pause between two speech segments.
     cuts = [int((end + start) // 2) for (_, end), (start, _) in zip(voiced[:-1], voiced[1:])]
     chunks, begin = [], 0
     while len(audio) - begin > max_len:
@@ -110,14 +115,19 @@ def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float) -> 
     return chunks
 
 
-def speech_bounds(audio: np.ndarray, sample_rate: int, margin_s: float) -> tuple[int, int]:
-    """The sample range of ``audio`` from ``margin_s`` before its first sound to ``margin_s`` after its last (sound:
-    within ``PAUSE_DB`` of the peak), clipped to the recording; the whole range when nothing stands out."""
+def speech_bounds(audio: np.ndarray, sample_rate: int, margin_s: float,
+                  speech: list[tuple[int, int]] | None = None) -> tuple[int, int]:
+    """The sample range of ``audio`` from ``margin_s`` before its first speech to ``margin_s`` after its last (Silero
+    VAD's segments: ``speech``, or computed with ``RECORDING_VAD``), clipped to the recording; the whole range when
+    the VAD hears no speech at all (trimming never throws a recording away: the ASR still hears it).
+    ``duet.vad.energy_speech_bounds`` is the energy-threshold fallback this replaced."""
     if len(audio) == 0:
         return 0, 0
-    _, (start, end) = librosa.effects.trim(audio, top_db=PAUSE_DB, frame_length=1024, hop_length=256)
+    voiced = speech_segments(audio, sample_rate, RECORDING_VAD) if speech is None else speech
+    if not voiced:
+        return 0, len(audio)
     margin = int(margin_s * sample_rate)
-    return max(0, int(start) - margin), min(len(audio), int(end) + margin)
+    return max(0, voiced[0][0] - margin), min(len(audio), voiced[-1][1] + margin)
 
 
 class VoicePipeline:
@@ -128,8 +138,9 @@ class VoicePipeline:
     model decodes; ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
     ``asr_workers``: the CPU processes a long recording's batches are decoded in, or with an ONNX engine the
     threads (a server passes 1: forking a process with threads running is unsafe). ``trim_silence_s``: the offline ASR hears only the recording from
-    this long before its first sound to this long after its last (None: all of it); models trained on clips with
-    little silence around them mis-hear long silences (RESULTS.md, "Silence around a recording").
+    this long before its first speech to this long after its last (Silero VAD: :func:`speech_bounds`; None: all of
+    it); models trained on clips with little silence around them mis-hear long silences (RESULTS.md, "Silence
+    around a recording").
     ``min_confidence``: a transcript whose utterance confidence (``duet.confidence``) is below it is not understood:
     answered ``NOT_UNDERSTOOD_REPLY`` without asking the language model (0: never).
     """
@@ -200,9 +211,15 @@ class VoicePipeline:
     def transcribe_segments(self, audio: np.ndarray, words: bool = True) -> list[Segment]:
         """The pieces :func:`split_at_pauses` cuts ``audio`` into, each with its place, transcript and, with
         ``words``, its words (times from the start of ``audio``)."""
+        long = len(audio) > self.max_chunk_s * self.sample_rate
+        # one VAD pass serves both the trimming and the cuts (and none is needed for a short untrimmed clip)
+        speech = speech_segments(audio, self.sample_rate, RECORDING_VAD) \
+            if self.trim_silence_s is not None or long else None
         first, last = (0, len(audio)) if self.trim_silence_s is None else \
-            speech_bounds(audio, self.sample_rate, self.trim_silence_s)
-        chunks = split_at_pauses(audio[first:last], self.sample_rate, self.max_chunk_s)
+            speech_bounds(audio, self.sample_rate, self.trim_silence_s, speech)
+        inside = None if speech is None else [(max(a, first) - first, min(b, last) - first) for a, b in speech
+                                              if b > first and a < last]
+        chunks = split_at_pauses(audio[first:last], self.sample_rate, self.max_chunk_s, inside)
         workers = {} if self.asr_workers is None else {"workers": self.asr_workers}
         if words:
             timed = transcribe_with_words(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)

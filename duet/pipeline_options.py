@@ -45,9 +45,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
     parser.add_argument("--asr-batch-size", type=int, default=None,
                         help=f"pieces of audio per ASR batch (default: {DEFAULT_BATCHING.batch_size}{not_streaming})")
     parser.add_argument("--trim-silence", type=float, default=None, metavar="SECONDS",
-                        help="the ASR hears each recording from SECONDS before its first sound to SECONDS after its "
-                             f"last (e.g. 0.2; default: all of it{not_streaming}); see RESULTS.md, 'Silence around a "
-                             "recording'")
+                        help="the ASR hears each recording from SECONDS before its first speech to SECONDS after its "
+                             "last, as Silero VAD hears it (a recording without speech whole; e.g. 0.2; default: all "
+                             f"of it{not_streaming}); see RESULTS.md, 'Silence around a recording'")
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
                         help=f"longest piece the ASR sees at once (default: {DEFAULT_BATCHING.max_chunk_seconds:g}"
                              f"{not_streaming})")

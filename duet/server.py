@@ -16,6 +16,10 @@ The WebSocket (``/v1/stream``) takes 16 kHz mono PCM16 little-endian in binary m
 ``{"type": "end"}`` when the recording ends; it sends ``{"type": "partial", ...}`` as audio arrives and one
 ``{"type": "final", ...}`` with the transcript and the answer (see :class:`RedecodeStream` for how partials
 are made with an offline model, and what they cost, and :class:`CacheAwareStream` for a cache-aware model).
+Silero VAD (``duet.vad``) listens too: ``{"type": "speech_start" | "speech_end", "turn", "at_s", "decided_at_s"}``
+say where speech began and stopped. With ``?turns=true`` (or ``ServerSettings.turns``) the socket takes turns
+(:class:`TurnsSession`): each time the speaker stops, the final transcript and answer of that turn are sent
+(``"turn": n``) and the socket listens for the next, until ``{"type": "end"}``, answered by ``{"type": "done"}``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from duet.confidence import utterance_confidence
 from duet.errors import AsrInputError, DuetError, first_line
 from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
+from duet.turns import TurnEvent, TurnTaker
+from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent, VadSettings
 from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
 
 WEB_FOLDER = Path(__file__).parent / "web"
@@ -77,16 +83,28 @@ class ServerSettings:
     queue_size: int = 8  # requests waiting for or running on the inference thread; one more is answered 503
     stream_interval: float = 1.0  # the WebSocket re-decodes its audio after this much more of it
     streaming_asr_model: str | None = None  # a cache-aware .nemo for the WebSocket's partials (CacheAwareStream)
+    turns: bool = False  # every WebSocket takes turns (the VAD ends each one) unless the client asks ?turns=false
+    turn_silence: float = 0.5  # seconds of silence after speech that end a turn
+    vad_threshold: float = 0.5  # Silero VAD's speech probability at which a window is speech
 
     def validate(self) -> "ServerSettings":
         for name, ok, rule in (("port", 0 <= self.port <= 65535, "in 0..65535"),
                                ("max_audio_seconds", self.max_audio_seconds > 0, "> 0"),
                                ("max_upload_mb", self.max_upload_mb > 0, "> 0"),
                                ("queue_size", self.queue_size >= 1, ">= 1"),
-                               ("stream_interval", self.stream_interval > 0, "> 0")):
+                               ("stream_interval", self.stream_interval > 0, "> 0"),
+                               ("turn_silence", self.turn_silence > 0, "> 0"),
+                               ("vad_threshold", 0 < self.vad_threshold < 1, "in (0, 1)")):
             if not ok:
                 raise ServerSettingsError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name):g}")
         return self
+
+    def vad_settings(self) -> VadSettings:
+        """The WebSocket's VAD: ``--vad-threshold`` and ``--turn-silence``, the rest ``VadSettings``' defaults (a
+        turn's audio keeps at most ``turn_silence`` of its silence)."""
+        d = VadSettings()
+        return VadSettings(threshold=self.vad_threshold, onset_threshold=min(d.onset_threshold, self.vad_threshold),
+                           min_silence_s=self.turn_silence, pad_s=min(d.pad_s, self.turn_silence)).validate()
 
     @property
     def max_upload_bytes(self) -> int:
@@ -333,6 +351,246 @@ def stream_decoder_note(settings: ServerSettings, streaming_model=None) -> str:
     return f"re-decode of the whole buffer every {settings.stream_interval:g} s of new audio (offline model)"
 
 
+def vad_message(kind: str, turn: int, at_s: float | None, decided_at_s: float | None) -> dict:
+    return {"type": kind, "turn": turn, "at_s": at_s, "decided_at_s": decided_at_s}
+
+
+def vad_event_message(event: VadEvent, turn: int) -> dict:
+    return vad_message(event.kind, turn, event.seconds(), round(event.decided_at / VAD_SAMPLE_RATE, 3))
+
+
+class TurnsSession:
+    """One hands-free WebSocket (``/v1/stream?turns=true``): :class:`duet.turns.TurnTaker` cuts the stream into turns
+    and each turn is answered as soon as it ends, while the socket goes on listening.
+
+    Messages out: ``speech_start`` and ``speech_end`` (turn, where in the stream, when decided), ``partial`` (turn,
+    text), ``final`` (turn, transcript, response, latencies: ``after_end`` counts from the moment the VAD decided the
+    turn had ended), ``error`` (turn, why: that turn failed, the session goes on) and, after ``{"type": "end"}``,
+    ``done`` (turns answered, audio heard, VAD time) before the socket closes. Finals go out in turn order.
+
+    With the offline model, a turn is transcribed and answered during the silence that ends it: once the turn's
+    audio can no longer change unless the speaker goes on (the ``pause`` event, ``pad_s`` into the silence), the
+    answer is computed; speech resuming cancels it, and the turn's end sends it (``"speculative": true``) instead
+    of starting the work then. Partials re-decode the open turn every ``stream_interval`` seconds of new audio,
+    one decode in flight at a time, none once a silence has begun (and one still waiting for the model is dropped
+    when the answer starts: it would only delay it), none when every slot of the queue is taken (answers wait for
+    one). With a cache-aware model (``streaming_model``), each turn streams through its own
+    :class:`CacheAwareStream`, finished when the turn ends. A turn longer than ``max_audio_seconds`` ends there and
+    the speech goes on as the next turn (``"forced_end": true``); the session itself has no length limit.
+    """
+
+    def __init__(self, websocket: WebSocket, pipeline: VoicePipeline, worker: InferenceWorker,
+                 settings: ServerSettings, speak: bool, stream_note: str, streaming_model=None):
+        self.websocket, self.pipeline, self.worker = websocket, pipeline, worker
+        self.settings, self.speak, self.stream_note = settings, speak, stream_note
+        self.streaming_model = streaming_model
+        self.taker = TurnTaker(settings.vad_settings(), max_turn_s=settings.max_audio_seconds)
+        self.interval = int(settings.stream_interval * STREAM_SAMPLE_RATE)
+        self.send_lock = asyncio.Lock()
+        self.tasks: set[asyncio.Task] = set()
+        self.last_final: asyncio.Task | None = None
+        self.speculation: tuple[int, tuple[int, int], asyncio.Task] | None = None
+        self.answered = 0
+        self.final_sent = 0  # the last turn whose final (or error) is going out
+        self.partials: dict[int, int] = {}  # partials sent per turn
+        self._new_turn()
+
+    def _new_turn(self) -> None:
+        self.pieces: list[np.ndarray] = []  # the open turn's audio so far (offline model: for its partials)
+        self.turn_samples = 0
+        self.partial_at = 0  # turn samples at the last partial decode
+        self.partial_task: asyncio.Task | None = None
+        self.turn_stream: CacheAwareStream | None = None
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.ensure_future(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def send(self, message: dict) -> None:
+        async with self.send_lock:
+            await self.websocket.send_json(message)
+
+    async def on_worker(self, fn: Callable, *args):
+        async with self.worker.slot(wait=True):
+            return await self.worker.run(fn, *args)
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        """A partial's text (no word confidences: they cost 4-11 % more CPU)."""
+        return "" if len(audio) == 0 or is_silent(audio, self.pipeline.sample_rate) else \
+            self.pipeline.transcribe(audio)[0]
+
+    def answer(self, audio: np.ndarray) -> dict:
+        """Transcript, its confidence and the answer of a turn's audio (on the inference thread)."""
+        start = time.perf_counter()
+        if len(audio) == 0 or is_silent(audio, self.pipeline.sample_rate):
+            transcript, confidence = "", None
+        else:
+            timed, _ = self.pipeline.transcribe_timed(audio)
+            transcript, confidence = timed.text, utterance_confidence(timed.words)
+        return self._respond(transcript, confidence, time.perf_counter() - start)
+
+    def finish_stream(self, stream: CacheAwareStream) -> dict:
+        start = time.perf_counter()
+        return self._respond(stream.finish(), None, time.perf_counter() - start)  # streaming: no word confidences
+
+    def _respond(self, transcript: str, confidence: float | None, asr_s: float) -> dict:
+        """The pipeline's answer to a transcript (duet.pipeline: a low-confidence one gets the apology, and the
+        language model is not asked)."""
+        start = time.perf_counter()
+        response, understood, _ = self.pipeline.answer_transcript(transcript, confidence)
+        return {"transcript": transcript, "response": response, "asr_s": asr_s, "confidence": confidence,
+                "understood": understood, "slm_s": time.perf_counter() - start if understood else None}
+
+    async def run(self) -> None:
+        try:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if message.get("bytes") is not None:
+                    data = message["bytes"]
+                    if len(data) % 2:
+                        raise RequestError(400, "audio: a binary message must hold whole 16-bit samples (PCM16 LE)")
+                    events = await asyncio.to_thread(self.taker.feed, pcm16_samples(data))
+                    await self.handle(events, time.perf_counter())
+                    continue
+                try:
+                    control = json.loads(message.get("text") or "")
+                except json.JSONDecodeError:
+                    control = None
+                if not isinstance(control, dict) or control.get("type") != "end":
+                    raise RequestError(400, 'text messages: only {"type": "end"} is understood '
+                                            "(audio goes in binary messages)")
+                break
+            await self.handle(self.taker.finish(), time.perf_counter())
+            if self.last_final is not None:
+                await self.last_final
+            detector = self.taker.detector
+            await self.send({"type": "done", "turns": self.answered,
+                             "audio_s": round(detector.samples / STREAM_SAMPLE_RATE, 3),
+                             "vad_s": round(detector.windows_seconds, 4)})
+            await self.websocket.close()
+        except RequestError as e:
+            await self.send({"type": "error", "error": str(e)})
+            await self.websocket.close(code=1008)
+        except WebSocketDisconnect:
+            return
+        except Exception as e:  # a model failure outside a turn's answer: the client hears why, the server goes on
+            await self.send({"type": "error", "error": f"internal error: {first_line(e)}"})
+            await self.websocket.close(code=1011)
+        finally:
+            for task in list(self.tasks):
+                task.cancel()
+
+    async def handle(self, events: list[TurnEvent], decided: float) -> None:
+        """React to the events of one piece of audio; ``decided`` is when the VAD had decided them."""
+        for event in events:
+            if event.kind == "speech_start":
+                self._new_turn()
+                if self.streaming_model is not None:  # the session sets the model's streaming parameters: on its thread
+                    self.turn_stream = await self.on_worker(CacheAwareStream, self.streaming_model)
+                await self.send(vad_message("speech_start", event.turn, event.at_s, event.decided_s))
+            elif event.kind == "audio":
+                await self.on_audio(event)
+            elif event.kind == "pause" and self.streaming_model is None:
+                self.cancel_speculation()
+                if self.partial_task is not None:  # a partial still waiting for the model would delay the answer
+                    self.partial_task.cancel()
+                self.speculation = (event.turn, event.bounds, self._spawn(self.on_worker(self.answer, event.audio)))
+            elif event.kind == "resume":
+                self.cancel_speculation()
+            elif event.kind == "speech_end":
+                await self.send(vad_message("speech_end", event.turn, event.at_s, event.decided_s))
+                self.end_turn(event, decided)
+
+    def cancel_speculation(self) -> None:
+        if self.speculation is not None:
+            self.speculation[2].cancel()
+            self.speculation = None
+
+    async def on_audio(self, event: TurnEvent) -> None:
+        if self.turn_stream is not None:
+            partial = await self.on_worker(self.turn_stream.feed, event.audio)
+            if partial is not None:
+                await self.send({"type": "partial", "turn": event.turn, "text": partial,
+                                 "audio_s": round(self.turn_stream.samples / STREAM_SAMPLE_RATE, 3)})
+            return
+        self.pieces.append(event.audio)
+        self.turn_samples += len(event.audio)
+        due = self.turn_samples - self.partial_at >= self.interval
+        idle = self.partial_task is None or self.partial_task.done()
+        if due and idle and self.taker.detector.silence_samples == 0:  # none once a silence has begun
+            audio = np.concatenate(self.pieces)
+            self.pieces, self.partial_at = [audio], self.turn_samples
+            self.partial_task = self._spawn(self.send_partial(event.turn, audio))
+
+    async def send_partial(self, turn: int, audio: np.ndarray) -> None:
+        try:
+            async with self.worker.slot():  # a partial never waits for a slot: when the server is busy, none
+                text = await self.worker.run(self.transcribe, audio)
+        except RequestError:
+            return
+        if turn > self.final_sent:  # never after the turn's final
+            self.partials[turn] = self.partials.get(turn, 0) + 1
+            await self.send({"type": "partial", "turn": turn, "text": text,
+                             "audio_s": round(len(audio) / STREAM_SAMPLE_RATE, 3)})
+
+    def end_turn(self, event: TurnEvent, decided: float) -> None:
+        speculative = False
+        if self.turn_stream is not None:
+            work = self._spawn(self.on_worker(self.finish_stream, self.turn_stream))
+            report = self.turn_stream.report()
+        else:
+            if self.speculation is not None and self.speculation[:2] == (event.turn, event.bounds):
+                work, speculative = self.speculation[2], True
+                self.speculation = None
+            else:
+                self.cancel_speculation()
+                work = self._spawn(self.on_worker(self.answer, event.audio))
+            report = {"decoder": "re-decode", "interval_s": self.settings.stream_interval,
+                      "audio_s": round(len(event.audio) / STREAM_SAMPLE_RATE, 3)}
+        self.last_final = self._spawn(self.deliver(event, work, speculative, {**report, "how": self.stream_note},
+                                                   self.last_final, decided))
+        self._new_turn()
+
+    async def deliver(self, event: TurnEvent, work: asyncio.Task, speculative: bool, stream: dict,
+                      previous: asyncio.Task | None, decided: float) -> None:
+        """Send turn ``event.turn``'s final once its answer is ready and the turn before it has been sent."""
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a model failure: this turn's error, and the session goes on
+            result = {"error": f"internal error: {first_line(e)}"}
+        if previous is not None:
+            await asyncio.wait([previous])
+        if "error" in result:
+            self.final_sent = event.turn
+            await self.send({"type": "error", "turn": event.turn, "error": result["error"]})
+            return
+        transcript, response = result["transcript"], result["response"]
+        self.final_sent = event.turn  # no partial of this turn from here on
+        if stream["decoder"] == "re-decode":
+            stream["partials"] = self.partials.pop(event.turn, 0)
+        note = None if transcript else "no speech heard; language model skipped"
+        if transcript and not result["understood"]:
+            note = f"confidence {result['confidence']:.2f} is below {self.pipeline.min_confidence:g}: not understood"
+        final = {"type": "final", "turn": event.turn, "transcript": transcript, "response": response,
+                 "confidence": result["confidence"], "understood": result["understood"], "note": note,
+                 "speech_end_s": event.at_s, "forced_end": event.forced, "speculative": speculative,
+                 "latency_s": {"asr_final": round(result["asr_s"], 4),
+                               **({"slm": round(result["slm_s"], 4)} if result["slm_s"] is not None else {})},
+                 "stream": stream}
+        if self.speak and response:
+            wav, error = await asyncio.to_thread(speak_wav_bytes, response)
+            final["speech"], final["error"] = (speech_json(wav) if wav else None), error
+        final["latency_s"]["after_end"] = round(time.perf_counter() - decided, 4)
+        self.answered += 1
+        await self.send(final)
+
+
 # ------------------------------------------------------------------------------------------------ requests
 
 
@@ -385,6 +643,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     ``streaming_model``: a loaded cache-aware model (``settings.streaming_asr_model``) for the WebSocket's
     partials; without one the WebSocket re-decodes with the pipeline's offline model."""
     settings.validate()
+    vad_settings = settings.vad_settings()
     worker = InferenceWorker(settings.queue_size)
     sample_rate = pipeline.sample_rate
     stream_note = stream_decoder_note(settings, streaming_model)
@@ -437,6 +696,8 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                 "asr_decoding": pipeline.describe_asr_decoding(), "generation": dataclasses.asdict(pipeline.generation),
                 "min_confidence": pipeline.min_confidence, "stream_decoder": stream_note,
                 "queue": {"active": worker.active, "capacity": worker.capacity},
+                "turns": {"default": settings.turns, "turn_silence_s": settings.turn_silence,
+                          "vad_threshold": settings.vad_threshold},
                 "limits": {"max_audio_seconds": settings.max_audio_seconds, "max_upload_mb": settings.max_upload_mb}}
 
     def transcribe_segments(audio: np.ndarray, words: bool) -> list:
@@ -511,8 +772,13 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         return {"response": response, "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
 
     @app.websocket("/v1/stream")
-    async def stream(websocket: WebSocket, speak: bool = False):
+    async def stream(websocket: WebSocket, speak: bool = False, turns: bool | None = None):
         await websocket.accept()
+        if settings.turns if turns is None else turns:
+            await TurnsSession(websocket, pipeline, worker, settings, speak, stream_note, streaming_model).run()
+            return
+        detector = SpeechDetector(vad_settings)  # speech_start / speech_end messages
+        said = 0  # speech starts heard
         if streaming_model is not None:
             async with worker.slot(wait=True):  # the session sets the model's streaming parameters: on its thread
                 decoder = await worker.run(CacheAwareStream, streaming_model)
@@ -534,6 +800,9 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                     if decoder.samples + len(pcm) > limit:
                         raise RequestError(413, f"audio: the stream is longer than the limit of "
                                                 f"{settings.max_audio_seconds:g} s")
+                    for event in await asyncio.to_thread(detector.feed, pcm):
+                        said += event.kind == "speech_start"
+                        await websocket.send_json(vad_event_message(event, said))
                     async with worker.slot(wait=True):
                         partial = await worker.run(decoder.feed, pcm)
                     if partial is not None:
@@ -549,6 +818,8 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                                             "(audio goes in binary messages)")
                 break
             ended = time.perf_counter()
+            for event in detector.flush():
+                await websocket.send_json(vad_event_message(event, said))
             async with worker.slot(wait=True):
                 transcript = await worker.run(decoder.finish)
                 asr_s = time.perf_counter() - ended

@@ -28,6 +28,8 @@ from duet.asr.streaming import transcribe_streaming
 from duet.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
 from duet.pipeline import VoicePipeline
 from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
+from duet.synth.conversation import compose, room_noise
+from duet.turns import TurnTaker
 from slm.generate import load_model
 from slm.generation import GenerationSettings
 
@@ -344,18 +346,28 @@ def pcm16_chunks(audio: np.ndarray, seconds: float = 0.25) -> list[bytes]:
     return [pcm[i:i + step].tobytes() for i in range(0, len(pcm), step)]
 
 
+def receive_until(ws, kinds: tuple[str, ...] = ("final", "error")) -> tuple[dict, list[dict]]:
+    """Messages up to the first of ``kinds``: (that one, those before it)."""
+    before = []
+    while (message := ws.receive_json())["type"] not in kinds:
+        before.append(message)
+    return message, before
+
+
 def test_stream_sends_partials_as_audio_arrives_then_the_final_transcript_and_answer(pipeline, clips):
     audio = np.concatenate([load_audio(path, SR) for path in clips[:2]])
     chunks = pcm16_chunks(audio)
     with TestClient(create_app(pipeline, replace(SETTINGS, stream_interval=0.5))) as client:
         with client.websocket_connect("/v1/stream") as ws:
-            partials = []
             for chunk in chunks:
                 ws.send_bytes(chunk)
             ws.send_text(json.dumps({"type": "end"}))
-            while (message := ws.receive_json())["type"] == "partial":
-                partials.append(message)
+            message, before = receive_until(ws)
+    partials = [m for m in before if m["type"] == "partial"]
     assert message["type"] == "final", message
+    # the VAD's messages: each utterance's speech starts and ends (both are speech to it), numbered
+    vad = [(m["type"], m["turn"]) for m in before if m["type"].startswith("speech_")]
+    assert vad and vad[0] == ("speech_start", 1) and vad[-1][0] == "speech_end" and len(vad) % 2 == 0
     heard = (np.frombuffer(b"".join(chunks), dtype="<i2") / 32768.0).astype(np.float32)
     transcript = pipeline.transcribe(heard)[0]
     assert message["transcript"] == transcript and message["response"] == pipeline.respond(transcript)
@@ -375,7 +387,7 @@ def test_a_bad_stream_gets_an_error_message_and_is_closed(pipeline, send, messag
     with TestClient(create_app(pipeline, ServerSettings(max_audio_seconds=3.0))) as client:
         with client.websocket_connect("/v1/stream") as ws:
             send(ws)
-            reply = ws.receive_json()
+            reply, _ = receive_until(ws, ("error", "final"))
             assert reply["type"] == "error" and message in reply["error"]
             with pytest.raises(WebSocketDisconnect):
                 ws.receive_json()
@@ -391,7 +403,7 @@ def test_a_model_failure_in_a_stream_is_an_error_message_and_the_server_goes_on(
             for chunk in pcm16_chunks(audio):
                 ws.send_bytes(chunk)
             ws.send_text(json.dumps({"type": "end"}))
-            message = ws.receive_json()
+            message, _ = receive_until(ws)
         assert message == {"type": "error", "error": "internal error: decoder broke"}
         assert client.get("/health").json()["status"] == "ok"
         assert client.post("/v1/respond", json={"text": "hello"}).status_code == 200
@@ -420,6 +432,8 @@ def test_server_settings_name_the_flag():
     for field, value, message in (("queue_size", 0, "--queue-size must be >= 1"),
                                   ("max_audio_seconds", 0, "--max-audio-seconds must be > 0"),
                                   ("stream_interval", -1, "--stream-interval must be > 0"),
+                                  ("turn_silence", 0, "--turn-silence must be > 0"),
+                                  ("vad_threshold", 1.5, "--vad-threshold must be in \\(0, 1\\)"),
                                   ("port", 70000, "--port must be in 0..65535")):
         with pytest.raises(ServerSettingsError, match=message):
             replace(ServerSettings(), **{field: value}).validate()
@@ -438,9 +452,8 @@ def test_a_streaming_model_serves_the_websocket_chunk_by_chunk(pipeline, clips, 
                 for chunk in pcm16_chunks(audio, seconds):
                     ws.send_bytes(chunk)
                 ws.send_text(json.dumps({"type": "end"}))
-                partials = []
-                while (message := ws.receive_json())["type"] == "partial":
-                    partials.append(message["text"])
+                message, before = receive_until(ws)
+                partials = [m["text"] for m in before if m["type"] == "partial"]
             finals.append(message)
             assert partials and all(a != b for a, b in zip(partials, partials[1:])), partials
     heard = (np.frombuffer(b"".join(pcm16_chunks(audio)), dtype="<i2") / 32768.0).astype(np.float32)
@@ -453,6 +466,136 @@ def test_a_streaming_model_serves_the_websocket_chunk_by_chunk(pipeline, clips, 
         assert message["confidence"] is None and message["understood"] is True  # no word confidences: unchecked
     # the offline model's own transcript differs: the answer must come from the streaming model's words
     assert expected != pipeline.transcribe(heard)[0]
+
+
+# ---------------------------------------------------------------- hands-free turns
+
+
+def two_turns(clips, gap_s: float = 1.5):
+    """Two of the micro model's utterances with ``gap_s`` of silence between, as the socket hears them (PCM16)."""
+    talk = compose([load_audio(path, SR) for path in clips[:2]], [0.6, gap_s, 1.2])
+    chunks = pcm16_chunks(talk.audio, 0.1)
+    return talk, chunks, (np.frombuffer(b"".join(chunks), dtype="<i2") / 32768.0).astype(np.float32)
+
+
+def take_turns(client, chunks, path: str = "/v1/stream?turns=true") -> list[dict]:
+    """Stream ``chunks``, then end; every message up to "done"."""
+    with client.websocket_connect(path) as ws:
+        for chunk in chunks:
+            ws.send_bytes(chunk)
+        ws.send_text(json.dumps({"type": "end"}))
+        done, messages = receive_until(ws, ("done",))
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_json()
+    return messages + [done]
+
+
+def test_turns_answer_each_utterance_when_the_speaker_stops_on_one_socket(pipeline, clips):
+    talk, chunks, heard = two_turns(clips)
+    with TestClient(create_app(pipeline, replace(SETTINGS, stream_interval=0.5))) as client:
+        messages = take_turns(client, chunks)
+        assert client.get("/health").json()["queue"]["active"] == 0
+    finals = [m for m in messages if m["type"] == "final"]
+    events = [(m["type"], m.get("turn")) for m in messages if m["type"] != "partial"]
+    # the audio arrives faster than real time here, so turn 2 may start before turn 1's final is out; each turn's
+    # messages come in their order, the finals in turn order, "done" last
+    assert sorted(events[:-1]) == sorted([(kind, turn) for turn in (1, 2)
+                                          for kind in ("speech_start", "speech_end", "final")])
+    for turn in (1, 2):
+        assert [kind for kind, n in events if n == turn] == ["speech_start", "speech_end", "final"]
+    assert [n for kind, n in events if kind == "final"] == [1, 2] and events[-1] == ("done", None)
+    assert messages[-1]["turns"] == 2 and messages[-1]["vad_s"] > 0
+    # each final is the pipeline's transcript and answer of that turn's audio: the turn taker's cut of the stream
+    taker = TurnTaker(SETTINGS.vad_settings())
+    ends = [e for e in taker.feed(heard) + taker.finish() if e.kind == "speech_end"]
+    assert len(ends) == 2
+    for final, end, (start, stop) in zip(finals, ends, talk.speech):
+        want = pipeline.transcribe(end.audio)[0]
+        assert want, "the micro model should hear some tokens, or the transcripts could not be told apart"
+        assert final["transcript"] == want and final["response"] == pipeline.respond(want)
+        assert stop / SR - 0.1 <= final["speech_end_s"] <= stop / SR + 0.2  # where the speech stopped
+        # answered during the silence that ended the turn, before the VAD had decided it had ended
+        assert final["speculative"] is True and {"asr_final", "slm", "after_end"} <= set(final["latency_s"])
+    partials = [m for m in messages if m["type"] == "partial"]
+    assert partials and all(m["turn"] in (1, 2) for m in partials)
+
+
+def test_turns_hear_no_speech_in_room_noise(pipeline):
+    noise = room_noise(10.0, SR, seed=4, level_dbfs=-35.0)
+    with TestClient(create_app(pipeline, SETTINGS)) as client:
+        messages = take_turns(client, pcm16_chunks(noise, 0.1))
+    assert messages == [{"type": "done", "turns": 0, "audio_s": 10.0, "vad_s": messages[-1]["vad_s"]}]
+
+
+def test_turns_is_a_server_option_a_client_can_decline(pipeline, clips):
+    _, chunks, _ = two_turns(clips)
+    with TestClient(create_app(pipeline, replace(SETTINGS, turns=True))) as client:
+        assert client.get("/health").json()["turns"]["default"] is True
+        by_default = take_turns(client, chunks, "/v1/stream")
+        with client.websocket_connect("/v1/stream?turns=false") as ws:
+            for chunk in chunks:
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            declined, _ = receive_until(ws)
+    assert [m["turn"] for m in by_default if m["type"] == "final"] == [1, 2]
+    assert declined["type"] == "final" and "turn" not in declined  # one final for the whole recording
+
+
+def test_a_failed_turn_is_an_error_naming_it_and_the_session_goes_on(pipeline, clips, monkeypatch):
+    broken = copy.copy(pipeline)
+    calls = []
+
+    def transcribe(audio):
+        calls.append(len(audio))
+        if len(calls) == 1:
+            raise RuntimeError("decoder broke\nmore")
+        return pipeline.transcribe(audio)
+    monkeypatch.setattr(broken, "transcribe", transcribe)
+    _, chunks, _ = two_turns(clips)
+    with TestClient(create_app(broken, replace(SETTINGS, stream_interval=100.0))) as client:  # no partial decodes
+        messages = take_turns(client, chunks)
+    answered = [(m["type"], m.get("turn")) for m in messages if m["type"] in ("final", "error")]
+    assert answered == [("error", 1), ("final", 2)] and messages[-1]["turns"] == 1
+    assert [m for m in messages if m["type"] == "error"][0]["error"] == "internal error: decoder broke"
+
+
+def test_the_stream_client_plays_turns_over_a_real_socket(pipeline, clips):
+    """duet.stream_client (what the benches drive the server with) against uvicorn on a loopback port."""
+    from duet.stream_client import play
+    from tests.test_server_browser import serve_in_thread
+
+    talk, _, _ = two_turns(clips)
+    server, url = serve_in_thread(create_app(pipeline, SETTINGS))
+    try:
+        played = play(url, talk.audio, realtime=False, timeout_s=60)
+        plain = play(url, talk.audio[:SR], query="turns=false", realtime=False, timeout_s=60, until=("final",))
+    finally:
+        server.should_exit = True
+    assert [m["turn"] for _, m in played.of_type("final")] == [1, 2] and played.of_type("done")[0][1]["turns"] == 2
+    times = [at for at, _ in played.messages]
+    assert times == sorted(times) and times[0] >= played.start
+    assert [m["type"] for _, m in plain.messages][-1] == "final"
+
+
+def test_turns_with_a_streaming_model_finish_each_turns_own_stream(pipeline, clips, tiny_streaming_model):
+    """Each turn streams through its own cache-aware session: the final is that model's transcript of the audio the
+    turn was given (from its pre-roll to where the VAD ended it), whatever the offline model would say."""
+    _, chunks, _ = two_turns(clips)
+    with TestClient(create_app(pipeline, SETTINGS, streaming_model=tiny_streaming_model)) as client:
+        messages = take_turns(client, chunks)
+    finals = [m for m in messages if m["type"] == "final"]
+    assert [m["turn"] for m in finals] == [1, 2] and messages[-1]["turns"] == 2
+    taker, given = TurnTaker(SETTINGS.vad_settings()), {1: [], 2: []}
+    for chunk in chunks:  # as the server fed it: one message at a time
+        samples = (np.frombuffer(chunk, dtype="<i2") / 32768.0).astype(np.float32)
+        for event in taker.feed(samples):
+            if event.kind == "audio":
+                given[event.turn].append(event.audio)
+    for final in finals:
+        expected = transcribe_streaming(tiny_streaming_model, np.concatenate(given[final["turn"]]))[0].strip()
+        assert final["transcript"] == expected and final["stream"]["decoder"] == "cache-aware"
+        assert final["speculative"] is False
+        assert final["response"] == (pipeline.respond(expected) if expected else None)
 
 
 # ---------------------------------------------------------------- tools/serve.py

@@ -1,5 +1,6 @@
 """The server's page in headless Chromium: its fake microphone plays a WAV of sample speech, the page records,
-streams it over the WebSocket, stops, and shows the transcript and the answer the server sent.
+streams it over the WebSocket, stops, and shows the transcript and the answer the server sent; in hands-free mode
+the WAV holds two utterances apart and the page shows a final for each, the microphone open throughout.
 
 Needs Debian's chromium + chromium-driver (bash tools/setup.sh installs them where apt works) and selenium;
 skips, saying which is missing, otherwise. The models are the micro ASR model and the tiny GPT-2 of conftest,
@@ -126,3 +127,49 @@ def test_the_page_records_the_microphone_and_shows_transcript_and_answer(micro_m
         assert answer == NOT_UNDERSTOOD_REPLY and marked and "not understood" in confidence
         assert not any(row.startswith("slm") for row in stages)
     assert any(row.startswith("asr_final") for row in stages)
+
+
+@pytest.mark.integration
+def test_hands_free_answers_each_utterance_when_the_speaker_pauses(micro_model_and_manifest, tiny_slm_folder,
+                                                                  tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from duet.synth.conversation import compose
+
+    model, _, _, entries = micro_model_and_manifest
+    # two utterances 1.5 s apart, and 3 s of silence before Chromium plays the file again from the start
+    talk = compose([load_audio(e["audio_filepath"], SR) for e in entries[:2]], [0.8, 1.5, 3.0])
+    wav = tmp_path / "two_turns.wav"
+    soundfile.write(wav, talk.audio, SR, subtype="PCM_16")
+    tokenizer, slm = load_model(tiny_slm_folder)
+    # every turn goes to the language model: a random model's transcripts are all low-confidence
+    pipeline = VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1,
+                             min_confidence=0.0)
+    server, url = serve_in_thread(create_app(pipeline, ServerSettings(stream_interval=0.5), asr_model="micro.nemo"))
+    driver = start_chromium(wav, tmp_path / "profile")
+    try:
+        driver.get(url)
+        wait = WebDriverWait(driver, 40)
+        wait.until(lambda d: "micro.nemo" in d.find_element(By.ID, "models").text)
+        driver.find_element(By.ID, "speak").click()  # no spoken answers: the microphone is never paused for them
+        driver.find_element(By.ID, "hands-free").click()
+        driver.find_element(By.ID, "record").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#turns li")) >= 2)
+        status_while_open = driver.find_element(By.ID, "status").text
+        turns = [(item.get_attribute("data-turn"), item.find_element(By.CLASS_NAME, "said").text,
+                  item.find_element(By.CLASS_NAME, "answer").text)
+                 for item in driver.find_elements(By.CSS_SELECTOR, "#turns li")]
+        driver.save_screenshot(str(tmp_path / "serve_page_hands_free.png"))
+        driver.find_element(By.ID, "stop").click()
+        wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("done:"))
+        done = driver.find_element(By.ID, "status").text
+    finally:
+        driver.quit()
+        server.should_exit = True
+    assert [number for number, _, _ in turns[:2]] == ["1", "2"], turns
+    assert "listening" in status_while_open or "hearing" in status_while_open, status_while_open
+    for _, said, answer in turns[:2]:
+        assert said and said != "(nothing heard)", "the micro model should hear some tokens"
+        assert answer == "→ " + " ".join(pipeline.respond(said).split())  # the server's answer to that turn
+    assert int(done.split()[1]) >= 2, done

@@ -6,6 +6,7 @@ Usage:
   python tools/serve.py                                  # the demo's models on http://127.0.0.1:8000
   python tools/serve.py --host 0.0.0.0 --port 9000 --asr-model my.nemo --slm-model my_gpt2/
   python tools/serve.py --asr-decoding greedy --strategy beam --num-beams 4   # decoding defaults for every request
+  python tools/serve.py --turns --turn-silence 0.5 --trim-silence 0.2   # hands-free: answer each time the speaker stops
 
 The models load once, with the same defaults and options as tools/pipeline.py (the ASR decoding from the
 decoding.json beside the model unless an option says otherwise, printed with where it came from; the
@@ -19,7 +20,11 @@ while they load go to --log (experiments/logs/serve.log), or with --verbose to s
   WS   /v1/stream[?speak=true]    binary messages of 16 kHz mono PCM16 (little-endian), then the text message
                                   {"type": "end"}; the server sends {"type": "partial", "text"} as audio
                                   arrives and {"type": "final", "transcript", "response", "confidence",
-                                  "understood", "latency_s", ...}
+                                  "understood", "latency_s", ...};
+                                  Silero VAD adds {"type": "speech_start"|"speech_end", "turn", "at_s", ...}
+  WS   /v1/stream?turns=true      hands-free: each time the speaker stops (--turn-silence of silence after
+                                  speech) a {"type": "final", "turn": n, ...} for that turn, and the socket
+                                  listens for the next; {"type": "end"} -> {"type": "done", "turns"}
 Uploads: WAV/FLAC/OGG at any rate and channel count (libsndfile), MP3/WebM and the rest through ffmpeg.
 Requests over --max-audio-seconds or --max-upload-mb, corrupt or empty audio and bad options are answered
 4xx with {"error": "..."}; more than --queue-size requests at once, 503. All inference runs on one thread.
@@ -76,6 +81,13 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--streaming-asr-model", default=None,
                         help="a cache-aware .nemo for the WebSocket's partials and final transcript "
                              "(default: re-decode with the --asr-model)")
+    parser.add_argument("--turns", action="store_true",
+                        help="WebSockets take turns unless the client asks ?turns=false (default: only with ?turns=true)")
+    parser.add_argument("--turn-silence", type=float, default=d.turn_silence,
+                        help=f"seconds of silence after speech that end a turn (default: {d.turn_silence:g})")
+    parser.add_argument("--vad-threshold", type=float, default=d.vad_threshold,
+                        help=f"Silero VAD speech probability at which audio counts as speech (default: "
+                             f"{d.vad_threshold:g})")
     add_decoding_options(parser)
     add_log_arguments(parser, "serve")
     return parser
@@ -87,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServerSettings(host=args.host, port=args.port, max_audio_seconds=args.max_audio_seconds,
                               max_upload_mb=args.max_upload_mb, queue_size=args.queue_size,
                               stream_interval=args.stream_interval,
-                              streaming_asr_model=args.streaming_asr_model).validate()
+                              streaming_asr_model=args.streaming_asr_model, turns=args.turns,
+                              turn_silence=args.turn_silence, vad_threshold=args.vad_threshold).validate()
     check_model_paths(args)
     if args.streaming_asr_model and not Path(args.streaming_asr_model).is_file():
         raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")

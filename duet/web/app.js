@@ -1,17 +1,21 @@
 // The page of tools/serve.py: microphone -> /v1/stream (16 kHz mono PCM16 over a WebSocket) with live partial
 // transcripts, or a file -> /v1/pipeline; then the transcript, the answer, per-stage latency, the spoken answer.
+// Hands-free: the socket takes turns (?turns=true): the server's voice activity detection ends each turn when the
+// speaker pauses and answers it; the microphone stays open for the next turn (and is not sent while the spoken
+// answer plays, so the page does not answer itself) until Stop.
 "use strict";
 
 const TARGET_RATE = 16000;
 const SEND_SAMPLES = 4000; // send every 0.25 s of 16 kHz audio
 const $ = (id) => document.getElementById(id);
 
-let recording = null; // {socket, context, stream, processor, resampler, pending}
+let recording = null; // {socket, context, stream, processor, resampler, pending, handsFree}
+let answering = false; // a spoken answer is playing: hands-free mode does not send the microphone meanwhile
 
 function setStatus(text) { $("status").textContent = text; }
 
 function clearResults() {
-  for (const id of ["partial", "transcript", "confidence", "response"]) $(id).textContent = "";
+  for (const id of ["partial", "transcript", "confidence", "response", "turns"]) $(id).textContent = "";
   $("transcript").classList.remove("unsure");
   $("latency").tBodies[0].innerHTML = "";
   const audio = $("answer-audio");
@@ -26,6 +30,19 @@ function describeConfidence(result) {
   if (result.confidence === null || result.confidence === undefined) return "confidence: not measured (not checked)";
   const value = "confidence " + result.confidence.toFixed(2);
   return result.understood === false ? value + " — not understood, so the language model was not asked" : value;
+}
+
+function addTurn(result) {
+  const item = document.createElement("li");
+  item.dataset.turn = result.turn;
+  const said = document.createElement("span");
+  said.className = "said";
+  said.textContent = result.transcript || "(nothing heard)";
+  const answer = document.createElement("span");
+  answer.className = "answer";
+  answer.textContent = " → " + (result.response || "(no answer)");
+  item.append(said, answer);
+  $("turns").append(item);
 }
 
 function showResult(result) {
@@ -85,13 +102,16 @@ async function startRecording() {
   clearResults();
   let stream;
   try {
-    stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: false } });
+    // hands-free keeps the microphone open while the answer plays: cancel its echo
+    const echoCancellation = $("hands-free").checked;
+    stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation } });
   } catch (e) {
     setStatus("no microphone: " + e.message);
     return;
   }
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(`${scheme}//${location.host}/v1/stream?speak=${$("speak").checked}`);
+  const socket = new WebSocket(
+    `${scheme}//${location.host}/v1/stream?speak=${$("speak").checked}&turns=${$("hands-free").checked}`);
   socket.binaryType = "arraybuffer";
   const context = new AudioContext();
   const source = context.createMediaStreamSource(stream);
@@ -99,17 +119,27 @@ async function startRecording() {
   const processor = context.createScriptProcessor(4096, 1, 1);
   const mute = context.createGain();
   mute.gain.value = 0;
-  recording = { socket, context, stream, processor, resampler: new Resampler(context.sampleRate), pending: [] };
+  const handsFree = $("hands-free").checked;
+  recording = { socket, context, stream, processor, resampler: new Resampler(context.sampleRate), pending: [],
+                handsFree };
   processor.onaudioprocess = (event) => {
-    if (!recording) return;
+    if (!recording || (recording.handsFree && answering)) return;
     recording.pending.push(recording.resampler.push(event.inputBuffer.getChannelData(0)));
-    sendPending(false);
+    sendPending(recording.handsFree); // hands-free: every buffer at once, so that the end of a turn is heard sooner
   };
   socket.onmessage = (event) => {
     const message = JSON.parse(event.data);
+    const turn = message.turn ? `turn ${message.turn}: ` : "";
     if (message.type === "partial") $("partial").textContent = message.text;
-    else if (message.type === "final") { showResult(message); socket.close(); }
-    else if (message.type === "error") setStatus("error: " + message.error);
+    else if (message.type === "speech_start" && handsFree) setStatus(turn + "hearing you…");
+    else if (message.type === "speech_end" && handsFree) setStatus(turn + "answering…");
+    else if (message.type === "final" && handsFree) {
+      addTurn(message);
+      showResult(message);
+      if (recording) setStatus(turn + "answered; listening…");
+    } else if (message.type === "final") { showResult(message); socket.close(); }
+    else if (message.type === "done") { setStatus(`done: ${message.turns} turn(s)`); socket.close(); }
+    else if (message.type === "error") setStatus(turn + "error: " + message.error);
   };
   socket.onerror = () => setStatus("connection error");
   socket.onopen = () => {
@@ -132,7 +162,7 @@ function stopRecording() {
   r.stream.getTracks().forEach((t) => t.stop());
   r.context.close();
   if (r.socket.readyState === WebSocket.OPEN) r.socket.send(JSON.stringify({ type: "end" }));
-  setStatus("transcribing and answering…");
+  setStatus(r.handsFree ? "finishing the last turn…" : "transcribing and answering…");
   $("record").disabled = false;
   $("record").classList.remove("on");
   $("stop").disabled = true;
@@ -164,6 +194,8 @@ async function showModels() {
   }
 }
 
+$("answer-audio").addEventListener("play", () => { answering = true; });
+for (const name of ["ended", "pause", "error"]) $("answer-audio").addEventListener(name, () => { answering = false; });
 $("record").addEventListener("click", startRecording);
 $("stop").addEventListener("click", stopRecording);
 $("file").addEventListener("change", () => { $("send-file").disabled = !$("file").files.length; });

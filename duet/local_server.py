@@ -1,0 +1,66 @@
+"""``tools/serve.py`` in a child process on a free loopback port, for the benches that drive it
+(``bench/serve_load.py``, ``bench/turn_latency.py``), and its resident memory."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from duet import REPO_ROOT
+from duet.errors import DuetError
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rss_mb(pid: int | None) -> float | None:
+    """Resident memory of process ``pid`` in MiB (Linux /proc), or None."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def start_server(serve_args: list[str], log: Path, wait_s: float = 300.0) -> tuple[subprocess.Popen, str]:
+    """tools/serve.py on a free 127.0.0.1 port (OMP_NUM_THREADS as this process has it), its output to ``log``;
+    returns the process and its URL once /health answers."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, str(REPO_ROOT / "tools" / "serve.py"), "--host", "127.0.0.1",
+                                    "--port", str(port), *serve_args], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DuetError(f"tools/serve.py exited with code {process.returncode} (log: {log})")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    stop_server(process)
+    raise DuetError(f"tools/serve.py did not answer /health within {wait_s:g} s (log: {log})")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)
