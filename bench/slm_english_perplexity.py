@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from duet.english_text import wordnet_examples
 from duet.errors import cli
 from duet.io import write_text_atomic
 
@@ -40,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     import torch
 
-    from duet.english_text import wordnet_examples
     from slm.generate import load_model
     from slm.metrics import text_log_likelihood
 

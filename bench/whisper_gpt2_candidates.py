@@ -25,7 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+import soundfile
+
 from duet import SAMPLES_DIR
+from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
+from duet.english_text import wordnet_examples
 from duet.errors import cli
 from duet.io import write_text_atomic
 
@@ -55,13 +59,10 @@ def sample_clips(count: int) -> list[tuple[Path, str]]:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     # torch takes ~9 s to import, NeMo ~20 s: --help and argument errors answer before they load
-    import soundfile
     import torch
 
     from duet.asr.whisper_encoder import WhisperEncoder, WhisperLogMelPreprocessor
     from duet.asr.whisper_import import encoder_state_dict
-    from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
-    from duet.english_text import wordnet_examples
     from duet.whisper_gpt2 import (GPT2_VOCAB, WHISPER_PREFIX, WhisperTextDecoder, cross_attention_means,
                                    decoder_log_likelihood, decoder_shape, decoder_weights, gpt2_tokenizer, perplexity,
                                    silence_encoding, text_batches)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -29,9 +30,12 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from torch import nn
 
-from duet.asr.whisper_weights import CTranslate2Model
+from duet.asr.whisper_import import encoder_state_dict
+from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
+from duet.english_text import wordnet_examples
 from duet.errors import DuetError
 
 GPT2_VOCAB = 50257              # GPT-2's BPE: the first 50,257 ids of Whisper's English vocabulary
@@ -307,6 +311,7 @@ def gpt2_state_dict(weights: dict[str, torch.Tensor], shape: DecoderShape, const
 
 def build_gpt2(weights: dict[str, torch.Tensor], shape: DecoderShape, constants: torch.Tensor, first_position: int = 0):
     """The converted ``GPT2LMHeadModel`` (float32, eval mode); every weight is set, none left at its random init."""
+    # transformers takes ~2.6 s to import: only the calls that use it pay for it
     from transformers import GPT2LMHeadModel
 
     if not 0 <= first_position < shape.n_positions:
@@ -324,8 +329,7 @@ def build_gpt2(weights: dict[str, torch.Tensor], shape: DecoderShape, constants:
 def gpt2_tokenizer(tokenizer_json: Path):
     """GPT-2's tokenizer from Whisper's ``tokenizer.json``: its byte-level BPE (ids below 50,257 and the merges)
     with ``<|endoftext|>`` as the only special token; Whisper's other specials and its prefix template are left out."""
-    # tokenizers / transformers take ~2.6 s to import: only the calls that use them pay for it
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    # transformers takes ~2.6 s to import: only the calls that use it pay for it
     from transformers import PreTrainedTokenizerFast
 
     try:
@@ -363,8 +367,6 @@ class ConversionInfo:
 def save_gpt2_folder(model, tokenizer, out_dir: Path, info: ConversionInfo) -> None:
     """``config.json``, ``model.safetensors``, the tokenizer files and ``whisper_gpt2.json``, written in a
     partial folder beside ``out_dir`` and moved into place when complete."""
-    import shutil
-
     out_dir = Path(out_dir)
     partial = out_dir.parent / f".{out_dir.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
@@ -381,7 +383,6 @@ def silence_encoding(model: CTranslate2Model, seconds: float = 30.0) -> torch.Te
     """Whisper's encoder output [1, frames, d_model] for digital silence, padded to 30 s as Whisper always is."""
     # NeMo takes ~20 s to import: only the calls that use it pay for it
     from duet.asr.whisper_encoder import SAMPLE_RATE, WhisperEncoder, WhisperLogMelPreprocessor
-    from duet.asr.whisper_import import encoder_state_dict
 
     encoder, features = WhisperEncoder().eval(), WhisperLogMelPreprocessor().eval()
     encoder.load_state_dict(encoder_state_dict(model))
@@ -405,9 +406,6 @@ class ConvertSettings:
 
 def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
     """Read the weights, estimate the constants on silence, write the GPT-2 folder and return what it records."""
-    from duet.asr.whisper_weights import WhisperWeightsError, read_ctranslate2, whisper_model_dir
-    from duet.english_text import wordnet_examples
-
     weights_path = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
     try:
         ct2 = read_ctranslate2(weights_path)
@@ -433,14 +431,23 @@ def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
     checks = {"texts": f"{len(check)} WordNet sentences (dev part); tokens after each one's first, and <|endoftext|>",
               "whisper_prefix_constant": perplexity(*decoder_log_likelihood(decoder, batches(WHISPER_PREFIX), constants,
                                                                             vocab=GPT2_VOCAB)),
-              "gpt2": perplexity(*gpt2_log_likelihood(model, batches(())))}
+              "gpt2": perplexity(*gpt2_log_likelihood(model, batches(()))),
+              "max_logit_difference": max_logit_difference(decoder, model, constants, next(iter(batches(()))).ids)}
     log(f"perplexity on {checks['texts']}: Whisper's decoder with its prefix and the constants "
-        f"{checks['whisper_prefix_constant']:.0f}; the GPT-2 (no prefix) {checks['gpt2']:.0f}")
+        f"{checks['whisper_prefix_constant']:.0f}; the GPT-2 (no prefix) {checks['gpt2']:.0f}, its logits within "
+        f"{checks['max_logit_difference']:.1e} of Whisper's decoder run without the prefix")
     info = ConversionInfo(source=str(weights_path), constant=f"mean cross-attention output on 30 s of digital silence "
                           f"after Whisper's prefix, over {len(estimate)} WordNet sentences", first_position=0,
                           shape=asdict(shape), constants=constants.tolist(), checks=checks)
     save_gpt2_folder(model, tokenizer, settings.out_dir, info)
     return info
+
+
+@torch.no_grad()
+def max_logit_difference(decoder: WhisperTextDecoder, model, constants: torch.Tensor, ids: torch.Tensor) -> float:
+    """Largest |difference| between the GPT-2's logits and the decoder's (constants, no prefix) over GPT-2's ids."""
+    expected, _ = decoder(ids, constants=constants)
+    return float((model(input_ids=ids).logits - expected[..., :GPT2_VOCAB]).abs().max())
 
 
 @torch.no_grad()
