@@ -5,9 +5,10 @@ Usage:
     python slm/finetune.py data.source=/data/alpaca_data.json   # local copy of the Alpaca JSON
     python slm/finetune.py --config-name slm_tiny_offline       # tiny model on samples/, CPU, ~4 min
     python slm/finetune.py --config-name slm_tiny_offline train.epochs=2 output_dir=/tmp/slm_try
+    python slm/finetune.py --config-name slm_whisper_offline    # Whisper tiny.en's decoder as a GPT-2 (tools/whisper_to_gpt2.py first)
     torchrun --nproc_per_node 4 slm/finetune.py                 # DDP over 4 GPUs (same for accelerate launch)
 
-Configs live in configs/ (slm_gpt2_alpaca.yaml, slm_tiny_offline.yaml); any key can be overridden as
+Configs live in configs/ (slm_gpt2_alpaca.yaml, slm_tiny_offline.yaml, slm_whisper_offline.yaml); any key can be overridden as
 key=value, and an unknown key or a value of the wrong type is an error. The output folder holds the
 model and tokenizer (loadable with from_pretrained), finetune_config.yaml (resolved config),
 metrics.json (validation losses, BLEU/ROUGE/BERTScore and on-topic shares before -> after), generations_*.jsonl,
@@ -60,6 +61,13 @@ def hub_names(cfg) -> list[str]:
     return names
 
 
+def check_local_model(cfg) -> None:
+    """A model folder that a command of ours writes (``model.made_by``) must exist: without this check its path
+    would be taken for a hub name and the user told the hub is unreachable."""
+    if cfg.model.made_by and cfg.model.name_or_path is not None and not resolve_path(cfg.model.name_or_path).is_dir():
+        raise ConfigError(f"model folder {cfg.model.name_or_path} not found: make it with {cfg.model.made_by}")
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the hub answers an HTTP request; failing fast here replaces a minute of retries inside
     huggingface_hub. urllib goes through HTTPS_PROXY / HTTP_PROXY as the hub clients do, so a machine that
@@ -105,7 +113,11 @@ def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path
 
     if cfg.model.name_or_path is not None:
         path = resolve_path(cfg.model.name_or_path)
-        return load_pretrained(str(path) if path.is_dir() else cfg.model.name_or_path, dropout=cfg.model.dropout)
+        tokenizer, model = load_pretrained(str(path) if path.is_dir() else cfg.model.name_or_path, dropout=cfg.model.dropout)
+        if cfg.data.max_length > model.config.n_positions:
+            raise ConfigError(f"data.max_length={cfg.data.max_length} exceeds the positions of model "
+                              f"{cfg.model.name_or_path} ({model.config.n_positions})")
+        return tokenizer, model
     scratch = cfg.model.scratch
     if resume_checkpoint is not None:
         tokenizer = AutoTokenizer.from_pretrained(str(resume_checkpoint))
@@ -357,6 +369,7 @@ def _fmt(value, spec: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     cfg = load_config(args.config_name, args.overrides)
+    check_local_model(cfg)
     names = hub_names(cfg)
     if names and not hub_reachable():
         # Use only the local cache from here on: a cached model still works, a missing one fails at once.

@@ -62,6 +62,39 @@ def dataset_losses(model, rows: Sequence[dict], pad_token_id: int, batch_size: i
     return totals
 
 
+def text_log_likelihood(model, tokenizer, texts: Sequence[str], batch_size: int = 16) -> dict:
+    """Summed log-probability of plain ``texts``, each read after one ``<|endoftext|>`` (GPT-2's document
+    separator, so the first word is scored too) and ending with one, plus the counts to normalise it by.
+
+    ``word_perplexity`` divides by words (whitespace-separated, plus the final EOS) rather than tokens, so models
+    with different tokenizers can be compared on the same text; ``token_perplexity`` compares only models that
+    share a tokenizer.
+    """
+    eos = tokenizer.eos_token_id
+    rows = [[eos] + tokenizer.encode(text) + [eos] for text in texts]
+    total, n_tokens = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start:start + batch_size]
+            width = max(len(row) for row in batch)
+            ids = torch.full((len(batch), width), eos, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for i, row in enumerate(batch):
+                ids[i, : len(row)] = torch.tensor(row)
+                mask[i, : len(row)] = 1
+            ids, mask = ids.to(model.device), mask.to(model.device)
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+            scored = mask[:, 1:].bool()
+            total += float(logp[scored].sum())
+            n_tokens += int(scored.sum())
+    n_words = sum(len(text.split()) + 1 for text in texts)
+    return {"log_likelihood": total, "tokens": n_tokens, "words": n_words, "texts": len(texts),
+            "token_perplexity": math.exp(min(-total / max(n_tokens, 1), 50.0)),
+            "word_perplexity": math.exp(min(-total / max(n_words, 1), 50.0))}
+
+
 def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """Corpus BLEU-1..4 (sacrebleu, 0-100): BLEU-n uses n-grams up to n with uniform weights."""
     scores = {}

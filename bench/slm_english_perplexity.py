@@ -1,0 +1,64 @@
+"""Perplexity of SLM model folders on general English held out of every training set: WordNet usage examples.
+
+Usage:
+    python bench/slm_english_perplexity.py exp/slm_tiny exp/slm_whisper exp/whisper_tiny_en_gpt2
+    python bench/slm_english_perplexity.py exp/slm_whisper --sentences 2000 --json bench/out/english_ppl.json
+
+The text: WordNet 3.0's usage examples as written (Debian wordnet-base), the fixed "test" tenth of
+duet.english_text (never used by tools/whisper_to_gpt2.py, which averages over the "estimate" part; none is in
+samples/alpaca_sample.json), --sentences of them spread over the part. Each sentence is read after
+<|endoftext|> and ends with one. The figure to compare across models is the word perplexity (summed
+log-likelihood over whitespace words + the final EOS): models with different tokenizers (the scratch preset's
+1,024-token BPE, GPT-2's 50,257) are comparable on it; token perplexity is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from duet.english_text import wordnet_examples
+from duet.errors import cli
+from duet.io import write_text_atomic
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", type=Path, help="model folders (slm/finetune.py outputs or converted ones)")
+    parser.add_argument("--sentences", type=int, default=500, help="held-out WordNet sentences (default: 500)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    return parser
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
+    import torch
+
+    from slm.generate import load_model
+    from slm.metrics import text_log_likelihood
+
+    torch.set_num_threads(args.threads)
+    texts = wordnet_examples("test", args.sentences)
+    results = {"text": f"{len(texts)} WordNet usage examples (test part of duet.english_text)", "models": {}}
+    for folder in args.models:
+        started = time.time()
+        tokenizer, model = load_model(folder, device="cpu")
+        scores = text_log_likelihood(model, tokenizer, texts, batch_size=args.batch_size)
+        results["models"][str(folder)] = scores
+        print(f"{folder}: word perplexity {scores['word_perplexity']:.1f}, token perplexity "
+              f"{scores['token_perplexity']:.1f} ({scores['tokens']} tokens, vocab {len(tokenizer)}; "
+              f"{time.time() - started:.0f} s)", flush=True)
+    if args.json:
+        write_text_atomic(args.json, json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
