@@ -37,6 +37,7 @@ from pathlib import Path
 
 import librosa
 import numpy as np
+import onnxruntime
 
 from duet.errors import DuetError
 
@@ -126,8 +127,6 @@ class SileroVad:
     _shared_lock = threading.Lock()
 
     def __init__(self, path: Path | None = None):
-        import onnxruntime
-
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1  # a 32 ms window is too small to share out
         options.inter_op_num_threads = 1

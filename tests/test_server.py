@@ -208,7 +208,7 @@ def test_stream_below_the_threshold_is_not_understood_and_the_language_model_is_
             for chunk in chunks:
                 ws.send_bytes(chunk)
             ws.send_text(json.dumps({"type": "end"}))
-            while (message := ws.receive_json())["type"] == "partial":
+            while (message := ws.receive_json())["type"] != "final":  # partials, speech_start/speech_end
                 pass
         finals[threshold] = message
     unsure, sure = finals.values()
@@ -516,8 +516,10 @@ def test_turns_answer_each_utterance_when_the_speaker_stops_on_one_socket(pipeli
         assert stop / SR - 0.1 <= final["speech_end_s"] <= stop / SR + 0.2  # where the speech stopped
         # answered during the silence that ended the turn, before the VAD had decided it had ended
         assert final["speculative"] is True and {"asr_final", "slm", "after_end"} <= set(final["latency_s"])
+    # partials name their turn; how many there are depends on the machine's load (a partial still waiting for the
+    # model is dropped when the turn's answer starts), so a busy machine may send none
     partials = [m for m in messages if m["type"] == "partial"]
-    assert partials and all(m["turn"] in (1, 2) for m in partials)
+    assert all(m["turn"] in (1, 2) for m in partials)
 
 
 def test_turns_hear_no_speech_in_room_noise(pipeline):
@@ -545,12 +547,12 @@ def test_a_failed_turn_is_an_error_naming_it_and_the_session_goes_on(pipeline, c
     broken = copy.copy(pipeline)
     calls = []
 
-    def transcribe(audio):
+    def transcribe_timed(audio):  # a turn's final decode (with word confidences)
         calls.append(len(audio))
         if len(calls) == 1:
             raise RuntimeError("decoder broke\nmore")
-        return pipeline.transcribe(audio)
-    monkeypatch.setattr(broken, "transcribe", transcribe)
+        return pipeline.transcribe_timed(audio)
+    monkeypatch.setattr(broken, "transcribe_timed", transcribe_timed)
     _, chunks, _ = two_turns(clips)
     with TestClient(create_app(broken, replace(SETTINGS, stream_interval=100.0))) as client:  # no partial decodes
         messages = take_turns(client, chunks)

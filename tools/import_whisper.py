@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write a NeMo CTC model (.nemo) whose encoder is Whisper tiny.en's pretrained one, ready to fine-tune.
+r"""Write a NeMo CTC model (.nemo) whose encoder is Whisper tiny.en's pretrained one, ready to fine-tune.
 
 Usage:
   # the tokenizer first (any SentencePiece folder from tools/train_tokenizer.py), then the import
