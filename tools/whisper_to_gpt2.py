@@ -2,7 +2,7 @@
 """Write Whisper tiny.en's text decoder as a Hugging Face GPT-2 folder: the offline SLM's pretrained start.
 
 Usage:
-    python tools/whisper_to_gpt2.py                      # -> exp/whisper_tiny_en_gpt2 (about a minute)
+    python tools/whisper_to_gpt2.py                      # -> exp/whisper_tiny_en_gpt2 (1-2 minutes)
     python tools/whisper_to_gpt2.py --out /tmp/w2g --weights /path/to/model.bin
     python tools/whisper_to_gpt2.py --audio silence --out exp/whisper_tiny_en_gpt2_silence
     python slm/finetune.py --config-name slm_whisper_offline     # then fine-tune it on the bundled sample
