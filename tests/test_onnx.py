@@ -204,7 +204,9 @@ def test_pipeline_engine_onnx_answers_with_the_onnx_transcript(cli, fake_slm, mi
                                                                micro_export, speech_file, capfd):
     model, _, _, _ = micro_model_and_manifest
     nemo, _ = micro_export
-    code = cli.main([speech_file, "--asr-model", str(nemo), *fake_slm, "--engine", "onnx", "--int8", "--json"])
+    # --min-confidence 0: the random model's transcript is answered whatever its confidence
+    code = cli.main([speech_file, "--asr-model", str(nemo), *fake_slm, "--engine", "onnx", "--int8", "--json",
+                     "--min-confidence", "0"])
     assert code == 0
     result = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     int8_text = transcribe_files(load_onnx_model(nemo, int8=True), [speech_file])[0].strip()

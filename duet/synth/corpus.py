@@ -306,6 +306,7 @@ def build_generalisation(out: Path, hours: float, seed: int, jobs: int, skip_eng
     sentence of the sample's dev/test splits, of WordNet's held-out tenth or of a held-out real-speech set."""
     pool, unseen = generalisation_pool(skip_engines), unseen_speakers(skip_engines)
     check_exclusion(pool, unseen)
+    pool = [s for s in pool if usable(s)]  # a voice whose Debian package is missing here is left out
     excluded = held_out_texts(seed) + held_out_transcripts()
     stream = generalisation_sentences(seed, exclude=excluded)
     dev_sentences = [next(stream) for _ in range(dev_utts)]
@@ -320,6 +321,7 @@ def build_unseen_voices(out: Path, utts: int, jobs: int, skip_engines: tuple[str
     start = time.time()
     speakers = unseen_speakers(skip_engines)
     check_exclusion(generalisation_pool(skip_engines), speakers)
+    speakers = [s for s in speakers if usable(s)]  # a voice whose Debian package is missing here is left out
     sentences = wordnet_sentences(held_out=True, exclude=held_out_transcripts())
     random.Random(_stream_seed(0, "unseen")).shuffle(sentences)
     chosen = [Sentence(text=t, kind="read", intent="wordnet", template="") for t in sentences[:utts]]

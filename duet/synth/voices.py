@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 
-from duet.synth.tts import ESPEAK_ACCENTS, Speaker, speaker_catalogue, usable
+from duet.synth.tts import ESPEAK_ACCENTS, Speaker, speaker_catalogue
 
 #: espeak-ng's named voice variants that sound like a person (robotic, demonic and test variants left out).
 ESPEAK_NAMED_VARIANTS = (
@@ -97,14 +97,14 @@ def generalisation_pool(skip_engines: tuple[str, ...] = ()) -> list[Speaker]:
     rng = random.Random(_POOL_SEED)
     pool = [s for s in speaker_catalogue() if s.role == "train"]  # pool-dev stays the corpus's dev split
     pool += _speakers(_new_identities(held_out=False), POOL_FIRST_ID, "mix", rng)
-    return [s for s in pool if usable(s, skip_engines)]
+    return [s for s in pool if s.engine not in skip_engines]
 
 
 def unseen_speakers(skip_engines: tuple[str, ...] = ()) -> list[Speaker]:
     """Speakers of the unseen-voices evaluation set: held-out identities only (always the same list)."""
     rng = random.Random(_POOL_SEED + 1)
     speakers = _speakers(_new_identities(held_out=True), UNSEEN_FIRST_ID, "unseen", rng)
-    return [s for s in speakers if usable(s, skip_engines)]
+    return [s for s in speakers if s.engine not in skip_engines]
 
 
 def check_exclusion(training: list[Speaker], unseen: list[Speaker]) -> None:
