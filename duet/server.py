@@ -359,6 +359,16 @@ def vad_event_message(event: VadEvent, turn: int) -> dict:
     return vad_message(event.kind, turn, event.seconds(), round(event.decided_at / VAD_SAMPLE_RATE, 3))
 
 
+def check_end_message(message: dict) -> None:
+    """A WebSocket text message must be ``{"type": "end"}`` (audio goes in binary messages); else a 400."""
+    try:
+        control = json.loads(message.get("text") or "")
+    except json.JSONDecodeError:
+        control = None
+    if not isinstance(control, dict) or control.get("type") != "end":
+        raise RequestError(400, 'text messages: only {"type": "end"} is understood (audio goes in binary messages)')
+
+
 class TurnsSession:
     """One hands-free WebSocket (``/v1/stream?turns=true``): :class:`duet.turns.TurnTaker` cuts the stream into turns
     and each turn is answered as soon as it ends, while the socket goes on listening.
@@ -456,13 +466,7 @@ class TurnsSession:
                     events = await asyncio.to_thread(self.taker.feed, pcm16_samples(data))
                     await self.handle(events, time.perf_counter())
                     continue
-                try:
-                    control = json.loads(message.get("text") or "")
-                except json.JSONDecodeError:
-                    control = None
-                if not isinstance(control, dict) or control.get("type") != "end":
-                    raise RequestError(400, 'text messages: only {"type": "end"} is understood '
-                                            "(audio goes in binary messages)")
+                check_end_message(message)
                 break
             await self.handle(self.taker.finish(), time.perf_counter())
             if self.last_final is not None:
@@ -809,13 +813,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                         await websocket.send_json({"type": "partial", "text": partial,
                                                    "audio_s": round(decoder.samples / STREAM_SAMPLE_RATE, 3)})
                     continue
-                try:
-                    control = json.loads(message.get("text") or "")
-                except json.JSONDecodeError:
-                    control = None
-                if not isinstance(control, dict) or control.get("type") != "end":
-                    raise RequestError(400, 'text messages: only {"type": "end"} is understood '
-                                            "(audio goes in binary messages)")
+                check_end_message(message)
                 break
             ended = time.perf_counter()
             for event in detector.flush():
