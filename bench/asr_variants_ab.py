@@ -41,11 +41,11 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from duet import REPO_ROOT
 from duet.asr import variants
 from duet.asr.variants import VARIANTS
-from duet.errors import cli
-from duet.io import write_text_atomic
+from foundation import REPO_ROOT
+from foundation.errors import cli
+from foundation.files import write_text_atomic
 
 RECIPE = REPO_ROOT / "nemo_recipes" / "finetune_ctc.py"
 # NeMo 3 instantiates only allow-listed _target_ classes; importing duet.asr.resmha registers ResMHA's

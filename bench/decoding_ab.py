@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from duet import REPO_ROOT
 from duet.asr import decoding, evaluate, inference, scoring
-from duet.errors import cli
-from duet.io import write_text_atomic
 from duet.manifest import read_manifest
 from duet.ngram import read_training_text, train_ngram_lm
+from foundation import REPO_ROOT
+from foundation.errors import cli
+from foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

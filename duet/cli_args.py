@@ -11,11 +11,11 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from duet import REPO_ROOT
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
 from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
+from foundation import REPO_ROOT
 
 # The number/path options of add_decoding_arguments and the argparse attributes they land in.
 DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))

@@ -25,13 +25,13 @@ from typing import BinaryIO, Callable, TextIO
 
 import jiwer
 
-from duet import REPO_ROOT
 from duet.asr.decoding import DecodingSettings
 from duet.confidence import NOT_UNDERSTOOD_REPLY
 from duet.decoding_file import decoding_file_for, write_decoding_file
-from duet.io import atomic_path, read_jsonl, write_text_atomic
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
+from foundation import REPO_ROOT
+from foundation.files import atomic_path, read_jsonl, write_text_atomic
 from slm.metrics import assistant_scores, check_answer
 
 EXPERIMENTS = REPO_ROOT / "experiments"

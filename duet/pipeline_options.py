@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from duet import REPO_ROOT
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import DecodingInputError
 from duet.cli_args import (
@@ -25,6 +24,7 @@ from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL, EXPERIMENTS
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import VoicePipeline
+from foundation import REPO_ROOT
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL

@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from slm.errors import DuetError, cli
-from slm.files import save_png_atomic, write_text_atomic
+from foundation.errors import cli
+from foundation.files import save_png_atomic, write_text_atomic
+from slm.errors import SlmError
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer, model = load_model(args.model_dir, device=pick_device(args.device))
         cfg, splits = load_splits_for(args.model_dir)
     except (FileNotFoundError, ValueError) as e:
-        raise DuetError(str(e)) from e
+        raise SlmError(str(e)) from e
     out_dir = args.out or args.model_dir / "ablation"
     train_rows = [tokenize_example(r, tokenizer, cfg.data.max_length) for r in splits["train"]]
     test_rows = splits["test"][: args.num_generate]

@@ -18,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm.errors import DuetError, cli
+from foundation.errors import cli
+from slm.errors import SlmError
 
 
 @cli
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             splits = {"test": load_alpaca(args.data)}
             splits["validation"] = splits["test"]
     except (FileNotFoundError, ValueError) as e:
-        raise DuetError(str(e)) from e
+        raise SlmError(str(e)) from e
     rows = splits["test"][: args.num_generate] if args.num_generate else splits["test"]
     summary, records = evaluate_model(model, tokenizer, splits["validation"], rows, cfg.data.max_length,
                                       args.max_new_tokens or cfg.eval.max_new_tokens, args.batch_size, args.bertscore)

@@ -24,19 +24,20 @@ from typing import Sequence
 import torch
 from safetensors import SafetensorError
 
+from foundation.errors import cli, first_line
 from slm.data import format_alpaca_prompt
-from slm.errors import DuetError, cli, first_line
+from slm.errors import SlmError
 from slm.generation import (GenerationSettings, add_generation_arguments, generation_settings_from_args,
                             new_tokens_that_fit)
 
 log = logging.getLogger(__name__)
 
 
-class SlmModelError(DuetError, ValueError):
+class SlmModelError(SlmError, ValueError):
     """A language-model folder that cannot be loaded (missing or corrupt files), named in the message."""
 
 
-class SlmDeviceError(DuetError, ValueError):
+class SlmDeviceError(SlmError, ValueError):
     """A ``--device`` that names no usable device."""
 
 

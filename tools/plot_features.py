@@ -22,9 +22,10 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
-from duet import REPO_ROOT
-from duet.errors import DuetError, cli
-from duet.io import save_png_atomic
+from duet.errors import DuetError
+from foundation import REPO_ROOT
+from foundation.errors import cli
+from foundation.files import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

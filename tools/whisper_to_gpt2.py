@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from duet import REPO_ROOT
-from duet.errors import cli
+from foundation import REPO_ROOT
+from foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:
