@@ -37,7 +37,7 @@ from hydra import compose, initialize_config_dir
 
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
+from duet.demo_models import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
 from duet.errors import DuetError
 from duet.manifest import read_manifest
 from duet.pipeline import VoicePipeline

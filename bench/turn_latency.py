@@ -43,7 +43,7 @@ import httpx
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError
 from duet.local_server import start_server, stop_server
 from duet.manifest import build_split_manifest

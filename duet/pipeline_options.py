@@ -20,11 +20,11 @@ from duet.cli_args import (
 )
 from duet.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
 from duet.decoding_file import USED, decoding_file_for, read_decoding_file, read_min_confidence
-from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL, EXPERIMENTS
+from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import VoicePipeline
-from foundation import REPO_ROOT
+from foundation import EXPERIMENTS, REPO_ROOT
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL

@@ -10,3 +10,5 @@ from pathlib import Path
 
 #: Repository root (the folder holding ``pyproject.toml``); configs/ and samples/ are resolved from it.
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Where every run writes (speech recognition and language model alike): experiments/<run name>/.
+EXPERIMENTS = REPO_ROOT / "experiments"
