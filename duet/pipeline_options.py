@@ -24,7 +24,7 @@ from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import VoicePipeline
-from foundation import EXPERIMENTS, REPO_ROOT
+from foundation import EXPERIMENTS
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
@@ -97,7 +97,7 @@ def newest_recipe_asr_model() -> Path | None:
 
 def newest_recipe_slm_model() -> Path | None:
     """The newest model folder slm/finetune.py finished (its output_dir holds metrics.json), if any."""
-    return _newest(p.parent for root in (REPO_ROOT / "exp", EXPERIMENTS) for p in root.glob("*/metrics.json")
+    return _newest(p.parent for p in EXPERIMENTS.glob("*/metrics.json")
                    if (p.parent / "config.json").is_file())
 
 

@@ -1,10 +1,10 @@
 """Ablation study of a fine-tuned model: fewer layers, pruned attention heads, a narrower FFN.
 
 Usage:
-    python slm/ablate.py exp/slm_tiny                          # default grid, results in exp/slm_tiny/ablation/
-    python slm/ablate.py exp/slm_tiny --refinetune-steps 100   # every row (baseline too) trains 100 more steps first
-    python slm/ablate.py exp/slm_tiny --num-generate 150 --bertscore minilm --out exp/slm_tiny_ablation
-    python slm/ablate.py exp/slm_gpt2 --device cpu             # the GPU is used when there is one; force the CPU
+    python slm/ablate.py experiments/slm_tiny                          # default grid, results in experiments/slm_tiny/ablation/
+    python slm/ablate.py experiments/slm_tiny --refinetune-steps 100   # every row (baseline too) trains 100 more steps first
+    python slm/ablate.py experiments/slm_tiny --num-generate 150 --bertscore minilm --out experiments/slm_tiny_ablation
+    python slm/ablate.py experiments/slm_gpt2 --device cpu             # the GPU is used when there is one; force the CPU
 
 Each variant (and the unmodified baseline) is scored on the model's own held-out rows: the
 validation and test splits are rebuilt from the finetune_config.yaml saved with the model, so they

@@ -1,9 +1,9 @@
 """Evaluate a fine-tuned model folder on Alpaca rows: losses, perplexity, BLEU-1..4, ROUGE, BERTScore.
 
 Usage:
-    python slm/evaluate_slm.py exp/slm_tiny                       # its own held-out test/validation split
-    python slm/evaluate_slm.py exp/slm_tiny --data my_rows.json   # every row of another Alpaca JSON file
-    python slm/evaluate_slm.py exp/slm_tiny --num-generate 50 --bertscore none --out /tmp/eval
+    python slm/evaluate_slm.py experiments/slm_tiny                       # its own held-out test/validation split
+    python slm/evaluate_slm.py experiments/slm_tiny --data my_rows.json   # every row of another Alpaca JSON file
+    python slm/evaluate_slm.py experiments/slm_tiny --num-generate 50 --bertscore none --out /tmp/eval
 
 Without --data the rows are the test split (answered greedily) and validation split (losses) rebuilt
 from the finetune_config.yaml saved in the folder; the on-topic shares cover the spoken assistant

@@ -3,7 +3,7 @@ r"""Plot an utterance as the model sees it: waveform, mel, log-mel and SpecAugme
 
 Usage:
   # with a trained model's own preprocessor and SpecAugment modules
-  python tools/plot_features.py --model samples/checkpoints/base.nemo \
+  python tools/plot_features.py --model samples/checkpoints/fastconformer_tiny_base.nemo \
       --audio samples/LibriSpeech/test-clean/<spk>/<chapter>/<utt>.flac --out features.png
 
   # without a model: the modules are built from a recipe config (default configs/fastconformer_small.yaml)
