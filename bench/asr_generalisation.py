@@ -45,9 +45,9 @@ from duet.errors import DuetError
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.synth.corpus import UNSEEN_SPLIT, build_unseen_voices
 from duet.synth.tts import missing_engines
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 UNSEEN_ROOT = REPO_ROOT / "data" / "unseen_voices" / "LibriSpeech"
 UNSEEN_UTTERANCES = 200

@@ -71,9 +71,9 @@ from duet.asr.onnx_engine import OnnxCtcModel
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.manifest import build_split_manifest, read_manifest, write_manifest
 from duet.tokenizer import manifest_texts, train_tokenizer
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 DEFAULT_BASE = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 

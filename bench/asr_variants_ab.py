@@ -43,9 +43,9 @@ from hydra import compose, initialize_config_dir
 
 from duet.asr import variants
 from duet.asr.variants import VARIANTS
-from foundation import EXPERIMENTS, REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import EXPERIMENTS, REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 RECIPE = REPO_ROOT / "nemo_recipes" / "finetune_ctc.py"
 # NeMo 3 instantiates only allow-listed _target_ classes; importing duet.asr.resmha registers ResMHA's

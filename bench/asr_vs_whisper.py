@@ -39,9 +39,9 @@ from duet.asr.pseudo_label import WhisperTeacher, manifest_text
 from duet.asr.scoring import score
 from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

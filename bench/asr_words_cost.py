@@ -32,8 +32,8 @@ from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.errors import DuetError
 from duet.manifest import build_split_manifest, write_manifest
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 

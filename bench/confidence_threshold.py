@@ -50,8 +50,8 @@ from duet.confidence import utterance_confidence
 from duet.errors import DuetError
 from duet.pipeline_options import resolve_asr_decoding
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
-from foundation.errors import cli
-from foundation.files import read_jsonl, write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import read_jsonl, write_text_atomic
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
 

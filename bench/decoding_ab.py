@@ -31,9 +31,9 @@ import torch
 from duet.asr import decoding, evaluate, inference, scoring
 from duet.manifest import read_manifest
 from duet.ngram import read_training_text, train_ngram_lm
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

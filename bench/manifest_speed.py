@@ -33,7 +33,7 @@ import numpy as np
 import soundfile
 
 from duet.errors import DuetError
-from foundation.errors import cli
+from duet.foundation.errors import cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FILES_PER_CHAPTER = 56

@@ -41,8 +41,8 @@ from duet.demo_models import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError
 from duet.manifest import read_manifest
 from duet.pipeline import VoicePipeline
-from foundation import REPO_ROOT
-from foundation.errors import cli
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 from slm.generation import add_generation_arguments, generation_settings_from_args
 
 

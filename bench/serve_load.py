@@ -58,9 +58,9 @@ from duet.local_server import rss_mb, start_server, stop_server
 from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.synth.conversation import compose
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 DEFAULT_AUDIO = REPO_ROOT / "samples" / "LibriSpeech" / "test-clean" / "7001" / "700101" / "7001-700101-0000.flac"
 ENDPOINTS = {"pipeline": "/v1/pipeline", "transcriptions": "/v1/audio/transcriptions"}

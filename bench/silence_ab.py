@@ -36,7 +36,7 @@ from duet.real_speech import DEFAULT_ROOT, set_dir
 from duet.synth.conversation import room_noise
 from duet.text import normalize_text
 from duet.vad import energy_speech_bounds
-from foundation.errors import cli
+from duet.foundation.errors import cli
 
 DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 NOISE_DBFS = -60.0

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from duet.english_text import wordnet_examples
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -35,8 +35,8 @@ from duet.asr.streaming import (
     streaming_latency,
 )
 from duet.errors import DuetError
-from foundation import REPO_ROOT
-from foundation.errors import cli
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 
 BUNDLED = REPO_ROOT / "samples" / "checkpoints" / "fastconformer_tiny_base.nemo"
 TEST_CLEAN = REPO_ROOT / "samples" / "LibriSpeech" / "test-clean"

@@ -50,9 +50,9 @@ from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, play
 from duet.synth.conversation import compose, room_noise
 from duet.vad import SileroVad, SpeechDetector, VadSettings
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
 from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
-from foundation import EXPERIMENTS, REPO_ROOT
+from duet.foundation import EXPERIMENTS, REPO_ROOT
 
 # The number/path options of add_decoding_arguments and the argparse attributes they land in.
 DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))

@@ -31,8 +31,8 @@ from duet.decoding_file import decoding_file_for, write_decoding_file
 from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-from foundation import EXPERIMENTS, REPO_ROOT
-from foundation.files import atomic_path, read_jsonl, write_text_atomic
+from duet.foundation import EXPERIMENTS, REPO_ROOT
+from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 from slm.metrics import assistant_scores, check_answer
 
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"

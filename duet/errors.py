@@ -1,7 +1,7 @@
-"""The errors duet's modules raise for bad input or a missing resource; ``foundation.errors.cli`` reports them in
+"""The errors duet's modules raise for bad input or a missing resource; ``duet.foundation.errors.cli`` reports them in
 one line."""
 
-from foundation.errors import ToolError
+from duet.foundation.errors import ToolError
 
 
 class DuetError(ToolError):

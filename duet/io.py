@@ -1,5 +1,5 @@
 """Audio files on disk: the expansion of audio folders into files, the check that an audio file can be read, and
-paths as a user would type them. (The file helpers every tool shares are ``foundation.files``.)"""
+paths as a user would type them. (The file helpers every tool shares are ``duet.foundation.files``.)"""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from duet.errors import DuetError
-from foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT
 
 
 def free_port() -> int:

@@ -27,8 +27,8 @@ import soundfile
 from duet import SAMPLES_DIR
 from duet.errors import AsrInputError
 from duet.io import shown_path
-from foundation import REPO_ROOT
-from foundation.files import numbered_jsonl, write_jsonl_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.files import numbered_jsonl, write_jsonl_atomic
 
 #: Where tools/make_manifest.py writes <split>.json by default (from the bundled sample: {train,dev,test}-clean)
 MANIFEST_DIR = REPO_ROOT / "manifests"

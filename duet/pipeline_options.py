@@ -24,7 +24,7 @@ from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import VoicePipeline
-from foundation import EXPERIMENTS
+from duet.foundation import EXPERIMENTS
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL

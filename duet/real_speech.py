@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from duet.errors import DuetError
-from foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT
 
 DEFAULT_ROOT = REPO_ROOT.parent / "shared" / "real_speech"
 #: The only set that training or tuning may read.

@@ -60,7 +60,7 @@ from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
 from duet.turns import TurnEvent, TurnTaker
 from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent, VadSettings
-from foundation.errors import first_line
+from duet.foundation.errors import first_line
 from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
 
 WEB_FOLDER = Path(__file__).parent / "web"

@@ -20,8 +20,8 @@ from pathlib import Path
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.manifest import MANIFEST_DIR
-from foundation import REPO_ROOT
-from foundation.files import native_output_to, read_jsonl
+from duet.foundation import REPO_ROOT
+from duet.foundation.files import native_output_to, read_jsonl
 
 TOKENIZER_TYPES = ("bpe", "unigram")
 # tools/train_tokenizer.py's defaults: the recipes' default model.tokenizer.dir (configs/ctc_base.yaml) is the

@@ -60,8 +60,8 @@ from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_e
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
 from duet.manifest import read_manifest
-from foundation.errors import cli
-from foundation.files import library_output_to
+from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 

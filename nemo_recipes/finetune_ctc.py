@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import duet.nemo_targets
 from duet.asr import recipe
-from foundation.errors import cli
+from duet.foundation.errors import cli
 
 log = logging.getLogger("finetune_ctc")
 

@@ -4,5 +4,5 @@ Library modules: ``data`` (template, collator), ``modeling`` (pretrained or scra
 ``metrics`` (losses, BLEU, ROUGE, BERTScore), ``generate`` (decoding; ``respond`` for the pipeline),
 ``evaluation`` (scores + reports), ``ablation`` (layer / head / FFN pruning), ``config`` (YAML loading),
 ``errors`` (``SlmError``). Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``.
-``slm`` stands on ``foundation`` only and never imports ``duet``.
+``slm`` stands on ``duet.foundation`` only and imports nothing else of ``duet``.
 """

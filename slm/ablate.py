@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from foundation.errors import cli
-from foundation.files import save_png_atomic, write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import save_png_atomic, write_text_atomic
 from slm.errors import SlmError
 
 

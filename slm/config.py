@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT
 from slm.errors import SlmError
 
 CONFIG_DIR = REPO_ROOT / "configs"

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from foundation.errors import cli
+from duet.foundation.errors import cli
 from slm.errors import SlmError
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from foundation.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
+from duet.foundation.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, tokenize_example
 from slm.generate import generate_responses
 from slm.generation import GenerationSettings

@@ -35,8 +35,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from foundation.errors import cli, first_line
-from foundation.files import write_jsonl_atomic, write_text_atomic
+from duet.foundation.errors import cli, first_line
+from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
 from slm.errors import SlmError
 

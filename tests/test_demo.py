@@ -13,7 +13,7 @@ import jiwer
 import pytest
 
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
-from foundation.files import read_jsonl
+from duet.foundation.files import read_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import duet.librispeech as librispeech
 from duet.errors import AsrInputError
 from duet.manifest import (ManifestOptions, build_split_manifest, find_splits, read_manifest, spread_subset,
                            write_manifest)
-from foundation.files import atomic_path, read_jsonl
+from duet.foundation.files import atomic_path, read_jsonl
 from tests.audio_fixtures import write_chapter, write_tone
 
 import importlib.util

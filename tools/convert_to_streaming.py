@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from duet.asr.streaming import convert_to_streaming, streaming_latency
-from foundation.errors import cli
+from duet.foundation.errors import cli
 
 
 @cli

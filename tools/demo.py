@@ -59,9 +59,9 @@ from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.stage_progress import ConsoleProgress, LogProgress
 from duet.synth.corpus import bundled_sample_kinds
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import read_jsonl, write_jsonl_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import read_jsonl, write_jsonl_atomic
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
 # words seen a handful of times; a CTC decoder learns a smaller inventory from 20 minutes of audio faster.

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from duet.errors import DuetError
-from foundation.errors import cli
-from foundation.files import atomic_path
+from duet.foundation.errors import cli
+from duet.foundation.files import atomic_path
 
 WEIGHTS = "model_weights.ckpt"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.synth.alpaca_sample import make_examples
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 @cli

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from duet.errors import DuetError
 from duet.synth.corpus import SAMPLE_SEED, lm_text
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -49,9 +49,9 @@ from duet.manifest import (
     MANIFEST_DIR, ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current,
     split_fingerprint, spread_subset, stamp_path, write_manifest,
 )
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 MAX_PROBLEMS_SHOWN = 10
 

@@ -45,8 +45,8 @@ from duet.synth.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAM
                                build_hours, build_sample, build_unseen_voices)
 from duet.synth.noise import build_noise_set, build_rir_set
 from duet.synth.tts import CHANNELS, missing_engines, missing_voice_packages
-from foundation import REPO_ROOT
-from foundation.errors import cli
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:

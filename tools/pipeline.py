@@ -78,8 +78,8 @@ from duet.pipeline import PipelineResult
 from duet.pipeline_options import (add_decoding_options, add_model_arguments, load_pipeline, model_path_problems,
                                    resolve_pipeline_options)
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
-from foundation.errors import cli
-from foundation.files import library_output_to, read_jsonl
+from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to, read_jsonl
 
 STDIN = Path("-")  # the audio argument that streams raw PCM from standard input
 

@@ -23,9 +23,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 from duet.errors import DuetError
-from foundation import REPO_ROOT
-from foundation.errors import cli
-from foundation.files import save_png_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

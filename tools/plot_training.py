@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from duet.errors import DuetError
-from foundation.errors import cli
-from foundation.files import save_png_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

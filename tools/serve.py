@@ -59,8 +59,8 @@ from duet.errors import DuetError
 from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths, load_pipeline,
                                    resolve_pipeline_options)
 from duet.server import ServerSettings, create_app
-from foundation.errors import cli
-from foundation.files import library_output_to
+from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from duet.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
-from foundation import REPO_ROOT
-from foundation.errors import cli
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:

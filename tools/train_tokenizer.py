@@ -25,7 +25,7 @@ from pathlib import Path
 from duet.errors import DuetError
 from duet.tokenizer import (DEFAULT_MANIFESTS, DEFAULT_OUT_ROOT, DEFAULT_TYPE, DEFAULT_VOCAB_SIZE, TOKENIZER_TYPES,
                             is_current, manifest_texts, tokenizer_dir_name, train_tokenizer)
-from foundation.errors import cli
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:

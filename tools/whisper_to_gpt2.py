@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from foundation import EXPERIMENTS
-from foundation.errors import cli
+from duet.foundation import EXPERIMENTS
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf, open_dict
 import duet.nemo_targets
 from duet.asr.inference import pad_batch
 from duet.errors import AsrInputError
-from foundation.errors import first_line
+from duet.foundation.errors import first_line
 
 ENGINES = ("torch", "onnx")
 METADATA = "metadata.json"

@@ -28,8 +28,8 @@ from duet.asr.words import transcribe_with_words
 from duet.errors import AsrInputError, DuetError
 from duet.io import expand_audio_paths
 from duet.text import normalize_text
-from foundation.files import write_jsonl_atomic, write_text_atomic
-from foundation.spelling import number_to_words
+from duet.foundation.files import write_jsonl_atomic, write_text_atomic
+from duet.foundation.spelling import number_to_words
 
 WHISPER_TEACHER = "whisper-tiny.en"
 SAMPLE_RATE = 16000

@@ -26,8 +26,8 @@ from duet.asr import evaluate, scoring
 from duet.errors import DuetError
 from duet.manifest import make_manifest_command
 from duet.tokenizer import training_command
-from foundation.errors import first_line
-from foundation.files import read_jsonl, write_text_atomic
+from duet.foundation.errors import first_line
+from duet.foundation.files import read_jsonl, write_text_atomic
 
 log = logging.getLogger(__name__)
 

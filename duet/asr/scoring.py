@@ -13,7 +13,7 @@ import jiwer
 
 from duet.errors import AsrInputError
 from duet.text import normalize_text
-from foundation.files import write_jsonl_atomic, write_text_atomic
+from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
