@@ -35,17 +35,19 @@ import sys
 import time
 from pathlib import Path
 
-from duet import REPO_ROOT, SAMPLES_DIR
+from duet import SAMPLES_DIR
 from duet.asr import decoding, generalisation, inference
-from duet.asr.pseudo_label import WHISPER_TEACHER, WhisperTeacher, manifest_text
 from duet.asr.batching import OfflineBatching
+from duet.asr.pseudo_label import WHISPER_TEACHER, WhisperTeacher, manifest_text
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet.errors import DuetError
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.synth.corpus import UNSEEN_SPLIT, build_unseen_voices
 from duet.synth.tts import missing_engines
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 UNSEEN_ROOT = REPO_ROOT / "data" / "unseen_voices" / "LibriSpeech"
 UNSEEN_UTTERANCES = 200

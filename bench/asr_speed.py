@@ -65,14 +65,15 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from duet import REPO_ROOT, SAMPLES_DIR
+from duet import SAMPLES_DIR
 from duet.asr import evaluate, inference
 from duet.asr.onnx_engine import OnnxCtcModel
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
-from duet.errors import cli
-from duet.io import write_text_atomic
 from duet.manifest import build_split_manifest, read_manifest, write_manifest
 from duet.tokenizer import manifest_texts, train_tokenizer
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 DEFAULT_BASE = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 

@@ -3,7 +3,7 @@
 
 Usage:
   # fine-tune every variant from the bundled base checkpoint, same data, steps and seed (the default)
-  python bench/asr_variants_ab.py --base samples/checkpoints/base.nemo --max-steps 300
+  python bench/asr_variants_ab.py --base samples/checkpoints/fastconformer_tiny_base.nemo --max-steps 300
 
   # train the tiny config from scratch instead (no checkpoint needed; its optimiser is already Noam)
   python bench/asr_variants_ab.py --from-scratch --config-name fastconformer_tiny --max-steps 300
@@ -11,7 +11,7 @@ Usage:
   python bench/asr_variants_ab.py --from-scratch --config-name fastconformer_small -- asr_optim=noam_scratch
 
   # only check that every variant keeps the CTC output at least as long as each transcript
-  python bench/asr_variants_ab.py --check-only --base samples/checkpoints/base.nemo
+  python bench/asr_variants_ab.py --check-only --base samples/checkpoints/fastconformer_tiny_base.nemo
 
 Each variant runs the real recipe, nemo_recipes/finetune_ctc.py, in its own process with the same Hydra
 overrides (manifests, tokenizer, trainer.max_steps, seed) plus the variant's encoder keys. From a
@@ -41,11 +41,11 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from duet import REPO_ROOT
 from duet.asr import variants
 from duet.asr.variants import VARIANTS
-from duet.errors import cli
-from duet.io import write_text_atomic
+from duet.foundation import EXPERIMENTS, REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 RECIPE = REPO_ROOT / "nemo_recipes" / "finetune_ctc.py"
 # NeMo 3 instantiates only allow-listed _target_ classes; importing duet.asr.resmha registers ResMHA's
@@ -69,7 +69,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, default=REPO_ROOT / "tokenizers" / "spe_bpe_v256")
     p.add_argument("--max-steps", type=int, default=300, help="optimizer steps per variant (same for all)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--out", type=Path, default=REPO_ROOT / "experiments" / "asr_variants_ab")
+    p.add_argument("--out", type=Path, default=EXPERIMENTS / "asr_variants_ab")
     p.add_argument("--force", action="store_true", help="delete earlier runs of these variants in --out first")
     p.add_argument("--check-only", action="store_true", help="run the CTC length check for each variant and stop")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")

@@ -31,15 +31,17 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from duet import REPO_ROOT, SAMPLES_DIR
+from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio, transcribe_files
 from duet.asr.onnx_engine import default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.asr.pseudo_label import WhisperTeacher, manifest_text
 from duet.asr.scoring import score
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -30,9 +30,10 @@ from duet import SAMPLES_DIR
 from duet.asr import evaluate, inference
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet.errors import DuetError
 from duet.manifest import build_split_manifest, write_manifest
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 

@@ -47,10 +47,11 @@ from duet.asr.scoring import score
 from duet.asr.words import transcribe_files_with_words
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.confidence import utterance_confidence
-from duet.errors import DuetError, cli
-from duet.io import read_jsonl, write_text_atomic
+from duet.errors import DuetError
 from duet.pipeline_options import resolve_asr_decoding
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
+from duet.foundation.errors import cli
+from duet.foundation.files import read_jsonl, write_text_atomic
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
 

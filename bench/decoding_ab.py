@@ -2,7 +2,7 @@
 r"""Greedy vs beam search vs beam search + n-gram LM: WER and RTFx of a CTC model, LM weights tuned on dev.
 
 Usage:
-  python bench/decoding_ab.py --model samples/checkpoints/base.nemo
+  python bench/decoding_ab.py --model samples/checkpoints/fastconformer_tiny_base.nemo
   python bench/decoding_ab.py --model exp.nemo --lm experiments/lm/train-clean_token6.arpa \
       --alphas 0.3,0.5,0.7,1.0 --betas 0,0.5,1,2 --beam-size 8 --out bench/out/decoding_ab.md
 
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from duet import REPO_ROOT
 from duet.asr import decoding, evaluate, inference, scoring
-from duet.errors import cli
-from duet.io import write_text_atomic
 from duet.manifest import read_manifest
 from duet.ngram import read_training_text, train_ngram_lm
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from duet.errors import DuetError, cli
+from duet.errors import DuetError
+from duet.foundation.errors import cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FILES_PER_CHAPTER = 56

@@ -35,13 +35,14 @@ import soundfile
 import torch
 from hydra import compose, initialize_config_dir
 
-from duet import REPO_ROOT
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-from duet.demo import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
-from duet.errors import DuetError, cli
+from duet.demo_models import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
+from duet.errors import DuetError
 from duet.manifest import read_manifest
 from duet.pipeline import VoicePipeline
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 from slm.generation import add_generation_arguments, generation_settings_from_args
 
 

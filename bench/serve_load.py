@@ -51,14 +51,16 @@ import numpy as np
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, RejectConnection, Request, TextMessage
 
-from duet import REPO_ROOT, SAMPLES_DIR
+from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet.errors import DuetError
 from duet.local_server import rss_mb, start_server, stop_server
 from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.synth.conversation import compose
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 DEFAULT_AUDIO = REPO_ROOT / "samples" / "LibriSpeech" / "test-clean" / "7001" / "700101" / "7001-700101-0000.flac"
 ENDPOINTS = {"pipeline": "/v1/pipeline", "transcriptions": "/v1/audio/transcriptions"}

@@ -29,13 +29,14 @@ import numpy as np
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_asr_model, load_audio, transcribe_audio
-from duet.errors import DuetError, cli
+from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest
 from duet.pipeline import speech_bounds
 from duet.real_speech import DEFAULT_ROOT, set_dir
 from duet.synth.conversation import room_noise
-from duet.vad import energy_speech_bounds
 from duet.text import normalize_text
+from duet.vad import energy_speech_bounds
+from duet.foundation.errors import cli
 
 DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 NOISE_DBFS = -60.0

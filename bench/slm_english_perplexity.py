@@ -1,8 +1,8 @@
 """Perplexity of SLM model folders on general English held out of every training set: WordNet usage examples.
 
 Usage:
-    python bench/slm_english_perplexity.py exp/slm_tiny exp/slm_whisper exp/whisper_tiny_en_gpt2
-    python bench/slm_english_perplexity.py exp/slm_whisper --sentences 2000 --json bench/out/english_ppl.json
+    python bench/slm_english_perplexity.py experiments/slm_tiny experiments/slm_whisper experiments/whisper_tiny_en_gpt2
+    python bench/slm_english_perplexity.py experiments/slm_whisper --sentences 2000 --json bench/out/english_ppl.json
 
 The text: WordNet 3.0's usage examples as written (Debian wordnet-base), the fixed "test" tenth of
 duet.english_text (never used by tools/whisper_to_gpt2.py, which averages over the "estimate" part; none is in
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from duet.english_text import wordnet_examples
-from duet.errors import cli
-from duet.io import write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from duet import SAMPLES_DIR
-from duet.errors import cli
-from duet.io import write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 from slm.data import format_alpaca_example, load_alpaca
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from duet import REPO_ROOT
 from duet.asr.inference import load_asr_model, load_audio
 from duet.asr.streaming import (
     IncrementalFeatures,
@@ -35,7 +34,9 @@ from duet.asr.streaming import (
     stream_transcribe,
     streaming_latency,
 )
-from duet.errors import DuetError, cli
+from duet.errors import DuetError
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 
 BUNDLED = REPO_ROOT / "samples" / "checkpoints" / "fastconformer_tiny_base.nemo"
 TEST_CLEAN = REPO_ROOT / "samples" / "LibriSpeech" / "test-clean"

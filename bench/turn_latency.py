@@ -41,16 +41,18 @@ from pathlib import Path
 
 import httpx
 
-from duet import REPO_ROOT, SAMPLES_DIR
+from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.errors import DuetError
 from duet.local_server import start_server, stop_server
 from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, play
 from duet.synth.conversation import compose, room_noise
 from duet.vad import SileroVad, SpeechDetector, VadSettings
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -30,8 +30,8 @@ import soundfile
 
 from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
 from duet.english_text import wordnet_examples
-from duet.errors import cli
-from duet.io import write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,10 @@
 """duet: fine-tune NeMo CTC speech recognition and a GPT-2 instruction model, and chain them.
 
 Library modules used by the entry scripts in ``tools/``, ``nemo_recipes/`` and ``bench/``.
-The language-model side lives in the separate ``slm`` package.
+The language-model side lives in the separate ``slm`` package; both stand on ``duet.foundation`` (errors' base and
+``cli``, file helpers, REPO_ROOT).
 """
 
-from slm import REPO_ROOT  # the repository root (the folder holding ``pyproject.toml``)
+from duet.foundation import REPO_ROOT
 
 SAMPLES_DIR = REPO_ROOT / "samples"

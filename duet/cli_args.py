@@ -11,16 +11,16 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from duet import REPO_ROOT
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
 from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
+from duet.foundation import EXPERIMENTS, REPO_ROOT
 
 # The number/path options of add_decoding_arguments and the argparse attributes they land in.
 DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))
 # Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
-LOG_DIR = REPO_ROOT / "experiments" / "logs"
+LOG_DIR = EXPERIMENTS / "logs"
 # OfflineBatching field -> option of add_batching_arguments.
 BATCHING_OPTIONS = {"batch_size": "--batch-size", "workers": "--workers"}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from duet.asr.decoding import STRATEGIES, DecodingSettings
 from duet.errors import DuetError
-from duet.io import write_text_atomic
+from duet.foundation.files import write_text_atomic
 
 DECODING_FILE_NAME = "decoding.json"
 # the file's keys and the DecodingSettings fields they fill

@@ -25,19 +25,17 @@ from typing import BinaryIO, Callable, TextIO
 
 import jiwer
 
-from duet import REPO_ROOT
 from duet.asr.decoding import DecodingSettings
 from duet.confidence import NOT_UNDERSTOOD_REPLY
 from duet.decoding_file import decoding_file_for, write_decoding_file
-from duet.io import atomic_path, read_jsonl, write_text_atomic
+from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
+from duet.foundation import EXPERIMENTS, REPO_ROOT
+from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 from slm.metrics import assistant_scores, check_answer
 
-EXPERIMENTS = REPO_ROOT / "experiments"
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
-DEMO_ASR_MODEL = EXPERIMENTS / "demo_asr" / "demo_asr.nemo"
-DEMO_SLM_MODEL = EXPERIMENTS / "demo_slm"
 # In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the token 6-gram in ~20 s
 LM_SENTENCES, LM_ORDER = 100_000, 6
 DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"

@@ -1,10 +1,12 @@
-"""The project's error base class and the one-line form of a caught exception, defined in ``slm.errors``
-(``slm`` must not import ``duet``, so the shared base lives there) and re-exported for duet's modules, and
-the error for bad speech-recognition input that several duet modules raise."""
+"""The errors duet's modules raise for bad input or a missing resource; ``duet.foundation.errors.cli`` reports them in
+one line."""
 
-from slm.errors import DuetError, cli, first_line
+from duet.foundation.errors import ToolError
 
-__all__ = ["AsrInputError", "DuetError", "cli", "first_line"]
+
+class DuetError(ToolError):
+    """Bad input or a missing resource in speech work (audio, manifests, models, settings), reported in one line
+    naming the item (never a bug)."""
 
 
 class AsrInputError(DuetError, ValueError):

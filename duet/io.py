@@ -1,6 +1,5 @@
-"""File helpers (atomic writes, JSON Lines, native and library output to a log), defined in ``slm.files`` so that
-both packages share them without ``slm`` importing ``duet``; the expansion of audio folders into files, the check
-that an audio file can be read, and paths as a user would type them."""
+"""Audio files on disk: the expansion of audio folders into files, the check that an audio file can be read, and
+paths as a user would type them. (The file helpers every tool shares are ``duet.foundation.files``.)"""
 
 from __future__ import annotations
 
@@ -11,12 +10,6 @@ from typing import Iterable
 import soundfile as sf
 
 from duet.errors import AsrInputError
-from slm.files import (atomic_path, library_output_to, native_output_to, numbered_jsonl, read_jsonl, save_png_atomic,
-                       write_jsonl_atomic, write_text_atomic)
-
-__all__ = ["AUDIO_EXTENSIONS", "atomic_path", "audio_file_problem", "expand_audio_paths", "library_output_to",
-           "native_output_to", "numbered_jsonl", "read_jsonl", "save_png_atomic", "shown_path", "write_jsonl_atomic",
-           "write_text_atomic"]
 
 #: File endings a folder is searched for (any case): the common ones libsndfile (``duet.asr.inference.load_audio``)
 #: reads. MP4/M4A, WebM and WMA are not among them: libsndfile has no decoder for those containers.

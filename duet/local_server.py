@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from duet import REPO_ROOT
 from duet.errors import DuetError
+from duet.foundation import REPO_ROOT
 
 
 def free_port() -> int:

@@ -24,9 +24,11 @@ from typing import Callable, Iterable
 
 import soundfile
 
-from duet import REPO_ROOT, SAMPLES_DIR
+from duet import SAMPLES_DIR
 from duet.errors import AsrInputError
-from duet.io import numbered_jsonl, shown_path, write_jsonl_atomic
+from duet.io import shown_path
+from duet.foundation import REPO_ROOT
+from duet.foundation.files import numbered_jsonl, write_jsonl_atomic
 
 #: Where tools/make_manifest.py writes <split>.json by default (from the bundled sample: {train,dev,test}-clean)
 MANIFEST_DIR = REPO_ROOT / "manifests"

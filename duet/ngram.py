@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from duet.tokenizer import nemo_tokenizer_model
 from duet.errors import DuetError
-from duet.io import atomic_path, read_jsonl, write_text_atomic
 from duet.text import normalize_text
+from duet.tokenizer import nemo_tokenizer_model
+from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 
 log = logging.getLogger(__name__)
 

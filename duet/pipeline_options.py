@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from duet import REPO_ROOT
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import DecodingInputError
 from duet.cli_args import (
@@ -21,10 +20,11 @@ from duet.cli_args import (
 )
 from duet.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
 from duet.decoding_file import USED, decoding_file_for, read_decoding_file, read_min_confidence
-from duet.demo import DEMO_ASR_MODEL, DEMO_SLM_MODEL, EXPERIMENTS
+from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import VoicePipeline
+from duet.foundation import EXPERIMENTS
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
@@ -97,7 +97,7 @@ def newest_recipe_asr_model() -> Path | None:
 
 def newest_recipe_slm_model() -> Path | None:
     """The newest model folder slm/finetune.py finished (its output_dir holds metrics.json), if any."""
-    return _newest(p.parent for root in (REPO_ROOT / "exp", EXPERIMENTS) for p in root.glob("*/metrics.json")
+    return _newest(p.parent for p in EXPERIMENTS.glob("*/metrics.json")
                    if (p.parent / "config.json").is_file())
 
 

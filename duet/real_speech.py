@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from duet import REPO_ROOT
 from duet.errors import DuetError
+from duet.foundation import REPO_ROOT
 
 DEFAULT_ROOT = REPO_ROOT.parent / "shared" / "real_speech"
 #: The only set that training or tuning may read.

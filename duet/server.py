@@ -55,11 +55,12 @@ from duet.asr.inference import load_audio
 from duet.asr.streaming import StreamingSession, pcm16_samples, streaming_latency
 from duet.asr.words import TimedTranscript
 from duet.confidence import utterance_confidence
-from duet.errors import AsrInputError, DuetError, first_line
+from duet.errors import AsrInputError, DuetError
 from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
 from duet.turns import TurnEvent, TurnTaker
 from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent, VadSettings
+from duet.foundation.errors import first_line
 from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
 
 WEB_FOLDER = Path(__file__).parent / "web"

@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from duet.io import atomic_path
+from duet.foundation.files import atomic_path
 
 SPEAK_ENGINE = "espeak-ng"
 SPEAK_ENGINE_MISSING = (f"--speak needs {SPEAK_ENGINE}, which is not installed "

@@ -17,10 +17,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from duet import REPO_ROOT
-from duet.io import native_output_to, read_jsonl, shown_path
 from duet.errors import DuetError
+from duet.io import shown_path
 from duet.manifest import MANIFEST_DIR
+from duet.foundation import REPO_ROOT
+from duet.foundation.files import native_output_to, read_jsonl
 
 TOKENIZER_TYPES = ("bpe", "unigram")
 # tools/train_tokenizer.py's defaults: the recipes' default model.tokenizer.dir (configs/ctc_base.yaml) is the

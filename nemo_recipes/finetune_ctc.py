@@ -5,7 +5,7 @@ Usage:
   # recipe's default manifests/train-clean.json, manifests/dev-clean.json and tokenizers/spe_bpe_v1024)
   python nemo_recipes/finetune_ctc.py --config-name fastconformer_small
   python nemo_recipes/finetune_ctc.py --config-name fastconformer_small \
-      init_from_nemo_model=samples/checkpoints/base.nemo \
+      init_from_nemo_model=samples/checkpoints/fastconformer_tiny_base.nemo \
       model.train_ds.manifest_filepath=manifests/train-clean-100.json \
       model.validation_ds.manifest_filepath=manifests/dev-clean.json \
       model.test_ds.manifest_filepath=manifests/test-clean.json \
@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import duet.nemo_targets
 from duet.asr import recipe
-from duet.errors import cli
+from duet.foundation.errors import cli
 
 log = logging.getLogger("finetune_ctc")
 

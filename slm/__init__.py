@@ -2,12 +2,7 @@
 
 Library modules: ``data`` (template, collator), ``modeling`` (pretrained or scratch GPT-2),
 ``metrics`` (losses, BLEU, ROUGE, BERTScore), ``generate`` (decoding; ``respond`` for the pipeline),
-``evaluation`` (scores + reports), ``ablation`` (layer / head / FFN pruning), ``config`` (YAML loading).
-Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``.
-``errors`` and ``files`` (the error base, atomic writes) serve both packages: ``slm`` never imports ``duet``.
+``evaluation`` (scores + reports), ``ablation`` (layer / head / FFN pruning), ``config`` (YAML loading),
+``errors`` (``SlmError``). Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``.
+``slm`` stands on ``duet.foundation`` only and imports nothing else of ``duet``.
 """
-
-from pathlib import Path
-
-#: Repository root (the folder holding ``pyproject.toml``); configs/ and samples/ are resolved from it.
-REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -1,10 +1,10 @@
 """Ablation study of a fine-tuned model: fewer layers, pruned attention heads, a narrower FFN.
 
 Usage:
-    python slm/ablate.py exp/slm_tiny                          # default grid, results in exp/slm_tiny/ablation/
-    python slm/ablate.py exp/slm_tiny --refinetune-steps 100   # every row (baseline too) trains 100 more steps first
-    python slm/ablate.py exp/slm_tiny --num-generate 150 --bertscore minilm --out exp/slm_tiny_ablation
-    python slm/ablate.py exp/slm_gpt2 --device cpu             # the GPU is used when there is one; force the CPU
+    python slm/ablate.py experiments/slm_tiny                          # default grid, results in experiments/slm_tiny/ablation/
+    python slm/ablate.py experiments/slm_tiny --refinetune-steps 100   # every row (baseline too) trains 100 more steps first
+    python slm/ablate.py experiments/slm_tiny --num-generate 150 --bertscore minilm --out experiments/slm_tiny_ablation
+    python slm/ablate.py experiments/slm_gpt2 --device cpu             # the GPU is used when there is one; force the CPU
 
 Each variant (and the unmodified baseline) is scored on the model's own held-out rows: the
 validation and test splits are rebuilt from the finetune_config.yaml saved with the model, so they
@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from slm.errors import DuetError, cli
-from slm.files import save_png_atomic, write_text_atomic
+from duet.foundation.errors import cli
+from duet.foundation.files import save_png_atomic, write_text_atomic
+from slm.errors import SlmError
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer, model = load_model(args.model_dir, device=pick_device(args.device))
         cfg, splits = load_splits_for(args.model_dir)
     except (FileNotFoundError, ValueError) as e:
-        raise DuetError(str(e)) from e
+        raise SlmError(str(e)) from e
     out_dir = args.out or args.model_dir / "ablation"
     train_rows = [tokenize_example(r, tokenizer, cfg.data.max_length) for r in splits["train"]]
     test_rows = splits["test"][: args.num_generate]

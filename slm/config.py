@@ -14,15 +14,15 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from slm import REPO_ROOT
-from slm.errors import DuetError
+from duet.foundation import REPO_ROOT
+from slm.errors import SlmError
 
 CONFIG_DIR = REPO_ROOT / "configs"
 DEFAULT_CONFIG = "slm_gpt2_alpaca"
 OFFLINE_CONFIG = "slm_tiny_offline"
 
 
-class ConfigError(DuetError, ValueError):
+class ConfigError(SlmError, ValueError):
     """A user mistake in the config name or an override; the message is one line."""
 
 

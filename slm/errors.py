@@ -1,46 +1,8 @@
-"""The project's error base class, the one-line form of a caught exception, and the wrapper that turns
-an error into ``prog: error: …`` for every entry script.
+"""The error the ``slm`` package raises for bad input or a missing resource."""
 
-It lives in ``slm`` because ``slm`` is the lower of the two packages: ``duet``'s pipeline imports ``slm``,
-never the reverse, so both packages' errors can share this base. ``duet.errors`` re-exports it.
-"""
-
-from __future__ import annotations
-
-import functools
-import sys
-from pathlib import Path
-from typing import Callable, Sequence
-
-Main = Callable[[Sequence[str] | None], int | None]
+from duet.foundation.errors import ToolError
 
 
-class DuetError(Exception):
-    """Bad input or a missing resource that a tool reports in one line naming the item (never a bug)."""
-
-
-def first_line(error: BaseException, limit: int = 200) -> str:
-    """The first line of ``error``'s message (its type's name when it has none), at most ``limit`` characters.
-
-    Library exceptions (NeMo, transformers, torch, the hub) often carry pages of detail; a tool's error
-    names the item and gives the reason in one line.
-    """
-    text = str(error).strip()
-    return text.splitlines()[0][:limit] if text else type(error).__name__
-
-
-def cli(main: Main) -> Main:
-    """Decorate an entry script's ``main(argv)``: a ``DuetError`` it raises is printed on stderr as
-    ``<script name>: error: <message>`` (argparse's form) and ``main`` returns 2, argparse's status for bad
-    usage. Any other exception is a bug and keeps its traceback."""
-    prog = Path(main.__code__.co_filename).stem
-
-    @functools.wraps(main)
-    def run(argv: Sequence[str] | None = None) -> int | None:
-        try:
-            return main(argv)
-        except DuetError as e:
-            print(f"{prog}: error: {e}", file=sys.stderr)
-            return 2
-
-    return run
+class SlmError(ToolError):
+    """Bad input or a missing resource in language-model work (data, config, model folder, generation settings),
+    reported in one line naming the item by ``duet.foundation.errors.cli``."""

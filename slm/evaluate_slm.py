@@ -1,9 +1,9 @@
 """Evaluate a fine-tuned model folder on Alpaca rows: losses, perplexity, BLEU-1..4, ROUGE, BERTScore.
 
 Usage:
-    python slm/evaluate_slm.py exp/slm_tiny                       # its own held-out test/validation split
-    python slm/evaluate_slm.py exp/slm_tiny --data my_rows.json   # every row of another Alpaca JSON file
-    python slm/evaluate_slm.py exp/slm_tiny --num-generate 50 --bertscore none --out /tmp/eval
+    python slm/evaluate_slm.py experiments/slm_tiny                       # its own held-out test/validation split
+    python slm/evaluate_slm.py experiments/slm_tiny --data my_rows.json   # every row of another Alpaca JSON file
+    python slm/evaluate_slm.py experiments/slm_tiny --num-generate 50 --bertscore none --out /tmp/eval
 
 Without --data the rows are the test split (answered greedily) and validation split (losses) rebuilt
 from the finetune_config.yaml saved in the folder; the on-topic shares cover the spoken assistant
@@ -18,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm.errors import DuetError, cli
+from duet.foundation.errors import cli
+from slm.errors import SlmError
 
 
 @cli
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             splits = {"test": load_alpaca(args.data)}
             splits["validation"] = splits["test"]
     except (FileNotFoundError, ValueError) as e:
-        raise DuetError(str(e)) from e
+        raise SlmError(str(e)) from e
     rows = splits["test"][: args.num_generate] if args.num_generate else splits["test"]
     summary, records = evaluate_model(model, tokenizer, splits["validation"], rows, cfg.data.max_length,
                                       args.max_new_tokens or cfg.eval.max_new_tokens, args.batch_size, args.bertscore)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from duet.foundation.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, tokenize_example
-from slm.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.generate import generate_responses
 from slm.generation import GenerationSettings
 from slm.metrics import ASSISTANT_SCORER, assistant_scores, dataset_losses, text_metrics

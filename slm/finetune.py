@@ -35,9 +35,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from duet.foundation.errors import cli, first_line
+from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
-from slm.errors import DuetError, cli, first_line
-from slm.files import write_jsonl_atomic, write_text_atomic
+from slm.errors import SlmError
 
 log = logging.getLogger("slm.finetune")
 OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
@@ -381,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(e, HubUnreachable):
             raise
-        raise DuetError(f"the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}") from e
+        raise SlmError(f"the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}") from e
     return 0
 
 

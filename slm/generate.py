@@ -1,11 +1,11 @@
 """Answer instructions with a fine-tuned GPT-2 folder: greedy, beam search or sampling, with the KV cache.
 
 Usage:
-    python slm/generate.py exp/slm_tiny "set a timer for ten minutes"
-    python slm/generate.py exp/slm_tiny "Sort the numbers in ascending order." --input "5, 2, 9"
-    python slm/generate.py exp/slm_tiny "play some jazz" --strategy sample --temperature 0.7 --top-k 40 --top-p 0.9
-    python slm/generate.py exp/slm_tiny "what is seven plus five" --strategy beam --num-beams 4
-    echo "turn off the kitchen lights" | python slm/generate.py exp/slm_tiny -      # one instruction per line
+    python slm/generate.py experiments/slm_tiny "set a timer for ten minutes"
+    python slm/generate.py experiments/slm_tiny "Sort the numbers in ascending order." --input "5, 2, 9"
+    python slm/generate.py experiments/slm_tiny "play some jazz" --strategy sample --temperature 0.7 --top-k 40 --top-p 0.9
+    python slm/generate.py experiments/slm_tiny "what is seven plus five" --strategy beam --num-beams 4
+    echo "turn off the kitchen lights" | python slm/generate.py experiments/slm_tiny -      # one instruction per line
 
 The decoding flags and their defaults are the voice pipeline's (``slm.generation.GenerationSettings``).
 Library use (the voice pipeline): ``tokenizer, model = load_model(path)`` then
@@ -24,19 +24,20 @@ from typing import Sequence
 import torch
 from safetensors import SafetensorError
 
+from duet.foundation.errors import cli, first_line
 from slm.data import format_alpaca_prompt
-from slm.errors import DuetError, cli, first_line
+from slm.errors import SlmError
 from slm.generation import (GenerationSettings, add_generation_arguments, generation_settings_from_args,
                             new_tokens_that_fit)
 
 log = logging.getLogger(__name__)
 
 
-class SlmModelError(DuetError, ValueError):
+class SlmModelError(SlmError, ValueError):
     """A language-model folder that cannot be loaded (missing or corrupt files), named in the message."""
 
 
-class SlmDeviceError(DuetError, ValueError):
+class SlmDeviceError(SlmError, ValueError):
     """A ``--device`` that names no usable device."""
 
 

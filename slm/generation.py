@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-from slm.errors import DuetError
+from slm.errors import SlmError
 
 STRATEGIES = ("greedy", "beam", "sample")
 
 
-class GenerationSettingsError(DuetError, ValueError):
+class GenerationSettingsError(SlmError, ValueError):
     """A decoding value out of range, named by its flag (``--top-p must be in (0, 1], got 2``)."""
 
 
@@ -68,7 +68,7 @@ class GenerationSettings:
                 "top_p": self.top_p}
 
 
-class ContextLengthError(DuetError, ValueError):
+class ContextLengthError(SlmError, ValueError):
     """A prompt that leaves no room for an answer in the model's context, with both numbers."""
 
 

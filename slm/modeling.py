@@ -15,12 +15,13 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from slm.errors import DuetError, first_line
+from duet.foundation.errors import first_line
+from slm.errors import SlmError
 
 EOS_TOKEN = "<|endoftext|>"
 
 
-class HubUnreachable(DuetError, RuntimeError):
+class HubUnreachable(SlmError, RuntimeError):
     """A hub name was asked for but neither the network nor the local cache could provide it."""
 
 

@@ -12,8 +12,8 @@ import subprocess
 import jiwer
 import pytest
 
-from duet.io import read_jsonl
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
+from duet.foundation.files import read_jsonl
 
 pytestmark = pytest.mark.slow
 

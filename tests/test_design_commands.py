@@ -98,7 +98,7 @@ def test_the_four_commands_run_or_name_the_command_to_run_first(clone):
     proc = typed(clone, instead[1], "train.max_steps=2", "data.max_examples=400", "eval.before_training=false",
                  "eval.num_generate=4", "eval.max_new_tokens=8", "eval.bertscore_model=none")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (clone / "exp" / "slm_tiny" / "config.json").is_file()
+    assert (clone / "experiments" / "slm_tiny" / "config.json").is_file()
 
     # 4. audio.flac is not there, nor are the demo's models: one line before any model loads, suggesting the
     # models the chain made
@@ -107,7 +107,7 @@ def test_the_four_commands_run_or_name_the_command_to_run_first(clone):
     asr = re.search(r"or pass (--asr-model \S+)\)", line)
     slm = re.search(r"or pass (--slm-model \S+)\)", line)
     assert asr and asr[1] == "--asr-model experiments/fastconformer_small/fastconformer_small.nemo", line
-    assert slm and slm[1] == "--slm-model exp/slm_tiny", line
+    assert slm and slm[1] == "--slm-model experiments/slm_tiny", line
     proc = typed(clone, f"python tools/pipeline.py {SAMPLE_FILE} {asr[1]} {slm[1]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()

@@ -1,5 +1,6 @@
-"""The import graph: imports run one way (slm <- duet <- entry scripts), synthesis stays out of training and
-inference, and entry scripts neither edit sys.path nor import one another. Read from the source, nothing runs."""
+"""The import graph: imports run one way (duet.foundation <- slm <- duet <- entry scripts), synthesis and the demo's
+stages stay out of training and inference (directly or through another module), and entry scripts neither edit
+sys.path nor import one another. Read from the source, nothing runs."""
 
 import ast
 import importlib.metadata
@@ -8,10 +9,16 @@ import sys
 import tokenize
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_FOLDERS = ("tools", "bench", "nemo_recipes", "slm")
-# The glue: modules that chain synthesis, recognition and the language model for the demo and the pipeline.
-GLUE = {"duet.demo", "duet.pipeline"}
+# The demo's stages: the one library module outside duet.synth that may use synthesis (it builds the sample).
+DEMO = "duet.demo"
+# Commands that answer or train: what they load, directly or through other modules, holds neither synthesis nor
+# the demo's stages (both of which pull in ~2,000 lines these never run).
+INFERENCE_AND_TRAINING = ("tools/pipeline.py", "tools/serve.py", "slm/generate.py", "nemo_recipes/evaluate_ctc.py",
+                          "nemo_recipes/finetune_ctc.py", "slm/finetune.py")
 
 
 def module_name(path: Path) -> str:
@@ -31,16 +38,46 @@ def imported(path: Path) -> set[str]:
     return names
 
 
-LIBRARY = {module_name(p): p for package in ("duet", "slm") for p in (REPO_ROOT / package).rglob("*.py")}
+PACKAGES = ("slm", "duet")
+# Layers, lowest first: each imports only its own and lower ones. duet.foundation sits under both packages.
+LAYERS = ("duet.foundation", "slm", "duet")
+LIBRARY = {module_name(p): p for package in PACKAGES for p in (REPO_ROOT / package).rglob("*.py")}
 GRAPH = {name: {m for m in imported(path) if m in LIBRARY and m != name} for name, path in LIBRARY.items()}
 ENTRY_SCRIPTS = [path for folder in SCRIPT_FOLDERS for path in (REPO_ROOT / folder).glob("*.py")
                  if 'if __name__ == "__main__"' in path.read_text()]
 
 
-def test_slm_never_imports_duet():
-    offenders = {name: sorted(m for m in GRAPH[name] if m.split(".")[0] == "duet") for name in GRAPH
-                 if name.split(".")[0] == "slm"}
+def reached(modules: set[str]) -> set[str]:
+    """``modules`` and every project module they import, directly or through one another (imports inside
+    functions included: running the code loads them)."""
+    seen, todo = set(), list(modules)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += GRAPH.get(name, ())
+    return seen
+
+
+def is_synthesis(name: str) -> bool:
+    return name == "duet.synth" or name.startswith("duet.synth.")
+
+
+def layer(name: str) -> int:
+    if name == "duet.foundation" or name.startswith("duet.foundation."):
+        return 0
+    return LAYERS.index(name.split(".")[0])
+
+
+def test_packages_import_only_lower_ones():
+    """duet.foundation imports nothing else of the project, and slm nothing of duet but duet.foundation."""
+    offenders = {name: sorted(m for m in deps if layer(m) > layer(name)) for name, deps in GRAPH.items()}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_importing_the_foundation_loads_nothing_else_of_duet():
+    """slm imports duet.foundation, which runs duet/__init__.py first: that must stay as light."""
+    assert GRAPH["duet"] <= {m for m in LIBRARY if layer(m) == 0}
 
 
 def test_no_import_cycle_between_library_modules():
@@ -59,9 +96,23 @@ def test_no_import_cycle_between_library_modules():
         visit(name, [])
 
 
-def test_synthesis_is_imported_only_by_itself_and_the_glue():
-    users = {name for name, deps in GRAPH.items() if any(d.startswith("duet.synth") for d in deps)}
-    assert {u for u in users if not u.startswith("duet.synth")} <= GLUE
+def test_synthesis_and_the_demo_are_reached_only_by_themselves():
+    """No library module but the demo's stages reaches duet.synth, and none reaches the demo's stages, even
+    through another module."""
+    problems = {}
+    for name in GRAPH:
+        if is_synthesis(name) or name == DEMO:
+            continue
+        found = sorted(m for m in reached(GRAPH[name]) if is_synthesis(m) or m == DEMO)
+        if found:
+            problems[name] = found
+    assert not problems
+
+
+@pytest.mark.parametrize("script", INFERENCE_AND_TRAINING)
+def test_inference_and_training_commands_reach_neither_synthesis_nor_the_demo(script):
+    found = reached({m for m in imported(REPO_ROOT / script) if m in LIBRARY})
+    assert not sorted(m for m in found if is_synthesis(m) or m == DEMO)
 
 
 def test_entry_scripts_neither_edit_sys_path_nor_import_each_other():

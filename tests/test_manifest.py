@@ -12,10 +12,10 @@ import pytest
 import soundfile
 
 import duet.librispeech as librispeech
-from duet.io import atomic_path, read_jsonl
 from duet.errors import AsrInputError
 from duet.manifest import (ManifestOptions, build_split_manifest, find_splits, read_manifest, spread_subset,
                            write_manifest)
+from duet.foundation.files import atomic_path, read_jsonl
 from tests.audio_fixtures import write_chapter, write_tone
 
 import importlib.util

@@ -340,8 +340,8 @@ def test_cli_names_every_missing_input_in_one_line_before_loading(cli, monkeypat
     loads = stand_in_load(monkeypatch, None)
     import duet.pipeline_options
 
-    for name in ("EXPERIMENTS", "REPO_ROOT"):  # no model made by the recipes to suggest instead
-        monkeypatch.setattr(duet.pipeline_options, name, tmp_path / "empty")
+    # no model made by the recipes to suggest instead
+    monkeypatch.setattr(duet.pipeline_options, "EXPERIMENTS", tmp_path / "empty")
     missing_asr, missing_slm = tmp_path / "none.nemo", tmp_path / "no_slm"
     code = cli.main([str(tmp_path / "audio.flac"), "--asr-model", str(missing_asr), "--slm-model", str(missing_slm)])
     out, err = capsys.readouterr()

@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 
 from duet.asr import pseudo_label as pl
-from duet.io import read_jsonl
+from duet.foundation.files import read_jsonl
 
 
 def test_numbers_are_spelt_as_read():

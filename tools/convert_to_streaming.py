@@ -21,8 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from duet.errors import cli
 from duet.asr.streaming import convert_to_streaming, streaming_latency
+from duet.foundation.errors import cli
 
 
 @cli

@@ -51,16 +51,17 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from duet import REPO_ROOT, SAMPLES_DIR
-from duet.synth.corpus import bundled_sample_kinds
+from duet import SAMPLES_DIR
 from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
                        DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, Stage, asr_summary, demo_decoding,
                        generalisation_summary, log_tail, next_steps, pipeline_summary, shown, slm_summary,
                        write_demo_decoding)
-from duet.errors import cli
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
-from duet.io import read_jsonl, write_jsonl_atomic
 from duet.stage_progress import ConsoleProgress, LogProgress
+from duet.synth.corpus import bundled_sample_kinds
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import read_jsonl, write_jsonl_atomic
 
 # The report's 1024 pieces also train on the sample's 520 sentences, but then most pieces are whole
 # words seen a handful of times; a CTC decoder learns a smaller inventory from 20 minutes of audio faster.

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
-from duet.errors import DuetError, cli
-from duet.io import atomic_path
+from duet.errors import DuetError
+from duet.foundation.errors import cli
+from duet.foundation.files import atomic_path
 
 WEIGHTS = "model_weights.ckpt"
 

@@ -37,8 +37,9 @@ from pathlib import Path
 
 from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
 from duet.asr.whisper_import import ImportSettings, build_model
-from duet.errors import DuetError, cli
-from duet.io import atomic_path, write_text_atomic
+from duet.errors import DuetError
+from duet.foundation.errors import cli
+from duet.foundation.files import atomic_path, write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

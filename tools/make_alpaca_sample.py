@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from duet import SAMPLES_DIR
-from duet.errors import cli
-from duet.io import write_text_atomic
 from duet.synth.alpaca_sample import make_examples
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 @cli

@@ -19,10 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from duet import REPO_ROOT
+from duet.errors import DuetError
 from duet.synth.corpus import SAMPLE_SEED, lm_text
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -40,9 +40,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from duet import REPO_ROOT, SAMPLES_DIR
-from duet.errors import DuetError, cli
-from duet.io import write_text_atomic
+from duet import SAMPLES_DIR
+from duet.errors import DuetError
 from duet.librispeech import (
     ARCHIVE_MD5, BASE_URL_ENV, OPENSLR_BASE_URL, DownloadSettings, extract_split, fetch_archive, read_md5sums,
 )
@@ -50,6 +49,9 @@ from duet.manifest import (
     MANIFEST_DIR, ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current,
     split_fingerprint, spread_subset, stamp_path, write_manifest,
 )
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
 
 MAX_PROBLEMS_SHOWN = 10
 

@@ -38,13 +38,15 @@ import os
 import sys
 from pathlib import Path
 
-from duet import REPO_ROOT, SAMPLES_DIR
-from duet.errors import DuetError, cli
+from duet import SAMPLES_DIR
+from duet.errors import DuetError
 from duet.synth.corpus import (HOURS_CHANNEL, SAMPLE_CHANNEL, SAMPLE_COUNTS, SAMPLE_MAX_WORDS, SAMPLE_SEED,
                                build_generalisation,
                                build_hours, build_sample, build_unseen_voices)
 from duet.synth.noise import build_noise_set, build_rir_set
 from duet.synth.tts import CHANNELS, missing_engines, missing_voice_packages
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -72,12 +72,14 @@ from pathlib import Path
 
 from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
 from duet.cli_args import add_log_arguments, log_target
-from duet.errors import DuetError, cli
-from duet.io import audio_file_problem, expand_audio_paths, library_output_to, read_jsonl
+from duet.errors import DuetError
+from duet.io import audio_file_problem, expand_audio_paths
 from duet.pipeline import PipelineResult
 from duet.pipeline_options import (add_decoding_options, add_model_arguments, load_pipeline, model_path_problems,
                                    resolve_pipeline_options)
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
+from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to, read_jsonl
 
 STDIN = Path("-")  # the audio argument that streams raw PCM from standard input
 

@@ -3,7 +3,7 @@ r"""Plot an utterance as the model sees it: waveform, mel, log-mel and SpecAugme
 
 Usage:
   # with a trained model's own preprocessor and SpecAugment modules
-  python tools/plot_features.py --model samples/checkpoints/base.nemo \
+  python tools/plot_features.py --model samples/checkpoints/fastconformer_tiny_base.nemo \
       --audio samples/LibriSpeech/test-clean/<spk>/<chapter>/<utt>.flac --out features.png
 
   # without a model: the modules are built from a recipe config (default configs/fastconformer_small.yaml)
@@ -22,9 +22,10 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
-from duet import REPO_ROOT
-from duet.errors import DuetError, cli
-from duet.io import save_png_atomic
+from duet.errors import DuetError
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
+from duet.foundation.files import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

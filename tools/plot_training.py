@@ -17,8 +17,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from duet.errors import DuetError, cli
-from duet.io import save_png_atomic
+from duet.errors import DuetError
+from duet.foundation.errors import cli
+from duet.foundation.files import save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from duet.asr.pseudo_label import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
                                    label_files, make_teacher, pseudo_label, rows_as_dicts)
-from duet.errors import DuetError, cli
-from duet.io import read_jsonl, write_jsonl_atomic, write_text_atomic
+from duet.errors import DuetError
+from duet.foundation.errors import cli
+from duet.foundation.files import read_jsonl, write_jsonl_atomic, write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -55,11 +55,12 @@ import uvicorn
 from duet.asr.inference import load_asr_model
 from duet.asr.streaming import check_streaming_model
 from duet.cli_args import add_log_arguments, log_target
-from duet.errors import DuetError, cli
-from duet.io import library_output_to
+from duet.errors import DuetError
 from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths, load_pipeline,
                                    resolve_pipeline_options)
 from duet.server import ServerSettings, create_app
+from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from duet import REPO_ROOT
-from duet.errors import cli
 from duet.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
+from duet.foundation import REPO_ROOT
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:

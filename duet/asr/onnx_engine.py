@@ -26,7 +26,8 @@ from omegaconf import OmegaConf, open_dict
 
 import duet.nemo_targets
 from duet.asr.inference import pad_batch
-from duet.errors import AsrInputError, first_line
+from duet.errors import AsrInputError
+from duet.foundation.errors import first_line
 
 ENGINES = ("torch", "onnx")
 METADATA = "metadata.json"

@@ -35,8 +35,8 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from duet.asr.inference import load_asr_model, load_audio, pad_batch, transcribe_audio
 from duet.asr.onnx_engine import FORMAT, GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError
-from duet.errors import first_line
-from duet.io import write_text_atomic
+from duet.foundation.errors import first_line
+from duet.foundation.files import write_text_atomic
 
 INT8_METHODS = ("dynamic", "static")
 OPSET = 17

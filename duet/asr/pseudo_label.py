@@ -26,9 +26,10 @@ from duet.asr.inference import load_asr_model, load_audio
 from duet.asr.whisper_weights import whisper_model_dir
 from duet.asr.words import transcribe_with_words
 from duet.errors import AsrInputError, DuetError
-from duet.io import expand_audio_paths, write_jsonl_atomic, write_text_atomic
+from duet.io import expand_audio_paths
 from duet.text import normalize_text
-from slm.spelling import number_to_words
+from duet.foundation.files import write_jsonl_atomic, write_text_atomic
+from duet.foundation.spelling import number_to_words
 
 WHISPER_TEACHER = "whisper-tiny.en"
 SAMPLE_RATE = 16000

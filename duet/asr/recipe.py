@@ -23,10 +23,11 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from duet.asr import evaluate, scoring
-from duet.errors import DuetError, first_line
-from duet.io import read_jsonl, write_text_atomic
+from duet.errors import DuetError
 from duet.manifest import make_manifest_command
 from duet.tokenizer import training_command
+from duet.foundation.errors import first_line
+from duet.foundation.files import read_jsonl, write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Sequence
 import jiwer
 
 from duet.errors import AsrInputError
-from duet.io import write_jsonl_atomic, write_text_atomic
 from duet.text import normalize_text
+from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from duet.asr.evaluate import evaluate_manifest
 from duet.asr.inference import hypothesis_text, load_audio
 from duet.asr.scoring import Scored
 from duet.errors import AsrInputError
-from duet.io import atomic_path
+from duet.foundation.files import atomic_path
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from duet.io import atomic_path
+from duet.foundation.files import atomic_path
 
 RESMHA_TARGET = "duet.asr.resmha.ResidualAttentionConformerEncoder"
 

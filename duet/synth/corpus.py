@@ -39,12 +39,12 @@ from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
-from duet.synth.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
-from duet.io import write_text_atomic
 from duet.real_speech import held_out_transcripts
+from duet.synth.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
 from duet.synth.tts import Speaker, speaker_catalogue, synthesize, usable
 from duet.synth.voices import check_exclusion, generalisation_pool, unseen_speakers
 from duet.synth.wordnet_text import wordnet_sentences
+from duet.foundation.files import write_text_atomic
 
 SAMPLE_SPLITS = ("train-clean", "dev-clean", "test-clean")
 #: Seed-stream offsets so each split's sentences are independent of the other splits' sizes.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from duet.text import normalize_text
-from slm.spelling import number_to_words
+from duet.foundation.spelling import number_to_words
 
 # ----------------------------------------------------------------------------------------------------
 # Numbers in words

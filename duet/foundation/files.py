@@ -1,7 +1,4 @@
-"""Small file helpers shared by every tool: atomic writes and JSON Lines.
-
-They live in ``slm`` (which may not import ``duet``) so that both packages use them; ``duet.io`` re-exports
-them under the names duet's modules use."""
+"""Small file helpers shared by every tool: atomic writes, JSON Lines, native and library output to a log."""
 
 from __future__ import annotations
 

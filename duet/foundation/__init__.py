@@ -1,0 +1,15 @@
+"""duet.foundation: what every tool of the project stands on, below both packages.
+
+``errors`` (the base of the errors a tool reports in one line, and ``cli`` that reports them), ``files`` (atomic
+writes, JSON Lines, library output to a log) and ``spelling`` (whole numbers as a reader says them). The speech
+package ``duet`` and the language-model package ``slm`` both import it; it imports nothing else of either (and
+``duet/__init__.py`` nothing but it), so ``slm`` stays usable without the speech stack (imports run
+duet.foundation <- slm <- duet <- entry scripts).
+"""
+
+from pathlib import Path
+
+#: Repository root (the folder holding ``pyproject.toml``); configs/ and samples/ are resolved from it.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Where every run writes (speech recognition and language model alike): experiments/<run name>/.
+EXPERIMENTS = REPO_ROOT / "experiments"
