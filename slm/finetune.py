@@ -16,8 +16,9 @@ eval_summary.json, the BLEU/ROUGE charts, log_history.jsonl and finetune.log.
 
 Resume: a run works in <output_dir's parent>/.<name>.partial and moves it to output_dir when it has finished.
 If it stops (an error, Ctrl-C, a killed job) after training began, the folder is kept; the same command again
-continues from its last checkpoint (train.save_steps=N writes one every N steps) with the same config. The model
-is saved before the final evaluation, so a failing evaluation loses no training.
+continues from its last checkpoint (train.save_steps=N writes one every N steps; train.save_total_limit, default 2,
+keeps the newest) with the same config. The model is saved before the final evaluation, so a failing evaluation
+loses no training; a finished run removes its checkpoints (the saved model replaces them).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def make_training_args(cfg, output_dir: Path, precision: str, n_eval: int):
         eval_strategy="steps" if n_eval else "no", eval_steps=t.eval_steps,
         logging_strategy="steps", logging_steps=t.logging_steps, disable_tqdm=True, report_to="none",
         save_strategy="steps" if t.save_steps else "no", save_steps=t.save_steps or 500,
+        save_total_limit=t.save_total_limit,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         include_num_input_tokens_seen="non_padding", **precision_arguments(precision),
         use_cpu=precision == "fp32" and not _cuda(),
@@ -226,6 +228,19 @@ def last_checkpoint(work_dir: Path) -> Path | None:
             return Path(found)
         log.warning("skipping %s: its save was interrupted", found)
     return None
+
+
+def remove_checkpoints(checkpoints: Path) -> None:
+    """Delete a finished run's checkpoints: they only serve resuming a stopped run (a re-run of a finished one starts
+    afresh), the saved model replaces them, and each is ~1.5 GB for GPT-2 124M. The log names the ones removed, so
+    that a run shows how many ``train.save_total_limit`` kept."""
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
+    from transformers.trainer_utils import sort_checkpoints
+
+    found = sort_checkpoints(str(checkpoints)) if checkpoints.is_dir() else []
+    if found:
+        log.info("removing the checkpoints %s: the saved model replaces them", ", ".join(Path(p).name for p in found))
+    shutil.rmtree(checkpoints, ignore_errors=True)
 
 
 def run(cfg) -> dict:
@@ -336,8 +351,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     results["after"], records["after"] = evaluate("fine-tuned")
     write_report(work_dir, results, records)
     write_jsonl_atomic(work_dir / "log_history.jsonl", trainer.state.log_history)
-    if not cfg.train.save_steps:
-        shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
+    remove_checkpoints(work_dir / "checkpoints")
     metrics = {"parameters": n_params, "train_rows": len(splits["train"]), "train_loss": train_output.training_loss,
                "train_steps": trainer.state.global_step, "train_seconds": round(train_seconds, 1),
                "total_seconds": round(time.time() - started, 1), "device": device, "precision": precision,
