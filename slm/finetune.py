@@ -152,6 +152,7 @@ def make_training_args(cfg, output_dir: Path, precision: str, n_eval: int):
         include_num_input_tokens_seen="non_padding", **precision_arguments(precision),
         use_cpu=precision == "fp32" and not _cuda(),
         remove_unused_columns=False, dataloader_num_workers=0,
+        ddp_timeout=t.ddp_timeout,
         ddp_find_unused_parameters=False)  # GPT-2 uses every weight each step: skip DDP's extra graph walk
 
 
@@ -323,8 +324,17 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
         return evaluate_model(model, tokenizer, splits["validation"], generation_rows, cfg.data.max_length,
                               cfg.eval.max_new_tokens, cfg.eval.batch_size, cfg.eval.bertscore_model, log=log.info)
 
-    # Under torchrun every process trains, but only rank 0 evaluates (generation and metrics are local
-    # to one process, so the others need not wait for it) and writes the output folder.
+    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
+                      train_dataset=datasets.Dataset.from_list(tokenized["train"]),
+                      eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
+                      data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),
+                      processing_class=tokenizer, callbacks=[make_progress_callback()])
+    trainer.remove_callback(PrinterCallback)  # its raw dicts would duplicate the progress lines
+
+    # Under torchrun every process trains, but only rank 0 evaluates (generation and metrics are local to one
+    # process) and writes the output folder. The Trainer exists first, so every rank has joined the process group;
+    # the others then wait at the barrier below while rank 0 scores the starting model, for at most
+    # train.ddp_timeout (the Trainer's 30-minute default could run out: 200 answers, a first roberta-large download).
     results, records = {}, {}
     before_file = work_dir / "before.json"  # a resumed run reuses its starting model's scores
     if cfg.eval.before_training and is_rank_zero:
@@ -334,13 +344,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
         else:
             results["before"], records["before"] = evaluate("starting")
             write_text_atomic(before_file, json.dumps({"summary": results["before"], "records": records["before"]}))
-
-    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
-                      train_dataset=datasets.Dataset.from_list(tokenized["train"]),
-                      eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
-                      data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),
-                      processing_class=tokenizer, callbacks=[make_progress_callback()])
-    trainer.remove_callback(PrinterCallback)  # its raw dicts would duplicate the progress lines
+    trainer.accelerator.wait_for_everyone()
     train_started = time.time()
     train_output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.time() - train_started

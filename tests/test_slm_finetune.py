@@ -15,7 +15,10 @@ def test_shipped_configs_load_with_report_hyperparameters():
     real = load_config("slm_gpt2_alpaca")
     assert real.model.name_or_path == "gpt2" and real.data.source == "tatsu-lab/alpaca"
     t = real.train
-    assert (t.learning_rate, t.weight_decay, t.batch_size, t.epochs, t.eval_steps) == (5e-5, 0.1, 8, 5, 5)
+    assert (t.learning_rate, t.weight_decay, t.batch_size, t.epochs) == (5e-5, 0.1, 8, 5)
+    # sized for a GPU: 52,002 Alpaca rows x 0.85 x 5 epochs / batch 8 = 27,626 steps; the report's 5 meant ~5,500
+    # evaluations, each one a stop of every GPU
+    assert 40 <= 27_626 // t.eval_steps <= 100 and t.save_total_limit == 2 and t.ddp_timeout > 1800
     assert list(real.data.split) == [0.85, 0.10, 0.05] and real.data.max_length == 1024 and real.model.dropout == 0.0
     tiny = load_config("slm_tiny_offline")
     assert tiny.model.name_or_path is None and tiny.data.source == "samples/alpaca_sample.json"
@@ -215,6 +218,37 @@ def finetune_evaluation_module():
     import slm.evaluation
 
     return slm.evaluation
+
+
+def test_the_starting_model_is_scored_after_the_trainer_exists_and_every_rank_waits_for_it(tmp_path, monkeypatch):
+    """Under torchrun the other ranks wait while rank 0 scores the starting model; that wait must come after the
+    Trainer (and so the process group) exists, at an explicit barrier under train.ddp_timeout, not inside the
+    group's 30-minute default."""
+    import accelerate
+    import transformers
+
+    events = []
+    real_init, real_wait = transformers.Trainer.__init__, accelerate.Accelerator.wait_for_everyone
+    real_evaluate = finetune_evaluation_module().evaluate_model
+
+    def init(self, *args, **kwargs):
+        events.append(("trainer", kwargs["args"].ddp_timeout))
+        real_init(self, *args, **kwargs)
+
+    def wait(self):
+        events.append("wait")
+        real_wait(self)
+
+    def evaluate(*args, **kwargs):
+        events.append("evaluate")
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "__init__", init)
+    monkeypatch.setattr(accelerate.Accelerator, "wait_for_everyone", wait)
+    monkeypatch.setattr(finetune_evaluation_module(), "evaluate_model", evaluate)
+    assert finetune.main(["--config-name", "slm_tiny_offline", f"output_dir={tmp_path / 'run'}", *TINY_RUN,
+                          "train.save_steps=null", "train.ddp_timeout=7200"]) == 0
+    assert events[:3] == [("trainer", 7200), "evaluate", "wait"]
 
 
 def test_hub_probe_goes_through_the_proxy(monkeypatch):
