@@ -4,7 +4,8 @@ Library modules: ``data`` (template, collator), ``modeling`` (pretrained or scra
 ``metrics`` (losses, BLEU, ROUGE, BERTScore), ``generate`` (decoding; ``respond`` for the pipeline),
 ``evaluation`` (scores + reports), ``ablation`` (layer / head / FFN pruning), ``config`` (YAML loading).
 Entry scripts: ``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``.
-``errors`` and ``files`` (the error base, atomic writes) serve both packages: ``slm`` never imports ``duet``.
+``errors``, ``files`` and ``torch_build`` (the error base, atomic writes, the torch build for this machine's
+GPUs) serve both packages and tools/setup.sh: ``slm`` never imports ``duet``.
 """
 
 from pathlib import Path

@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
 from slm.errors import DuetError, cli, first_line
 from slm.files import write_jsonl_atomic, write_text_atomic
+from slm.torch_build import require_torch_to_see_the_gpus
 
 log = logging.getLogger("slm.finetune")
 OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
@@ -256,6 +257,7 @@ def run(cfg) -> dict:
         import torch
 
         torch.set_num_threads(cfg.train.threads)
+    require_torch_to_see_the_gpus()  # else a GPU machine with the wrong torch build trains on its CPU, unsaid
     final_dir = resolve_path(cfg.output_dir)
     work_dir = partial_dir(final_dir)
     is_rank_zero = int(os.environ.get("RANK", "0")) == 0

@@ -27,6 +27,7 @@ from duet.errors import DuetError, first_line
 from duet.io import read_jsonl, write_text_atomic
 from duet.manifest import make_manifest_command
 from duet.tokenizer import training_command
+from slm.torch_build import require_torch_to_see_the_gpus
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,13 @@ def resolve_trainer_config(trainer_cfg: DictConfig) -> dict:
     GPU: all visible devices, DDP when there are several, bf16 mixed precision on GPUs that run it
     natively, fp16 mixed precision on older ones (:func:`mixed_precision_for`), synchronised batch norm.
     CPU: one process, fp32 (CPU DDP must be asked for explicitly, with ``sync_batchnorm=false``).
-    Values set in the config or on the command line are kept.
+    Values set in the config or on the command line are kept. GPUs that ``nvidia-smi`` lists and torch cannot use
+    are an error (``slm.torch_build.require_torch_to_see_the_gpus``) unless ``trainer.accelerator=cpu``.
     """
     resolved = OmegaConf.to_container(trainer_cfg, resolve=True)
     wants_gpu = resolved.get("accelerator") in (None, "auto", "gpu", "cuda")
+    if wants_gpu:
+        require_torch_to_see_the_gpus()  # a GPU machine whose torch cannot use them would train on the CPU
     if wants_gpu and torch.cuda.is_available():
         devices = resolved.get("devices")
         multi = requested_gpu_count(devices) * resolved.get("num_nodes", 1) > 1
