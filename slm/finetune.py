@@ -16,8 +16,9 @@ eval_summary.json, the BLEU/ROUGE charts, log_history.jsonl and finetune.log.
 
 Resume: a run works in <output_dir's parent>/.<name>.partial and moves it to output_dir when it has finished.
 If it stops (an error, Ctrl-C, a killed job) after training began, the folder is kept; the same command again
-continues from its last checkpoint (train.save_steps=N writes one every N steps) with the same config. The model
-is saved before the final evaluation, so a failing evaluation loses no training.
+continues from its last checkpoint (train.save_steps=N writes one every N steps; train.save_total_limit, default 2,
+keeps the newest) with the same config. The model is saved before the final evaluation, so a failing evaluation
+loses no training; a finished run removes its checkpoints (the saved model replaces them).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from duet.foundation.errors import cli, first_line
 from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
 from slm.errors import SlmError
+from slm.torch_build import require_torch_to_see_the_gpus
 
 log = logging.getLogger("slm.finetune")
 OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
@@ -147,10 +149,12 @@ def make_training_args(cfg, output_dir: Path, precision: str, n_eval: int):
         eval_strategy="steps" if n_eval else "no", eval_steps=t.eval_steps,
         logging_strategy="steps", logging_steps=t.logging_steps, disable_tqdm=True, report_to="none",
         save_strategy="steps" if t.save_steps else "no", save_steps=t.save_steps or 500,
+        save_total_limit=t.save_total_limit,
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         include_num_input_tokens_seen="non_padding", **precision_arguments(precision),
         use_cpu=precision == "fp32" and not _cuda(),
         remove_unused_columns=False, dataloader_num_workers=0,
+        ddp_timeout=t.ddp_timeout,
         ddp_find_unused_parameters=False)  # GPT-2 uses every weight each step: skip DDP's extra graph walk
 
 
@@ -229,6 +233,19 @@ def last_checkpoint(work_dir: Path) -> Path | None:
     return None
 
 
+def remove_checkpoints(checkpoints: Path) -> None:
+    """Delete a finished run's checkpoints: they only serve resuming a stopped run (a re-run of a finished one starts
+    afresh), the saved model replaces them, and each is ~1.5 GB for GPT-2 124M. The log names the ones removed, so
+    that a run shows how many ``train.save_total_limit`` kept."""
+    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
+    from transformers.trainer_utils import sort_checkpoints
+
+    found = sort_checkpoints(str(checkpoints)) if checkpoints.is_dir() else []
+    if found:
+        log.info("removing the checkpoints %s: the saved model replaces them", ", ".join(Path(p).name for p in found))
+    shutil.rmtree(checkpoints, ignore_errors=True)
+
+
 def run(cfg) -> dict:
     """Train and evaluate; returns the metrics written to metrics.json (empty on ranks other than 0)."""
     # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
@@ -241,6 +258,7 @@ def run(cfg) -> dict:
         import torch
 
         torch.set_num_threads(cfg.train.threads)
+    require_torch_to_see_the_gpus()  # else a GPU machine with the wrong torch build trains on its CPU, unsaid
     final_dir = resolve_path(cfg.output_dir)
     work_dir = partial_dir(final_dir)
     is_rank_zero = int(os.environ.get("RANK", "0")) == 0
@@ -309,8 +327,17 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
         return evaluate_model(model, tokenizer, splits["validation"], generation_rows, cfg.data.max_length,
                               cfg.eval.max_new_tokens, cfg.eval.batch_size, cfg.eval.bertscore_model, log=log.info)
 
-    # Under torchrun every process trains, but only rank 0 evaluates (generation and metrics are local
-    # to one process, so the others need not wait for it) and writes the output folder.
+    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
+                      train_dataset=datasets.Dataset.from_list(tokenized["train"]),
+                      eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
+                      data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),
+                      processing_class=tokenizer, callbacks=[make_progress_callback()])
+    trainer.remove_callback(PrinterCallback)  # its raw dicts would duplicate the progress lines
+
+    # Under torchrun every process trains, but only rank 0 evaluates (generation and metrics are local to one
+    # process) and writes the output folder. The Trainer exists first, so every rank has joined the process group;
+    # the others then wait at the barrier below while rank 0 scores the starting model, for at most
+    # train.ddp_timeout (the Trainer's 30-minute default could run out: 200 answers, a first roberta-large download).
     results, records = {}, {}
     before_file = work_dir / "before.json"  # a resumed run reuses its starting model's scores
     if cfg.eval.before_training and is_rank_zero:
@@ -320,13 +347,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
         else:
             results["before"], records["before"] = evaluate("starting")
             write_text_atomic(before_file, json.dumps({"summary": results["before"], "records": records["before"]}))
-
-    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
-                      train_dataset=datasets.Dataset.from_list(tokenized["train"]),
-                      eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
-                      data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),
-                      processing_class=tokenizer, callbacks=[make_progress_callback()])
-    trainer.remove_callback(PrinterCallback)  # its raw dicts would duplicate the progress lines
+    trainer.accelerator.wait_for_everyone()
     train_started = time.time()
     train_output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.time() - train_started
@@ -337,8 +358,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     results["after"], records["after"] = evaluate("fine-tuned")
     write_report(work_dir, results, records)
     write_jsonl_atomic(work_dir / "log_history.jsonl", trainer.state.log_history)
-    if not cfg.train.save_steps:
-        shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
+    remove_checkpoints(work_dir / "checkpoints")
     metrics = {"parameters": n_params, "train_rows": len(splits["train"]), "train_loss": train_output.training_loss,
                "train_steps": trainer.state.global_step, "train_seconds": round(train_seconds, 1),
                "total_seconds": round(time.time() - started, 1), "device": device, "precision": precision,

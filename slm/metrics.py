@@ -170,9 +170,25 @@ def bertscore_f1(hypotheses: Sequence[str], references: Sequence[str], model: st
     scored = [i for i, (h, r) in enumerate(zip(hypotheses, references)) if h.strip() and r.strip()]
     if not scored:
         return 0.0
-    _, _, f1 = bert_score.score([hypotheses[i] for i in scored], [references[i] for i in scored], model_type=model,
-                                num_layers=num_layers, lang="en", batch_size=batch_size, verbose=False)
+    scorer = bert_score.BERTScorer(model_type=model, num_layers=num_layers, lang="en", batch_size=batch_size)
+    cap_tokenizer_length(scorer._tokenizer, scorer._model.config)
+    _, _, f1 = scorer.score([hypotheses[i] for i in scored], [references[i] for i in scored], verbose=False)
     return 100.0 * float(f1.sum()) / len(hypotheses)
+
+
+def cap_tokenizer_length(tokenizer, model_config) -> None:
+    """Cap ``tokenizer.model_max_length`` at the positions the model has.
+
+    bert-score truncates every sentence at the tokenizer's ``model_max_length``. transformers 5 no longer carries
+    the per-checkpoint table that gave roberta-large 512, so a tokenizer whose config lacks the key (roberta-large's
+    on the hub) reports ~1e30, which the fast tokenizer cannot take: ``OverflowError: int too big to convert``
+    (Tiiiger/bert_score#205). Two positions are kept back because the RoBERTa family numbers positions from
+    ``padding_idx + 1`` = 2 (514 position embeddings, 512 usable); for BERT-style models that costs two tokens of
+    sentences longer than 510, which answers here never reach.
+    """
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions and tokenizer.model_max_length > positions - 2:
+        tokenizer.model_max_length = positions - 2
 
 
 def text_metrics(hypotheses: Sequence[str], references: Sequence[str], bertscore_model: str = "auto") -> dict:

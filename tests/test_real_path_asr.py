@@ -7,14 +7,23 @@ utterances: keeping the checkpoint's tokenizer, and switching to a new 1024-piec
 tools/train_tokenizer.py. The pretrained-name route runs offline: NeMo's ``from_pretrained`` reuses a file in
 its cache folder (``$NEMO_CACHE_DIR``) without any network call, so the conformer stand-in is put there by
 NeMo's own downloader (its ``urlretrieve`` replaced by a local copy) and the recipe is run with the name.
+
+The download itself is rehearsed against a stand-in NGC on 127.0.0.1 (NeMo's request for the name redirected there)
+that cuts its answers halfway: nothing half-written may reach the cache, a cached file that does not restore is
+fetched once more, and a process that finds another downloading waits for it and reuses its file.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest import mock
 
@@ -159,3 +168,147 @@ def test_pretrained_name_from_nemo_cache_offline_under_the_fastconformer_config_
     assert differences["subsampling_factor"] == [4, 8] and differences["conv_kernel_size"] == [31, 9]
     assert "The checkpoint's encoder is not fastconformer_small's" in output
     assert _saved_vocabulary(summary["model"]) == stand_ins["own_vocabulary"]
+
+
+def _readme_gpu_finetune_overrides() -> list[str]:
+    """The overrides of the README's GPU fine-tune command ("On a GPU machine", (1)), as a user copies them."""
+    block = (REPO / "README.md").read_text().split("## On a GPU machine", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    command = block.split("python nemo_recipes/finetune_ctc.py", 1)[1].split("\n# ", 1)[0]
+    words = " ".join(line.split("#", 1)[0].rstrip(" \\") for line in command.splitlines()).split()
+    assert words[:2] == ["--config-name", "conformer_small"], words
+    return words[2:]
+
+
+def test_the_readme_gpu_command_keeps_the_checkpoint_tokenizer(python, stand_ins, tmp_path):
+    """The README's command for stt_en_conformer_ctc_small, its manifests swapped for the stand-ins': the checkpoint's
+    tokenizer and trained output layer are kept (a new tokenizer would replace that layer)."""
+    overrides = [o for o in _readme_gpu_finetune_overrides() if ".manifest_filepath=" not in o]
+    assert f"init_from_pretrained_model={PRETRAINED_NAME}" in overrides
+    env = {**os.environ, "NEMO_CACHE_DIR": str(stand_ins["cache_dir"]), "HF_HUB_OFFLINE": "1",
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    _, summary = _finetune(python, stand_ins, "conformer_small", tmp_path, *overrides, env=env)
+    assert summary["vocabulary_changed"] is False and summary["architecture_differences"] == {}
+    assert _saved_vocabulary(summary["model"]) == stand_ins["own_vocabulary"]
+
+# --- the pretrained download, against a stand-in NGC on 127.0.0.1 ------------------------------------------------
+
+NGC = "https://api.ngc.nvidia.com"
+
+
+class StandInNgc(BaseHTTPRequestHandler):
+    """Serves ``data`` for any path. ``mode``: "ok"; "cut" = the full Content-Length announced, half sent, connection
+    closed (urlretrieve raises); "short" = half sent without a Content-Length (urlretrieve cannot tell)."""
+
+    data: bytes
+    mode: str
+    requests: list
+
+    def do_GET(self):
+        self.requests.append(self.path)
+        half = self.mode != "ok"
+        self.send_response(200)
+        if self.mode != "short":
+            self.send_header("Content-Length", str(len(self.data)))
+        self.end_headers()
+        self.wfile.write(self.data[: len(self.data) // 2] if half else self.data)
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stand_in_ngc(tmp_path, monkeypatch):
+    """(handler class, cache dir): a micro .nemo served on 127.0.0.1, NeMo's NGC URLs redirected there, its cache in
+    tmp_path."""
+    from tests.asr_helpers import ASSISTANT_SENTENCES, build_micro_model, train_tokenizer
+
+    nemo_file = tmp_path / "served.nemo"
+    build_micro_model(train_tokenizer(ASSISTANT_SENTENCES, tmp_path / "tok", 40)).save_to(str(nemo_file))
+    handler = type("Handler", (StandInNgc,), {"data": nemo_file.read_bytes(), "mode": "ok", "requests": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    real_urlretrieve = urllib.request.urlretrieve
+
+    def to_loopback(url, filename=None, *args, **kwargs):
+        assert url.startswith(NGC + "/") and url.endswith(f"/{PRETRAINED_NAME}.nemo"), url
+        return real_urlretrieve(base + url.removeprefix(NGC), filename, *args, **kwargs)
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NEMO_CACHE_DIR", str(tmp_path / "nemo_cache"))
+    monkeypatch.setattr(urllib.request, "urlretrieve", to_loopback)
+    try:
+        yield handler, tmp_path / "nemo_cache"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _load_pretrained(trainer=None):
+    from omegaconf import OmegaConf
+
+    from duet.asr import recipe
+
+    cfg = OmegaConf.create({"name": "t", "init_from_nemo_model": None, "init_from_pretrained_model": PRETRAINED_NAME,
+                            "model": {"tokenizer": {"dir": None}}})
+    return recipe.load_base_model(cfg, trainer)
+
+
+def _cached(cache_dir: Path) -> list[Path]:
+    """Every file and folder under the cache except lock files (what a later run could mistake for the model)."""
+    return sorted(p for p in cache_dir.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+
+
+def test_a_pretrained_download_cut_halfway_never_reaches_the_cache(stand_in_ngc, caplog):
+    from duet.asr.recipe import RecipeError
+
+    handler, cache_dir = stand_in_ngc
+    handler.mode = "cut"  # the link drops on every one of NeMo's three attempts
+    with pytest.raises(RecipeError, match=f"init_from_pretrained_model={PRETRAINED_NAME}: could not download it") as e:
+        _load_pretrained()
+    assert len(handler.requests) == 3, e.value and _cached(cache_dir) == []  # main left the half file as the cached model
+
+    handler.mode = "ok"  # the next run downloads it whole
+    model = _load_pretrained()
+    assert model.tokenizer.vocab_size == 40 and len(handler.requests) == 4
+    (cached,) = _cached(cache_dir)
+    assert cached.name == f"{PRETRAINED_NAME}.nemo" and cached.read_bytes() == handler.data
+
+    # a half file in the cache (left by an older NeMo, or by a server that sent no length) is named and fetched again
+    cached.write_bytes(handler.data[: len(handler.data) // 2])
+    with caplog.at_level(logging.WARNING, logger="duet.asr.recipe"):
+        _load_pretrained()
+    assert f"the cached {cached} does not restore" in caplog.text and "fetching it again" in caplog.text
+    assert len(handler.requests) == 5 and cached.read_bytes() == handler.data
+
+    # once only: a server that keeps sending half a file is an error naming the file
+    cached.write_bytes(handler.data[: len(handler.data) // 2])
+    handler.mode = "short"
+    with pytest.raises(RecipeError, match=f"{cached} does not restore even when fetched again"):
+        _load_pretrained()
+    assert len(handler.requests) == 6
+
+
+def test_a_process_that_finds_the_download_under_way_waits_and_reuses_it(stand_in_ngc):
+    """Another rank holds the download lock (it is downloading): this one waits, then reuses that rank's file."""
+    from filelock import FileLock
+
+    handler, cache_dir = stand_in_ngc
+    _load_pretrained()
+    (cached,) = _cached(cache_dir)
+    cached.unlink()
+    other_rank = FileLock(f"{cached}.lock")
+    other_rank.acquire()
+    loaded = {}
+    waiting = threading.Thread(target=lambda: loaded.setdefault("model", _load_pretrained()))
+    waiting.start()
+    try:
+        time.sleep(3)
+        assert waiting.is_alive() and len(handler.requests) == 1  # no second download while the lock is held
+        cached.write_bytes(handler.data)  # what the other rank's download leaves
+    finally:
+        other_rank.release()
+    waiting.join(timeout=120)
+    assert "model" in loaded and len(handler.requests) == 1

@@ -15,7 +15,10 @@ def test_shipped_configs_load_with_report_hyperparameters():
     real = load_config("slm_gpt2_alpaca")
     assert real.model.name_or_path == "gpt2" and real.data.source == "tatsu-lab/alpaca"
     t = real.train
-    assert (t.learning_rate, t.weight_decay, t.batch_size, t.epochs, t.eval_steps) == (5e-5, 0.1, 8, 5, 5)
+    assert (t.learning_rate, t.weight_decay, t.batch_size, t.epochs) == (5e-5, 0.1, 8, 5)
+    # sized for a GPU: 52,002 Alpaca rows x 0.85 x 5 epochs / batch 8 = 27,626 steps; the report's 5 meant ~5,500
+    # evaluations, each one a stop of every GPU
+    assert 40 <= 27_626 // t.eval_steps <= 100 and t.save_total_limit == 2 and t.ddp_timeout > 1800
     assert list(real.data.split) == [0.85, 0.10, 0.05] and real.data.max_length == 1024 and real.model.dropout == 0.0
     tiny = load_config("slm_tiny_offline")
     assert tiny.model.name_or_path is None and tiny.data.source == "samples/alpaca_sample.json"
@@ -161,6 +164,23 @@ def test_a_stopped_run_keeps_its_folder_and_resumes_from_its_last_checkpoint(tmp
     assert "before" in metrics and "after" in metrics
 
 
+def test_checkpoints_are_bounded_while_training_and_removed_when_finished(tmp_path, monkeypatch):
+    """train.save_total_limit (default 2) keeps the newest checkpoints only: a GPT-2 124M checkpoint with its optimiser
+    state is ~1.5 GB, and keeping all of them filled the disk. A finished run keeps none (its saved model replaces them)."""
+    out = tmp_path / "run"
+    args = ["--config-name", "slm_tiny_offline", f"output_dir={out}", *TINY_RUN, "train.save_steps=2"]
+    with monkeypatch.context() as patch:
+        _stop_training_at(patch, 9)
+        with pytest.raises(_StopAtStep):
+            finetune.main(args)
+    checkpoints = finetune.partial_dir(out) / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-6", "checkpoint-8"]
+
+    assert finetune.main(args) == 0
+    assert not (out / "checkpoints").exists() and (out / "model.safetensors").is_file()
+    assert "removing the checkpoints checkpoint-10, checkpoint-12" in (out / "finetune.log").read_text()
+
+
 def test_resume_passes_over_a_checkpoint_whose_save_was_killed(tmp_path):
     """A job killed while the Trainer writes checkpoint-4 leaves the folder without its trainer_state.json
     (written last); resuming must start from checkpoint-2, not crash on the half-written one."""
@@ -198,6 +218,37 @@ def finetune_evaluation_module():
     import slm.evaluation
 
     return slm.evaluation
+
+
+def test_the_starting_model_is_scored_after_the_trainer_exists_and_every_rank_waits_for_it(tmp_path, monkeypatch):
+    """Under torchrun the other ranks wait while rank 0 scores the starting model; that wait must come after the
+    Trainer (and so the process group) exists, at an explicit barrier under train.ddp_timeout, not inside the
+    group's 30-minute default."""
+    import accelerate
+    import transformers
+
+    events = []
+    real_init, real_wait = transformers.Trainer.__init__, accelerate.Accelerator.wait_for_everyone
+    real_evaluate = finetune_evaluation_module().evaluate_model
+
+    def init(self, *args, **kwargs):
+        events.append(("trainer", kwargs["args"].ddp_timeout))
+        real_init(self, *args, **kwargs)
+
+    def wait(self):
+        events.append("wait")
+        real_wait(self)
+
+    def evaluate(*args, **kwargs):
+        events.append("evaluate")
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "__init__", init)
+    monkeypatch.setattr(accelerate.Accelerator, "wait_for_everyone", wait)
+    monkeypatch.setattr(finetune_evaluation_module(), "evaluate_model", evaluate)
+    assert finetune.main(["--config-name", "slm_tiny_offline", f"output_dir={tmp_path / 'run'}", *TINY_RUN,
+                          "train.save_steps=null", "train.ddp_timeout=7200"]) == 0
+    assert events[:3] == [("trainer", 7200), "evaluate", "wait"]
 
 
 def test_hub_probe_goes_through_the_proxy(monkeypatch):

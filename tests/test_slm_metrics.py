@@ -1,5 +1,6 @@
 """Metrics against hand-worked values."""
 
+import json
 import math
 
 import pytest
@@ -84,6 +85,48 @@ def test_bertscore_with_bundled_minilm():
     empty_reference = text_metrics(["set a timer for ten minutes", "playing jazz"], ["set a timer for ten minutes", ""],
                                    bertscore_model="minilm")
     assert empty_reference["bertscore_f1"] == pytest.approx(50, abs=1e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_roberta(tmp_path_factory):
+    """A random 2-layer RoBERTa folder whose tokenizer config has no ``model_max_length``, as roberta-large's on the
+    hub (bert-score takes the RoBERTa branch for it: ``RobertaTokenizer``, prefix space)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_roberta")
+    bpe = ByteLevelBPETokenizer()
+    # RoBERTa's special tokens first: <pad> = 1, the padding index its position numbering starts after
+    bpe.train_from_iterator(["set a timer for ten minutes", "playing jazz", "the capital of france is paris"] * 10,
+                            vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                            show_progress=False)
+    bpe.save_model(str(folder))
+    tokenizer = RobertaTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    tokenizer.save_pretrained(folder)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config.pop("model_max_length", None)
+    config_file.write_text(json.dumps(config))
+    torch.manual_seed(0)
+    RobertaModel(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=66,
+                               pad_token_id=tokenizer.pad_token_id)).save_pretrained(folder)
+    return folder
+
+
+def test_bertscore_with_a_roberta_whose_tokenizer_has_no_max_length(tiny_roberta):
+    """eval.bertscore_model=auto's roberta-large path: bert-score with transformers 5 raised OverflowError for a
+    tokenizer without model_max_length; the length is now capped at the model's positions (64 usable of 66)."""
+    result = text_metrics(["set a timer for ten minutes", "playing jazz"],
+                          ["set a timer for ten minutes", "the capital of france is paris"],
+                          bertscore_model=str(tiny_roberta))
+    assert "tiny_roberta" in result["scorers"]["bertscore"] and "layer 2" in result["scorers"]["bertscore"]
+    same = text_metrics(["playing jazz"], ["playing jazz"], bertscore_model=str(tiny_roberta))
+    assert same["bertscore_f1"] == pytest.approx(100, abs=1e-3)
+    assert result["bertscore_f1"] < same["bertscore_f1"]
+    # longer than the model's 64 usable positions: truncated, not an index error in the position embeddings
+    long = " ".join(["set a timer for ten minutes"] * 30)
+    assert text_metrics([long], [long], bertscore_model=str(tiny_roberta))["bertscore_f1"] == pytest.approx(100, abs=1e-3)
 
 
 def test_slot_words_hand_worked():

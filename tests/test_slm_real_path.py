@@ -1,5 +1,6 @@
 """Loopback rehearsal of the SLM real path: configs/slm_gpt2_alpaca.yaml as shipped ("gpt2", "tatsu-lab/alpaca"),
-a full-size 124M GPT-2 with random weights, killed mid-training, resumed by the same command, then evaluated.
+a full-size 124M GPT-2 with random weights, killed mid-training, resumed by the same command (three checkpoints in
+all, two kept at a time), then evaluated.
 
 No hub is reachable here and none ships GPT-2 weights or Alpaca, so the stand-ins sit where a machine that has run
 the config once keeps them, under HF_HOME: the hub cache (models--gpt2/snapshots/<rev> + refs/main) that
@@ -104,7 +105,7 @@ def test_gpt2_alpaca_config_killed_resumed_and_evaluated(python, repo_root, tmp_
                OMP_NUM_THREADS="1")  # one core: the tests share the machine
     out = tmp_path / "gpt2_alpaca"
     command = [python, "slm/finetune.py", f"output_dir={out}", "data.max_length=64", "train.batch_size=2",
-               "train.max_steps=4", "train.save_steps=2", "train.eval_steps=2", "train.logging_steps=1",
+               "train.max_steps=6", "train.save_steps=2", "train.eval_steps=2", "train.logging_steps=1",
                "eval.batch_size=2", "eval.num_generate=2", "eval.max_new_tokens=4", "eval.bertscore_model=none",
                "eval.samples=1"]
     partial = out.parent / f".{out.name}.partial"
@@ -125,11 +126,13 @@ def test_gpt2_alpaca_config_killed_resumed_and_evaluated(python, repo_root, tmp_
     (tmp_path / "resumed_run.log").write_text(resumed.stdout + resumed.stderr)  # kept by pytest for a post-mortem
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert "resuming" in resumed.stdout and "from checkpoint-2" in resumed.stdout
-    assert "step 3/4" in resumed.stdout and "step 2/4" not in resumed.stdout
+    assert "step 3/6" in resumed.stdout and "step 2/6" not in resumed.stdout
+    # train.save_total_limit's default (2): checkpoint-2 went when checkpoint-6 was written, the rest at the end
+    assert "removing the checkpoints checkpoint-4, checkpoint-6:" in resumed.stdout
     assert "evaluating the starting model" not in resumed.stdout  # its scores were kept from the first run
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["train_steps"] == 4 and metrics["parameters"] == 124_439_808
-    assert set(metrics) >= {"before", "after"} and not partial.exists()
+    assert metrics["train_steps"] == 6 and metrics["parameters"] == 124_439_808
+    assert set(metrics) >= {"before", "after"} and not partial.exists() and not (out / "checkpoints").exists()
     saved_config = (out / "finetune_config.yaml").read_text()
     assert "name_or_path: gpt2" in saved_config and "source: tatsu-lab/alpaca" in saved_config
 

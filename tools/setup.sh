@@ -11,8 +11,14 @@
 #      they are), best effort. The lists and the apt step are in tools/setup_apt.sh: a failed install shows
 #      apt's own error, and while another apt/dpkg process holds apt's lock the setup says so and waits for it
 #      (APT_LOCK_WAIT seconds, default 600).
-#   2. torch==2.13.0 before anything else: on a machine without a GPU pip would otherwise pull a
-#      multi-GB CUDA build as a dependency of NeMo. (On a Linux box with a GPU the same pin is CUDA.)
+#   2. torch 2.13.0 before anything else, in the build `python -m slm.torch_build` picks from nvidia-smi: on a
+#      machine without an NVIDIA driver plain torch==2.13.0 (a CPU build where pip reads a local wheel mirror
+#      holding one, as the project's own machines do; PyPI's Linux wheel of that version is the CUDA 13.0 build,
+#      GPU or not, and also runs on the CPU); with GPUs,
+#      PyPI's CUDA 13.0 build where the driver runs CUDA 13 and every GPU is Turing (compute 7.5) or newer, else
+#      PyTorch's CUDA 12.6 build (V100, CUDA 12 drivers) from PyTorch's own index. A machine no build fits, or an
+#      index out of reach, stops the setup with a line saying what to install. Installing torch first lets the
+#      setup choose the build instead of pip, which would resolve NeMo's torch>=2.6 to whatever PyPI has newest.
 #   3. KenLM's lmplz/build_binary compiled from the kenlm sdist into .venv/bin (Boost from Debian).
 #   4. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
 #   5. GPT-2's own vocab.json + merges.txt (from the openai-whisper==20230124 sdist on PyPI) into
@@ -24,7 +30,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.duet-setup"
-want_stamp=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -d' ' -f1)
+want_stamp=$(cat pyproject.toml tools/setup.sh slm/torch_build.py | sha256sum | cut -d' ' -f1)
 
 # the package lists and the apt step (apt_install: waits while another apt/dpkg holds the lock, shows apt's error)
 . tools/setup_apt.sh
@@ -63,7 +69,15 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
 else
   echo "setup: installing into $VENV (first time: a few minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q torch==2.13.0
+  # stdlib only, run from the repository root: nothing is installed yet
+  torch_pip_args=$("$VENV/bin/python" -m slm.torch_build) || exit 1
+  # shellcheck disable=SC2086  # the requirement and its index are separate words
+  if ! "$VENV/bin/python" -m pip install -q $torch_pip_args; then
+    echo "setup: error: pip could not install $torch_pip_args (its error is above). Install that torch build" \
+         "by hand (e.g. $VENV/bin/pip install <its wheel file>, fetched where that index is reachable), then run" \
+         "bash tools/setup.sh again" >&2
+    exit 1
+  fi
   "$VENV/bin/python" -m pip install -q -e ".[dev]"
   # a .nemo built on duet's encoders (Whisper's) restores in any process of this environment: duet.nemo_targets
   # lets NeMo instantiate them, from a .pth that Python runs at start-up (it imports nothing heavy)

@@ -12,12 +12,15 @@ import json
 import logging
 import math
 import os
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import lightning.pytorch as pl
 import sentencepiece as spm
 import torch
+from filelock import FileLock
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
@@ -28,6 +31,7 @@ from duet.manifest import make_manifest_command
 from duet.tokenizer import training_command
 from duet.foundation.errors import first_line
 from duet.foundation.files import read_jsonl, write_text_atomic
+from slm.torch_build import require_torch_to_see_the_gpus
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +81,13 @@ def resolve_trainer_config(trainer_cfg: DictConfig) -> dict:
     GPU: all visible devices, DDP when there are several, bf16 mixed precision on GPUs that run it
     natively, fp16 mixed precision on older ones (:func:`mixed_precision_for`), synchronised batch norm.
     CPU: one process, fp32 (CPU DDP must be asked for explicitly, with ``sync_batchnorm=false``).
-    Values set in the config or on the command line are kept.
+    Values set in the config or on the command line are kept. GPUs that ``nvidia-smi`` lists and torch cannot use
+    are an error (``slm.torch_build.require_torch_to_see_the_gpus``) unless ``trainer.accelerator=cpu``.
     """
     resolved = OmegaConf.to_container(trainer_cfg, resolve=True)
     wants_gpu = resolved.get("accelerator") in (None, "auto", "gpu", "cuda")
+    if wants_gpu:
+        require_torch_to_see_the_gpus()  # a GPU machine whose torch cannot use them would train on the CPU
     if wants_gpu and torch.cuda.is_available():
         devices = resolved.get("devices")
         multi = requested_gpu_count(devices) * resolved.get("num_nodes", 1) > 1
@@ -144,7 +151,8 @@ def load_base_model(cfg: DictConfig, trainer):
 
     With neither key the architecture in ``cfg.model`` is built with random weights (how the bundled
     base checkpoint was made). Both keys set is an error. A pretrained name is fetched with NeMo's
-    ``from_pretrained`` directly (no waiting for other ranks), so without internet it fails at once.
+    ``from_pretrained`` directly (no waiting for other ranks), so without internet it fails at once; see
+    :func:`load_pretrained_model` for how its download is shared by the ranks.
     """
     # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import ASRModel, EncDecCTCModelBPE
@@ -162,14 +170,7 @@ def load_base_model(cfg: DictConfig, trainer):
         model = ASRModel.restore_from(str(nemo_path), trainer=trainer, map_location=torch.device("cpu"))
     elif pretrained_name:
         log.info("Fine-tuning pretrained model %s", pretrained_name)
-        try:
-            model = EncDecCTCModelBPE.from_pretrained(pretrained_name, map_location=torch.device("cpu"))
-        except Exception as e:  # noqa: BLE001 - NGC/HF failures arrive as many types; all mean "not available"
-            raise RecipeError(
-                f"init_from_pretrained_model={pretrained_name}: could not download it ({first_line(e)}); "
-                "without internet give a local checkpoint with init_from_nemo_model=/path/to/model.nemo"
-            ) from None
-        model.set_trainer(trainer)
+        model = load_pretrained_model(pretrained_name, trainer)
     else:
         log.info("No init_from_* key: training %s from scratch", cfg.name)
         if cfg.model.tokenizer.dir is None:
@@ -180,6 +181,100 @@ def load_base_model(cfg: DictConfig, trainer):
         source = nemo_path or pretrained_name
         raise RecipeError(f"{source} is a {type(model).__name__}; this recipe fine-tunes EncDecCTCModelBPE models")
     return model
+
+
+def load_pretrained_model(name: str, trainer):
+    """``init_from_pretrained_model``: the model NeMo's ``from_pretrained`` resolves ``name`` to, restored on the CPU.
+
+    NeMo downloads an NGC name straight to its cache file, so a cut download stays there and every later run reuses
+    it, and each rank of a DDP run may read the file another is still writing. Here the download runs under
+    :func:`locked_ngc_downloads` (one process downloads, to a temporary name renamed when complete; the others wait
+    and reuse it), and a cached file that does not restore is named in a warning and fetched once more.
+    """
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
+    from nemo.collections.asr.models import ASRModel, EncDecCTCModelBPE
+    from nemo.core.connectors.save_restore_connector import SaveRestoreConnector
+
+    def fetch(stale: tuple | None = None) -> str:
+        try:
+            with locked_ngc_downloads(stale):
+                return str(EncDecCTCModelBPE.from_pretrained(name, refresh_cache=stale is not None,
+                                                             return_model_file=True))
+        except Exception as e:  # noqa: BLE001 - NGC/HF failures arrive as many types; all mean "not available"
+            raise RecipeError(f"init_from_pretrained_model={name}: could not download it ({first_line(e)}); without "
+                              "internet give a local checkpoint with init_from_nemo_model=/path/to/model.nemo") from None
+
+    def restore(model_file: str):
+        connector = SaveRestoreConnector()
+        if os.path.isdir(model_file):  # a hub repository that holds the model unpacked, as from_pretrained reads it
+            connector.model_extracted_dir = model_file
+        return ASRModel.restore_from(model_file, trainer=trainer, map_location=torch.device("cpu"),
+                                     save_restore_connector=connector)
+
+    model_file = fetch()
+    try:
+        return restore(model_file)
+    except Exception as e:  # noqa: BLE001 - a truncated or corrupt file fails in tarfile, torch or yaml alike
+        log.warning("init_from_pretrained_model=%s: the cached %s does not restore (%s); fetching it again",
+                    name, model_file, first_line(e))
+        stale = file_identity(model_file)
+    model_file = fetch(stale)
+    try:
+        return restore(model_file)
+    except Exception as e:  # noqa: BLE001 - as above
+        raise RecipeError(f"init_from_pretrained_model={name}: {model_file} does not restore even when fetched again "
+                          f"({first_line(e)}); give a local checkpoint with init_from_nemo_model=") from None
+
+
+def file_identity(path: str) -> tuple | None:
+    """What tells a file from its replacement: inode, size and modification time (None: no such file)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+@contextmanager
+def locked_ngc_downloads(stale: tuple | None = None):
+    """While active, NeMo's NGC download (``maybe_download_from_cloud``, as ``from_pretrained`` calls it) takes a file
+    lock beside the cache file, downloads with NeMo's own downloader into a temporary folder beside it and renames
+    the file into place when complete. A process that waited for the lock finds the file and reuses it.
+
+    A refresh (``from_pretrained(refresh_cache=True)``) downloads again only while the cache file is still the one
+    identified by ``stale`` (:func:`file_identity`): when several ranks found the same broken file, the first one
+    replaces it and the others reuse the replacement. Hub names (with a ``/``) go through huggingface_hub, which
+    already locks and downloads to a temporary name.
+    """
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
+    from nemo.core.classes import common
+
+    download = common.maybe_download_from_cloud
+
+    def locked_download(url, filename, subfolder=None, cache_dir=None, refresh_cache=False):
+        folder = Path(cache_dir, subfolder or "")  # from_pretrained always names its cache folder
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / filename
+        with FileLock(str(target) + ".lock"):
+            for leftover in folder.glob(f".{filename}.partial-*"):  # from a process killed mid-download
+                shutil.rmtree(leftover, ignore_errors=True)
+            if target.is_file() and (not refresh_cache or file_identity(str(target)) != stale):
+                return download(url, filename, subfolder=subfolder, cache_dir=cache_dir)  # NeMo reuses it
+            staging = Path(tempfile.mkdtemp(prefix=f".{filename}.partial-", dir=folder))
+            try:
+                fetched = download(url, filename, cache_dir=staging, refresh_cache=True)  # NeMo joins Paths
+                if not fetched:
+                    raise OSError(f"nothing downloaded from {url}{filename}")
+                os.replace(fetched, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return str(target)
+
+    common.maybe_download_from_cloud = locked_download
+    try:
+        yield
+    finally:
+        common.maybe_download_from_cloud = download
 
 
 # Model-level keys of the recipe config that shape training but live outside the architecture; a
