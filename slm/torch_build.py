@@ -20,8 +20,9 @@ torch 2.13.0 comes in these builds (PyTorch's CUDA support matrix for 2.12-2.14)
 Without an ``nvidia-smi`` that answers (no NVIDIA driver: a CPU machine) the choice is plain ``torch==2.13.0``,
 which this workplace's pip serves as a CPU build from its local wheel mirror. A machine no build fits (a driver
 older than CUDA 12, a GPU older than Maxwell, a Blackwell GPU on a CUDA 12 driver, or a mix that no single build
-covers) is refused with one line saying what to upgrade. This module uses the standard library only: the setup
-runs it before anything is installed, and ``slm`` (the lower package) shares it with ``duet``.
+covers) is refused with one line saying what to upgrade. This module uses the standard library and
+``duet.foundation`` (itself standard library only) alone: the setup runs it before anything is installed, and
+``slm`` (the lower package) shares it with ``duet``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
-from slm.errors import DuetError, cli
+from duet.foundation.errors import cli
+from slm.errors import SlmError
 
 TORCH_VERSION = "2.13.0"
 TORCH_CU126_INDEX = "https://download.pytorch.org/whl/cu126"
@@ -45,7 +47,7 @@ PYPI_CUDA13 = {"capabilities": ((7, 5), (12, 0)), "driver_cuda": (13, 0), "drive
 CU126 = {"capabilities": ((5, 0), (9, 0)), "driver_cuda": (12, 0), "driver": "525.60.13"}
 
 
-class NoTorchBuild(DuetError):
+class NoTorchBuild(SlmError):
     """No torch build runs on this machine's driver and GPUs; the message says what to upgrade."""
 
 

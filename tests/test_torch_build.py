@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from slm import torch_build
+from slm.errors import SlmError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,14 +151,16 @@ def test_the_asr_recipe_refuses_gpus_torch_cannot_use(fake_smi, monkeypatch):
     from omegaconf import OmegaConf
 
     from duet.asr import recipe
-    from duet.errors import DuetError
 
     fake_smi(caps=H100, driver="535.104.05", cuda="12.2")
     trainer = OmegaConf.create({"accelerator": None, "devices": None, "num_nodes": 1, "strategy": None,
                                 "precision": None, "sync_batchnorm": None})
-    with pytest.raises(DuetError, match=r"^nvidia-smi lists NVIDIA H100 80GB HBM3 \(compute 9.0\) but torch .* "
-                                        r"cannot use them \(a CPU build, the driver runs CUDA 12.2\)"):
+    # slm's error (the recipe's cli reports every ToolError in one line, DuetError and SlmError alike)
+    with pytest.raises(torch_build.NoTorchBuild,
+                       match=r"^nvidia-smi lists NVIDIA H100 80GB HBM3 \(compute 9.0\) but torch .* "
+                             r"cannot use them \(a CPU build, the driver runs CUDA 12.2\)") as refused:
         recipe.resolve_trainer_config(trainer)
+    assert isinstance(refused.value, SlmError)
     # asking for the CPU, or hiding the GPUs, is a choice: no refusal
     assert recipe.resolve_trainer_config(OmegaConf.merge(trainer, {"accelerator": "cpu"}))["accelerator"] == "cpu"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
