@@ -38,9 +38,7 @@ def test_usage_docstring_reads_as_written(script):
 COMMITTED_FOLDERS = ("samples", "configs", "tools", "bench", "nemo_recipes", "slm", "duet", "tests")
 REPO_PATH = re.compile(rf"(?<![\w./~-])((?:{'|'.join(COMMITTED_FOLDERS)})/(?!out/)[\w./-]*)")
 # Named in a usage block before the file is bundled, with what will put it there.
-NOT_BUNDLED_YET = {
-    "samples/checkpoints/whisper_tiny_ctc.nemo": "the Whisper-encoder base (issue 34): tools/fp16_nemo.py writes it",
-}
+NOT_BUNDLED_YET: dict[str, str] = {}
 
 
 def usage_blocks() -> dict[str, str]:
