@@ -22,6 +22,7 @@ def small_manifest(path, manifest, n):
     return path
 
 
+@pytest.mark.integration  # the real Whisper encoder over 150 clips, then 300 head steps
 def test_warm_start_trains_the_head_and_not_the_encoder(imported_model, sample_manifests, tmp_path):
     from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
 
@@ -50,6 +51,7 @@ def test_warm_start_names_a_bad_manifest_and_audio(imported_model, tmp_path):
         warm_start_head(imported_model, WarmStartSettings(manifests=(manifest,), steps=1))
 
 
+@pytest.mark.integration  # a subprocess that imports NeMo
 def test_import_tool_refuses_a_missing_warm_start_manifest_before_building(tmp_path, sample_tokenizer, python,
                                                                             repo_root):
     import subprocess

@@ -268,7 +268,8 @@ def test_a_pretrained_download_cut_halfway_never_reaches_the_cache(stand_in_ngc,
     handler.mode = "cut"  # the link drops on every one of NeMo's three attempts
     with pytest.raises(RecipeError, match=f"init_from_pretrained_model={PRETRAINED_NAME}: could not download it") as e:
         _load_pretrained()
-    assert len(handler.requests) == 3, e.value and _cached(cache_dir) == []  # main left the half file as the cached model
+    assert len(handler.requests) == 3, e.value
+    assert _cached(cache_dir) == []  # main left the half file as the cached model
 
     handler.mode = "ok"  # the next run downloads it whole
     model = _load_pretrained()

@@ -80,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
             if not path.is_file():  # before the model is built: a typo costs nothing
                 raise DuetError(f"--warm-start manifest not found: {path}")
     model = build_model(settings)
-    if warm:
-        report = warm_start(model, warm)
-        write_text_atomic(args.out.with_suffix(".warm_start.json"),
-                          json.dumps({"settings": asdict(warm), "report": asdict(report)}, indent=2, default=str) + "\n")
+    report = warm_start(model, warm) if warm else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(args.out) as tmp:
         model.save_to(str(tmp))
+    if warm:  # after the model: a report never describes a .nemo that failed to be written
+        write_text_atomic(args.out.with_suffix(".warm_start.json"),
+                          json.dumps({"settings": asdict(warm), "report": asdict(report)}, indent=2, default=str) + "\n")
     params = sum(p.numel() for p in model.parameters())
     print(f"import_whisper: Whisper tiny.en encoder + CTC head over {model.tokenizer.vocab_size} tokens, "
           f"{params / 1e6:.1f} M parameters, in {time.time() - start:.0f} s -> {args.out}")
@@ -107,7 +107,7 @@ def warm_start(model, settings: WarmStartSettings):
     report = warm_start_head(model, settings, progress)
     dev = (f", dev greedy WER {report.dev_wer_before:.1%} -> {report.dev_wer_after:.1%}"
            if report.dev_wer_after is not None else "")
-    print(f"warm start: head trained {settings.steps} steps on {report.train_seconds / 3600:.2f} h of encoder outputs, "
+    print(f"warm start: head trained {settings.steps} steps on {report.audio_seconds / 3600:.2f} h of encoder outputs, "
           f"CTC loss {report.first_loss:.2f} -> {report.last_loss:.2f}{dev}, in {report.elapsed_s:.0f} s")
     return report
 

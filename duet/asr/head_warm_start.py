@@ -52,7 +52,7 @@ class CachedOutputs:
 
 @dataclass(frozen=True)
 class WarmStartReport:
-    train_seconds: float
+    audio_seconds: float  # training audio whose encoder outputs were cached
     first_loss: float  # mean over the first 5 % of steps
     last_loss: float  # mean over the last 5 %
     dev_wer_before: float | None
