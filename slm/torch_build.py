@@ -43,7 +43,8 @@ TORCH_VERSION = "2.13.0"
 TORCH_CU126_INDEX = "https://download.pytorch.org/whl/cu126"
 
 # (capability range, the driver's CUDA version it needs) of each build named in the module docstring
-PYPI_CUDA13 = {"capabilities": ((7, 5), (12, 0)), "driver_cuda": (13, 0), "driver": "580.65.06"}
+# (machine code for X.Y runs on every X.Z with Z >= Y: the sm_120 kernels serve 12.1, e.g. GB10, too)
+PYPI_CUDA13 = {"capabilities": ((7, 5), (12, 9)), "driver_cuda": (13, 0), "driver": "580.65.06"}
 CU126 = {"capabilities": ((5, 0), (9, 0)), "driver_cuda": (12, 0), "driver": "525.60.13"}
 
 
