@@ -5,14 +5,16 @@ Usage:
   python bench/asr_vs_whisper.py --model samples/checkpoints/whisper_tiny_ctc.nemo            # the sample's test-clean
   python bench/asr_vs_whisper.py --model M.nemo --manifest data/speechocean762/test.json --rounds 3
   python bench/asr_vs_whisper.py --model M.nemo --threads 1
+  python bench/asr_vs_whisper.py --model M.nemo --whisper-fallback      # faster-whisper as it decodes by default
 
 Both read the same audio files (reading included in the time) with --threads CPU threads:
   ours      the .nemo exported by tools/export_onnx.py (written beside it as <stem>_onnx/ when missing), int8 graph,
             duet.asr.inference.transcribe_files: duration-sorted batches of --batch-size shared among --threads
             threads of one-thread sessions, NeMo's greedy CTC decoding
-  whisper   faster-whisper 1.2 (CTranslate2) with Whisper tiny.en's own decoder, int8, greedy (beam 1), no
-            timestamps, one file at a time (its transcribe() takes one recording), cpu_threads=--threads; its
-            transcripts get whole numbers spelt out, like every transcript scored here
+  whisper   faster-whisper 1.2 (CTranslate2) with Whisper tiny.en's own decoder, int8, greedy (beam 1, temperature
+            0; --whisper-fallback: its default fallback to higher temperatures), no timestamps, one file at a time
+            (its transcribe() takes one recording), cpu_threads=--threads; its transcripts get whole numbers spelt
+            out, like every transcript scored here
 Each round times both, alternating which goes first; the figures are medians over --rounds after a warm-up pass.
 Throughput = audio seconds / wall seconds; the ratio is ours / whisper. Latency: one ~5 s clip alone, to transcript,
 the best of --rounds. Also prints both WERs on the files (normalised text). Writes <out>/asr_vs_whisper.json.
@@ -51,6 +53,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for both (default 2)")
     parser.add_argument("--batch-size", type=int, default=8, help="our batches (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up (default 3)")
+    parser.add_argument("--whisper-fallback", action="store_true",
+                        help="faster-whisper's default temperature fallback (a hard utterance is decoded again at rising "
+                             "temperatures, up to six times); default: one greedy decode at temperature 0")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out" / "asr_vs_whisper")
     return parser
 
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asr_vs_whisper: exporting {args.model} to {export} (once)", file=sys.stderr)
         export_onnx(args.model, export, paths[:4], OnnxExportSettings(int8=True))
     ours_model = load_onnx_model(export, int8=True, threads=args.threads)
-    whisper = WhisperTeacher(threads=args.threads)
+    whisper = WhisperTeacher(threads=args.threads, temperature_fallback=args.whisper_fallback)
 
     def ours(files):
         return transcribe_files(ours_model, files, batch_size=args.batch_size, workers=args.threads)
@@ -123,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = rows[names[0]]["throughput_rtfx"] / rows[names[1]]["throughput_rtfx"]
     report = {"model": str(args.model), "files": len(paths), "audio_seconds": round(audio_seconds, 1),
               "manifest": str(args.manifest or "samples/LibriSpeech/test-clean"), "threads": args.threads,
-              "rounds": args.rounds, "clip_seconds": round(clip_seconds, 2), "rows": rows,
+              "rounds": args.rounds, "clip_seconds": round(clip_seconds, 2), "whisper_fallback": args.whisper_fallback,
+              "rows": rows,
               "throughput_ratio": round(ratio, 2)}
     write_text_atomic(args.out / "asr_vs_whisper.json", json.dumps(report, indent=2) + "\n")
     print(f"{len(paths)} files, {audio_seconds / 60:.1f} min of audio, {args.threads} threads, median of {args.rounds} rounds")

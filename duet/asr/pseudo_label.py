@@ -86,18 +86,24 @@ def manifest_text(teacher_text: str) -> str:
 
 
 class WhisperTeacher:
-    """Whisper tiny.en through faster-whisper (CTranslate2, int8 on the CPU), greedy, one utterance at a time."""
+    """Whisper tiny.en through faster-whisper (CTranslate2, int8 on the CPU), greedy, one utterance at a time.
+
+    ``temperature_fallback``: faster-whisper's default, decoding an utterance again at rising temperatures while its
+    mean log-probability or compression ratio looks wrong (up to six decodes of a hard one); False decodes once at
+    temperature 0 (plain greedy)."""
 
     name = WHISPER_TEACHER
 
-    def __init__(self, threads: int = 2):
+    def __init__(self, threads: int = 2, temperature_fallback: bool = True):
         self.model = WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
+        self.options = {} if temperature_fallback else {"temperature": 0.0}
 
     def label(self, audios: Sequence[np.ndarray]) -> list[tuple[str, float]]:
         results = []
         for audio in audios:
             segments, _ = self.model.transcribe(audio, language="en", beam_size=1, without_timestamps=True,
-                                                condition_on_previous_text=False, vad_filter=False)
+                                                condition_on_previous_text=False, vad_filter=False,
+                                                **self.options)
             segments = list(segments)
             tokens = sum(len(s.tokens) for s in segments)
             log_prob = sum(s.avg_logprob * len(s.tokens) for s in segments) / tokens if tokens else -math.inf
