@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from duet.asr.scoring import score
+from duet.manifest import read_manifest
 
 BASE = "samples/checkpoints/whisper_tiny_ctc.nemo"
 
@@ -22,17 +23,6 @@ def whisper_base(repo_root):
     return path
 
 
-def sample_test_set(repo_root):
-    """(flac paths, reference texts) of the sample's test-clean, read from its LibriSpeech transcripts."""
-    paths, refs = [], []
-    for trans in sorted((repo_root / "samples" / "LibriSpeech" / "test-clean").rglob("*.trans.txt")):
-        for line in trans.read_text().splitlines():
-            uid, text = line.split(" ", 1)
-            paths.append(trans.parent / f"{uid}.flac")
-            refs.append(text)
-    return paths, refs
-
-
 def test_base_is_small_and_stored_in_float16(whisper_base):
     assert whisper_base.stat().st_size <= 20 * 1024 * 1024
     with tarfile.open(whisper_base) as archive:
@@ -43,18 +33,19 @@ def test_base_is_small_and_stored_in_float16(whisper_base):
 
 
 @pytest.mark.integration
-def test_base_restores_through_nemo_and_hears_the_sample(whisper_base, repo_root, python, tmp_path):
+def test_base_restores_through_nemo_and_hears_the_sample(whisper_base, sample_manifests, python, tmp_path):
     """``ASRModel.restore_from(path).transcribe(files)`` in a new interpreter that never imports duet; the
     transcripts of the sample's held-out speakers are mostly right (the import's random head scores ~100 %)."""
-    paths, refs = sample_test_set(repo_root)
+    entries = read_manifest(sample_manifests["test-clean"])
+    paths = [e["audio_filepath"] for e in entries]
     assert len(paths) >= 40
     code = ("import sys, json; from nemo.collections.asr.models import ASRModel; "
             "m = ASRModel.restore_from(sys.argv[1], map_location='cpu'); "
             "hyps = m.transcribe(sys.argv[2:], batch_size=8, verbose=False); "
             "print(json.dumps([h.text if hasattr(h, 'text') else h for h in hyps]))")
-    result = subprocess.run([python, "-c", code, str(whisper_base), *map(str, paths)], capture_output=True,
+    result = subprocess.run([python, "-c", code, str(whisper_base), *paths], capture_output=True,
                             text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     hyps = json.loads(result.stdout.strip().splitlines()[-1])
-    scored = score([p.stem for p in paths], refs, hyps, [0.0] * len(paths))
+    scored = score(paths, [e["text"] for e in entries], hyps, [float(e["duration"]) for e in entries])
     assert scored.summary["wer"] < 0.70, scored.summary

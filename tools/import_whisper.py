@@ -81,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise DuetError(f"--warm-start manifest not found: {path}")
     model = build_model(settings)
     report = warm_start(model, warm) if warm else None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(args.out) as tmp:
         model.save_to(str(tmp))
     if warm:  # after the model: a report never describes a .nemo that failed to be written
