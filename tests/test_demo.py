@@ -20,33 +20,39 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def demo(repo_root, python):
-    if not (repo_root / "samples" / "checkpoints" / "fastconformer_tiny_base.nemo").exists():
-        pytest.fail("the bundled base checkpoint samples/checkpoints/fastconformer_tiny_base.nemo is missing")
+    if not (repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo").exists():
+        pytest.fail("the bundled base checkpoint samples/checkpoints/whisper_tiny_ctc.nemo is missing")
     result = subprocess.run([python, "tools/demo.py"], cwd=repo_root, capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    stages = 12 if REAL_SPEECH.is_dir() else 11  # realmix runs only where ../shared/real_speech exists
+    stages = 11 if REAL_SPEECH.is_dir() else 10  # realmix runs only where ../shared/real_speech exists
     assert f"demo: {stages} stage(s) done" in result.stdout
     return repo_root / "experiments"
 
 
-def test_asr_finetune_from_the_base_checkpoint_with_a_new_tokenizer_learns(demo):
-    import csv
-
+def test_asr_finetune_from_the_whisper_base_learns_the_sample_and_keeps_what_it_hears(demo):
     summary = json.loads((demo / "demo_asr" / "finetune_summary.json").read_text())
-    assert summary["from_checkpoint"] and summary["vocabulary_changed"]  # a new tokenizer, as users do
-    assert summary["decoder_transfer"]["copied"] > 100  # the new decoder starts from the base's rows
+    assert summary["from_checkpoint"] and not summary["vocabulary_changed"]  # the base's tokenizer and CTC head kept
+    assert summary["encoder_finetune"]["pretrained_parameters"] > 7_000_000  # Whisper's encoder, at its own lr
     assert summary["test_before"]["utterances"] == summary["test_after"]["utterances"] == 80
-    rows = list(csv.DictReader(open(demo / "demo_asr" / "csv_logs" / "metrics.csv")))
-    train_loss = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
-    # the loss falls: to ~0.3 of its start on the sample + the pool; to ~0.5-0.6 with the real mix in the batches,
-    # speech the 3.3 M base hears badly (RESULTS.md), so the last batches keep a high loss of their own
-    assert sum(train_loss[-3:]) < (0.75 if REAL_SPEECH.is_dir() else 0.5) * sum(train_loss[:3])
-    # The ASR acceptance: WER on the held-out voices drops. The sample is telephone speech and the base
-    # learnt from wideband speech, so there is something to learn (RESULTS.md, from base v9: 60.2 % -> 50.6 %
-    # with the real and pool mixes, 6 passes over the sample; -> 46.3 % with the pool alone, 12 passes). On the
-    # wideband sample, the base's own conditions, a run from base v5 ended above the base (30.1 % -> 42.3 %).
-    assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.07
-    assert summary["test_after"]["wer"] < 0.65  # a regression guard
+    # The ASR acceptance: WER on the held-out voices drops. The sample is telephone speech and the base learnt
+    # from wideband speech, so there is something to learn (RESULTS.md, "The whole demo": 59.7 % -> 51.9 % in one
+    # epoch with the real and pool mixes). The training loss itself is no measure here: the batches mix the
+    # sample with real speech the base hears at ~60 % WER, and the pretrained head starts low.
+    assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.05
+    assert summary["test_after"]["wer"] < 0.57  # a regression guard
+
+
+def test_demo_fine_tune_keeps_what_the_base_hears(demo):
+    # generalise-base and generalise score the same sets; the demo flags a real set more than
+    # REAL_SET_TOLERANCE points worse, and the fine-tune must not make any of them that much worse
+    from duet.demo import REAL_SET_TOLERANCE
+
+    before, after = ({r["set"]: r for r in json.loads((demo / "demo_generalisation" / name / "generalisation.json")
+                                                       .read_text())["rows"]} for name in ("base", "demo_asr"))
+    real = [name for name, row in after.items() if row["distance"].startswith("real")]
+    assert bool(real) == REAL_SPEECH.is_dir()
+    worse = {name: round(100 * (after[name]["wer"] - before[name]["wer"]), 2) for name in real}
+    assert all(points <= REAL_SET_TOLERANCE for points in worse.values()), worse
 
 
 def test_slm_offline_preset_learns(demo):
