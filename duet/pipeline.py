@@ -33,8 +33,7 @@ from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check
                              utterance_confidence)
 from duet.io import audio_file_problem
 from duet.vad import VadSettings, speech_segments
-from slm.generate import load_model, respond
-from slm.generation import GenerationSettings
+from slm.generation import GenerationSettings, load_model, respond
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
 SILENCE_RMS = 0.003

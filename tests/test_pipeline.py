@@ -456,7 +456,7 @@ def test_split_at_pauses_refuses_an_empty_chunk_length():
 def test_a_language_model_folder_that_does_not_load_is_named(tiny_slm_folder, tmp_path, damage, message):
     import shutil
 
-    from slm.generate import SlmModelError, load_model
+    from slm.generation import SlmModelError, load_model
 
     folder = tmp_path / "slm"
     shutil.copytree(tiny_slm_folder, folder)

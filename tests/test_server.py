@@ -30,7 +30,7 @@ from duet.pipeline import VoicePipeline
 from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
 from duet.synth.conversation import compose, room_noise
 from duet.turns import TurnTaker
-from slm.generate import load_model
+from slm.generation import load_model
 from slm.generation import GenerationSettings
 
 SR = 16000

@@ -23,7 +23,7 @@ from duet.asr.inference import load_audio
 from duet.confidence import NOT_UNDERSTOOD_REPLY
 from duet.pipeline import VoicePipeline
 from duet.server import ServerSettings, create_app
-from slm.generate import load_model
+from slm.generation import load_model
 from slm.generation import GenerationSettings
 
 CHROMIUM = "/usr/bin/chromium"
