@@ -37,7 +37,7 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.asr import decoding, generalisation, inference
-from duet.asr.batching import OfflineBatching
+from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.pseudo_label import WHISPER_TEACHER, WhisperTeacher, manifest_text
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
@@ -51,7 +51,6 @@ from duet.foundation.files import write_text_atomic
 
 UNSEEN_ROOT = REPO_ROOT / "data" / "unseen_voices" / "LibriSpeech"
 UNSEEN_UTTERANCES = 200
-DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -70,7 +69,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help="corpus folder of the unseen-voices set (built there when missing)")
     parser.add_argument("--out-dir", type=Path, default=None,
                         help="results folder (default bench/out/generalisation/<model name>)")
-    add_batching_arguments(parser, batch_size=DEFAULT_BATCHING.batch_size)
+    add_batching_arguments(parser, EVALUATION_BATCHING)
     add_decoding_arguments(parser, "--decoding")
     return parser
 
@@ -92,7 +91,7 @@ def unseen_split(root: Path) -> Path:
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     settings = decoding_settings_from_args(args, "--decoding")
-    batching = offline_batching_from_args(args, DEFAULT_BATCHING)
+    batching = offline_batching_from_args(args, EVALUATION_BATCHING)
     whisper = str(args.model) == WHISPER_TEACHER
     if not whisper and not args.model.is_file():
         raise DuetError(f"--model: no such file: {args.model} (or {WHISPER_TEACHER})")

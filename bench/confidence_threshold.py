@@ -45,7 +45,7 @@ from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model
 from duet.asr.scoring import score
 from duet.asr.words import transcribe_files_with_words
-from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
+from duet.cli_args import add_decoding_arguments, given_decoding_values
 from duet.confidence import utterance_confidence
 from duet.errors import DuetError
 from duet.pipeline_options import resolve_asr_decoding
@@ -135,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     for manifest in args.tune:
         if not manifest.is_file():
             parser.error(f"--tune {manifest}: no such manifest")
-    args.asr_model, args.min_confidence = args.model, None  # resolve_asr_decoding reads the pipeline's names
-    source = resolve_asr_decoding(args)
-    current = args.min_confidence  # the model's threshold as the pipeline resolves it
-    settings = decoding_settings_from_args(args, "--decoding")
+    # the model's decoding and threshold as the pipeline resolves them
+    resolved = resolve_asr_decoding(args.model, args.ctc_decoding, given_decoding_values(args),
+                                    strategy_flag="--decoding")
+    settings, source, current = resolved.settings, resolved.source, resolved.min_confidence
     held_out = real_sets(args.real_speech, tuple(args.held_out_sets)) if args.held_out_sets else []
     if not args.model.is_file():
         raise DuetError(f"--model {args.model} does not exist")

@@ -37,10 +37,9 @@ from hydra import compose, initialize_config_dir
 
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-from duet.demo_models import DEMO_ASR_MODEL as DEFAULT_ASR_MODEL, DEMO_SLM_MODEL as DEFAULT_SLM_MODEL
 from duet.errors import DuetError
 from duet.manifest import read_manifest
-from duet.pipeline import VoicePipeline
+from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
 from slm.generation import add_generation_arguments, generation_settings_from_args
@@ -94,8 +93,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL)
-    parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL)
+    parser.add_argument("--asr-model", type=Path, default=PipelineSettings.asr_model)
+    parser.add_argument("--slm-model", type=Path, default=PipelineSettings.slm_model)
     parser.add_argument("--asr-tokenizer", type=Path, default=REPO_ROOT / "tokenizers" / "spe_bpe_v256",
                         help="tokenizer folder for the full-size ASR model (only its output size matters)")
     parser.add_argument("--manifest", type=Path, default=TEST_MANIFEST,
@@ -126,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_clip(args.seconds, Path(tmp) / "clip.flac", args.manifest)
         # min_confidence 0: every stage is timed, the language model answering however unsure the transcript
-        tiny, load_s = VoicePipeline.load(args.asr_model, args.slm_model, asr_decoding=asr_decoding,
-                                          generation=generation, min_confidence=0.0)
+        settings = PipelineSettings(asr_model=args.asr_model, slm_model=args.slm_model, asr_decoding=asr_decoding,
+                                    generation=generation, min_confidence=0.0)
+        tiny, load_s = VoicePipeline.load(settings)
         big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
         # before any timing: an LM that does not fit (or a model that does not load) is a one-line error here
         set_decoding(big_asr, asr_decoding)
@@ -135,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 
         fixed = replace(generation, max_new_tokens=answer_tokens)
-        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, generation=fixed, asr_decoding=asr_decoding,
-                            min_confidence=0.0)
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, replace(settings, generation=fixed))
         # Random weights would stop at a random EOS, or never: pin the answer length instead.
         big_slm.generation_config.min_new_tokens = answer_tokens
         results["full-size"] = measure(big, clip, args.repeats)

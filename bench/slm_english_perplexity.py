@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     import torch
 
-    from slm.generate import load_model
+    from slm.generation import load_model
     from slm.metrics import text_log_likelihood
 
     torch.set_num_threads(args.threads)

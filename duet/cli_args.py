@@ -1,8 +1,10 @@
 """Command-line options that several entry scripts share, and their conversion into the library's typed
 settings (:class:`~duet.asr.decoding.DecodingSettings`, :class:`~duet.asr.batching.OfflineBatching`).
 
-The one library module that reads an ``argparse.Namespace``; every other module takes the settings. An
-option the chosen mode would ignore is an error naming it, never silently dropped.
+With ``duet.pipeline_options`` (the voice pipeline's own options, built on these into one ``PipelineSettings``),
+the only library modules that read an ``argparse.Namespace``: entry scripts hand it to them once, and every
+other module takes the typed settings. An option the chosen mode would ignore is an error naming it, never
+silently dropped; which options each decoding strategy reads is ``duet.asr.decoding.STRATEGY_FIELDS``.
 """
 
 from __future__ import annotations
@@ -12,17 +14,27 @@ import dataclasses
 from pathlib import Path
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings
+from duet.asr.decoding import STRATEGIES, DecodingInputError, DecodingSettings, ignored_fields
 from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
 from duet.foundation import EXPERIMENTS, REPO_ROOT
 
-# The number/path options of add_decoding_arguments and the argparse attributes they land in.
-DECODING_OPTIONS = (("--beam-size", "beam_size"), ("--lm", "lm"), ("--alpha", "alpha"), ("--beta", "beta"))
+# The number/path options of add_decoding_arguments: DecodingSettings field -> flag (the argparse attribute is the
+# field's name). Which of them each strategy reads is duet.asr.decoding.STRATEGY_FIELDS.
+DECODING_FLAGS = {"beam_size": "--beam-size", "ngram_lm": "--lm", "alpha": "--alpha", "beta": "--beta"}
 # Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
 LOG_DIR = EXPERIMENTS / "logs"
-# OfflineBatching field -> option of add_batching_arguments.
-BATCHING_OPTIONS = {"batch_size": "--batch-size", "workers": "--workers"}
+# OfflineBatching field -> its flag (the argparse attribute is the field's name); each script adds the fields it uses.
+BATCHING_FLAGS = {"batch_size": "--batch-size", "workers": "--workers", "max_chunk_seconds": "--max-chunk-seconds"}
+# tools/pipeline.py and tools/serve.py run a language model beside the ASR: their batch size says whose it is.
+ASR_BATCHING_FLAGS = {**BATCHING_FLAGS, "batch_size": "--asr-batch-size"}
+BATCHING_HELP = {
+    "batch_size": "utterances (or pieces of a long recording) per ASR batch",
+    "workers": "CPU: processes decoding whole batches at one thread each, or with --engine onnx threads each running "
+               "a one-thread session (default: torch's thread count, i.e. OMP_NUM_THREADS or the physical cores; "
+               "1 = one at a time in this process)",
+    "max_chunk_seconds": "longest piece of a recording the ASR sees at once (longer ones are cut at pauses)",
+}
 
 
 def add_log_arguments(parser: argparse.ArgumentParser, tool: str) -> None:
@@ -47,7 +59,7 @@ def describe_decoding_source(args: argparse.Namespace, strategy_flag: str = "--d
     """Where the decoding of an :func:`add_decoding_arguments` script came from: ``default`` when no option was
     given, else the options given (e.g. ``given: --decoding beam_lm --lm x.arpa``). ``default``: the strategy
     flag's default (None where the script resolves it itself), which is not counted as given."""
-    given = [f"{flag} {getattr(args, attr)}" for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]
+    given = [f"{DECODING_FLAGS[name]} {value}" for name, value in given_decoding_values(args).items()]
     if args.ctc_decoding not in (None, default):
         given.insert(0, f"{strategy_flag} {args.ctc_decoding}")
     return f"given: {' '.join(given)}" if given else "default"
@@ -66,33 +78,42 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str =
                        help=f"greedy, beam search, or beam search + token n-gram LM "
                             f"(default: {strategy_default or d.strategy})")
     group.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: {d.beam_size})")
-    group.add_argument("--lm", default=None,
+    group.add_argument("--lm", dest="ngram_lm", default=None,
                        help="token ARPA for beam_lm (tools/train_ngram_lm.py --unit token, the model's tokenizer)")
     group.add_argument("--alpha", type=float, default=None, help=f"LM weight, beam_lm only (default: {d.alpha:g})")
     group.add_argument("--beta", type=float, default=None,
                        help=f"bonus per emitted token, beam and beam_lm (default: {d.beta:g})")
 
 
+def given_decoding_values(args: argparse.Namespace) -> dict:
+    """The number/path options of :func:`add_decoding_arguments` given on the command line, by field name."""
+    return {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
+
+
 def decoding_settings_from_args(args: argparse.Namespace, strategy_flag: str = "--decoding",
                                 streaming: bool = False) -> DecodingSettings:
     """``DecodingSettings`` from the options of :func:`add_decoding_arguments`, validated; an option the chosen
     strategy would ignore is a ``DecodingInputError`` naming it."""
-    strategy = args.ctc_decoding
-    if strategy is None:  # add_decoding_arguments(strategy_default=...): the script resolves it first
+    if args.ctc_decoding is None:  # add_decoding_arguments(strategy_default=...): the script resolves it first
         raise ValueError(f"{strategy_flag} was left for the script to resolve, and it did not")
-    given = {name: getattr(args, attr) for name, attr in DECODING_OPTIONS}
-    used = {"greedy": (), "beam": ("--beam-size", "--beta"), "beam_lm": ("--beam-size", "--lm", "--alpha", "--beta")}
-    ignored = [name for name, value in given.items() if value is not None and name not in used[strategy]]
+    return decoding_settings_from_values(args.ctc_decoding, given_decoding_values(args), strategy_flag, streaming)
+
+
+def decoding_settings_from_values(strategy: str, values: dict, strategy_flag: str = "--decoding",
+                                  streaming: bool = False) -> DecodingSettings:
+    """``DecodingSettings`` of ``strategy`` with ``values`` (field name -> value, as the options of
+    :func:`add_decoding_arguments` give them), validated; messages name the options."""
     if streaming and strategy != "greedy":
         raise DecodingInputError(f"--stream decodes greedily (NeMo's cache-aware step): "
                                  f"drop {strategy_flag} {strategy}")
+    ignored = ignored_fields(strategy, values)
     if ignored:
-        raise DecodingInputError(f"{', '.join(ignored)} not used by {strategy_flag} {strategy}")
-    if strategy == "beam_lm" and not args.lm:
+        flags = [flag for name, flag in DECODING_FLAGS.items() if name in ignored]
+        raise DecodingInputError(f"{', '.join(flags)} not used by {strategy_flag} {strategy}")
+    if strategy == "beam_lm" and not values.get("ngram_lm"):
         raise DecodingInputError(f"{strategy_flag} beam_lm needs --lm <token ARPA> "
                                  "(tools/train_ngram_lm.py --unit token)")
-    values = {"beam_size": args.beam_size, "ngram_lm": args.lm, "alpha": args.alpha, "beta": args.beta}
-    settings = DecodingSettings(strategy, **{k: v for k, v in values.items() if v is not None})
+    settings = DecodingSettings(strategy, **values)
     settings.validate()
     return settings
 
@@ -105,32 +126,34 @@ def add_engine_argument(parser: argparse.ArgumentParser, model_flag: str = "--mo
                              f"with --int8 its int8 graph (default: {ENGINES[0]})")
 
 
-def add_batching_arguments(parser: argparse.ArgumentParser, batch_size: int, streaming: bool = False) -> None:
-    """``--batch-size`` (default ``batch_size``) and ``--workers`` of offline transcription. Both stay ``None``
-    when left out, so that :func:`offline_batching_from_args` can tell them from defaults (and, with
-    ``streaming``, refuse them with ``--stream``)."""
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help=f"utterances per batch (default: {batch_size}{'; not with --stream' if streaming else ''})")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="CPU: processes decoding whole batches at one thread each, or with --engine onnx threads "
-                             "each running a one-thread session (default: torch's thread count, i.e. "
-                             "OMP_NUM_THREADS or the physical cores; 1 = one at a time in this process)")
+def add_batching_arguments(parser: argparse.ArgumentParser, defaults: OfflineBatching,
+                           fields: tuple[str, ...] = ("batch_size", "workers"),
+                           flags: dict[str, str] = BATCHING_FLAGS, streaming: bool = False) -> None:
+    """The options of offline transcription's batching: one per ``OfflineBatching`` field in ``fields``, spelt as
+    ``flags`` says, its default shown from ``defaults``. They stay ``None`` when left out, so that
+    :func:`offline_batching_from_args` can tell them from defaults (and, with ``streaming``, refuse them with
+    ``--stream``)."""
+    not_streaming = "; not with --stream" if streaming else ""
+    for name in fields:
+        default = getattr(defaults, name)
+        shown = "" if name == "workers" else f" (default: {default:g}{not_streaming})"
+        parser.add_argument(flags[name], dest=name, type=int if name != "max_chunk_seconds" else float, default=None,
+                            help=BATCHING_HELP[name] + shown)
 
 
 def offline_batching_from_args(args: argparse.Namespace, defaults: OfflineBatching,
-                               options: dict[str, str] | None = None, streaming: bool = False) -> OfflineBatching:
-    """``defaults`` with the options given on the command line, validated (messages name the options).
+                               flags: dict[str, str] = BATCHING_FLAGS, streaming: bool = False) -> OfflineBatching:
+    """``defaults`` with the options of :func:`add_batching_arguments` given on the command line, validated
+    (messages name them as ``flags`` spells them).
 
-    ``options``: ``OfflineBatching`` field -> its flag (default :data:`BATCHING_OPTIONS`); the argparse
-    attribute is the flag's name. Streaming runs one file at a time, whole, so with ``streaming`` any of
-    them given is an ``AsrInputError`` naming the flags instead of being silently ignored.
+    Streaming runs one file at a time, whole, so with ``streaming`` any of them given is an ``AsrInputError``
+    naming the flags instead of being silently ignored.
     """
-    options = options or BATCHING_OPTIONS
-    given = {field: getattr(args, flag.lstrip("-").replace("-", "_")) for field, flag in options.items()}
-    given = {field: value for field, value in given.items() if value is not None}
+    given = {name: getattr(args, name, None) for name in BATCHING_FLAGS}
+    given = {name: value for name, value in given.items() if value is not None}
     if streaming and given:
-        raise AsrInputError(f"{', '.join(options[f] for f in given)} not used with --stream "
+        raise AsrInputError(f"{', '.join(flags[name] for name in given)} not used with --stream "
                             "(files stream one at a time, whole)")
     batching = dataclasses.replace(defaults, **given)
-    batching.validate(names=options)
+    batching.validate(names=flags)
     return batching

@@ -19,15 +19,15 @@ import json
 import os
 from pathlib import Path
 
-from duet.asr.decoding import STRATEGIES, DecodingSettings
+from duet.asr.decoding import STRATEGIES, DecodingSettings, ignored_fields
 from duet.errors import DuetError
 from duet.foundation.files import write_text_atomic
 
 DECODING_FILE_NAME = "decoding.json"
-# the file's keys and the DecodingSettings fields they fill
+# the file's keys and the DecodingSettings fields they fill; a strategy's file holds the fields it reads
+# (duet.asr.decoding.STRATEGY_FIELDS): one it would ignore is refused, never dropped silently
 KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta"}
-# the keys each strategy reads: one it would ignore is refused, never dropped silently
-USED = {"greedy": ("strategy",), "beam": ("strategy", "beam_size", "beta"), "beam_lm": tuple(KEYS)}
+FILE_KEY = {field: key for key, field in KEYS.items()}
 # the optional key every strategy may have: the model's low-confidence threshold under this decoding
 THRESHOLD_KEY = "min_confidence"
 
@@ -52,11 +52,9 @@ def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings,
     the file's folder. The file is left untouched when it already says the same; returns whether it was written."""
     path = Path(path)
     record = {"strategy": settings.strategy}
-    if settings.strategy != "greedy":
-        record |= {"beam_size": settings.beam_size, "beta": settings.beta}
-    if settings.strategy == "beam_lm":
-        record |= {"lm": os.path.relpath(Path(settings.ngram_lm).resolve(), path.parent.resolve()),
-                   "alpha": settings.alpha}
+    for field, value in settings.used_values().items():
+        record[FILE_KEY[field]] = os.path.relpath(Path(value).resolve(), path.parent.resolve()) \
+            if field == "ngram_lm" else value
     if min_confidence is not None:
         record[THRESHOLD_KEY] = min_confidence
     text = json.dumps(record, indent=1) + "\n"
@@ -107,7 +105,8 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
                                   or (low is not None and value < low)):
             rule = f"a number >= {low}" if low is not None else "a number"
             raise DecodingFileError(f"{path}: {key!r} must be {rule}, got {value!r}")
-    ignored = sorted(set(record) - set(USED[record["strategy"]]))
+    ignored = sorted(FILE_KEY[field] for field in ignored_fields(record["strategy"],
+                                                                 [KEYS[key] for key in record if key != "strategy"]))
     if ignored:
         raise DecodingFileError(f"{path}: {ignored[0]!r} is not used by strategy {record['strategy']}")
     if record["strategy"] == "beam_lm":

@@ -3,7 +3,9 @@
 The two models stay decoupled (the report's figure 4-1): the transcript is handed to the language
 model as an Alpaca instruction. Models load once; each file then costs audio loading, ASR and
 generation, timed separately. Long recordings are cut at pauses (where Silero VAD hears no speech:
-``duet.vad``) into chunks of at most ``max_chunk_s`` so memory stays bounded whatever the file's length.
+``duet.vad``) into chunks of at most ``max_chunk_seconds`` so memory stays bounded whatever the file's length.
+Everything a pipeline is told is one :class:`PipelineSettings`, built once where the request comes in (the command
+line: ``duet.pipeline_options``; a server request replaces its language-model decoding).
 
 With ``stream=True`` (a model trained with ``configs/fastconformer_small_streaming.yaml``) the ASR runs
 through a ``duet.asr.streaming.StreamingSession`` instead: the audio goes in 100 ms pieces, each chunk that
@@ -16,6 +18,7 @@ computed incrementally, so memory does not grow with the length.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from duet.asr.batching import PIPELINE_BATCHING, OfflineBatching
 from duet.asr.decoding import DecodingSettings, set_decoding
 from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
 from duet.asr.onnx_engine import load_onnx_model
@@ -31,10 +35,10 @@ from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
 from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
                              utterance_confidence)
+from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.io import audio_file_problem
 from duet.vad import VadSettings, speech_segments
-from slm.generate import load_model, respond
-from slm.generation import GenerationSettings
+from slm.generation import GenerationSettings, load_model, respond
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
 SILENCE_RMS = 0.003
@@ -42,6 +46,51 @@ SILENCE_RMS = 0.003
 # dips of the model's probability inside a sentence are not), and 0.1 s of speech counts (a short word alone, e.g.
 # "six"); segments are used unpadded (the callers add margins).
 RECORDING_VAD = VadSettings(min_silence_s=0.3, min_speech_s=0.1, pad_s=0.0)
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What a :class:`VoicePipeline` loads and how it answers: built once at the boundary (the command line:
+    ``duet.pipeline_options.pipeline_settings_from_args``), typed and validated; everything below takes it.
+
+    The model defaults are the models tools/demo.py trains (``duet.demo_models``).
+    """
+
+    asr_model: Path = DEMO_ASR_MODEL  # NeMo .nemo (engine onnx: its export, or the folder holding it)
+    slm_model: Path = DEMO_SLM_MODEL  # Hugging Face GPT-2 folder (slm/finetune.py)
+    engine: str = "torch"  # duet.asr.onnx_engine.ENGINES: the .nemo through NeMo, or its ONNX export
+    int8: bool = False  # engine onnx: the export's int8 graph
+    stream: bool = False  # cache-aware streaming ASR (greedy, no batching, no word confidences)
+    asr_decoding: DecodingSettings = DecodingSettings()
+    asr_decoding_source: str | None = None  # the decoding.json asr_decoding was read from (and options given over it)
+    batching: OfflineBatching = PIPELINE_BATCHING  # offline ASR: pieces per batch, longest piece, CPU workers
+    generation: GenerationSettings = GenerationSettings()  # how the language model answers
+    # the offline ASR hears the recording from this long before its first speech to this long after its last (Silero
+    # VAD: speech_bounds; None: all of it): models trained on clips with little silence around them mis-hear long
+    # silences (RESULTS.md, "Silence around a recording")
+    trim_silence_s: float | None = None
+    # a transcript whose utterance confidence (duet.confidence) is below it is not understood: answered
+    # NOT_UNDERSTOOD_REPLY without asking the language model (0: never)
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
+
+    def validate(self) -> "PipelineSettings":
+        """Return ``self`` when every value is usable; else raise a ``ValueError`` naming the field (the command
+        line checks its options first, naming the flags)."""
+        if self.int8 and self.engine != "onnx":
+            raise ValueError("int8 needs engine onnx (int8 is the ONNX export's graph)")
+        if self.trim_silence_s is not None and self.trim_silence_s < 0:
+            raise ValueError(f"trim_silence_s must be >= 0, got {self.trim_silence_s:g}")
+        if self.stream and self.asr_decoding.strategy != "greedy":
+            raise ValueError(f"streaming decodes greedily, not {self.asr_decoding.describe()}")
+        self.asr_decoding.validate()
+        self.batching.validate()
+        self.generation.validate()
+        check_min_confidence(self.min_confidence, "min_confidence")
+        return self
+
+
+# What the loaded models are: a pipeline answering with other settings (VoicePipeline.with_settings) keeps these.
+LOADED_AS = ("asr_model", "slm_model", "engine", "int8", "stream", "asr_decoding")
 
 
 @dataclass(frozen=True)
@@ -89,17 +138,17 @@ def is_silent(audio: np.ndarray, sample_rate: int) -> bool:
     return float(rms.max()) < SILENCE_RMS
 
 
-def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_s: float,
+def split_at_pauses(audio: np.ndarray, sample_rate: int, max_chunk_seconds: float,
                     speech: list[tuple[int, int]] | None = None) -> list[np.ndarray]:
-    """Cut ``audio`` into chunks of at most ``max_chunk_s``, in the middle of pauses where possible.
+    """Cut ``audio`` into chunks of at most ``max_chunk_seconds``, in the middle of pauses where possible.
 
     Pauses are the gaps between the VAD's speech segments (``speech``, or :func:`duet.vad.speech_segments` with
     ``RECORDING_VAD`` when not given; only computed when a cut is needed). Speech without any pause inside a stretch
-    of ``max_chunk_s`` is cut hard at that length.
+    of ``max_chunk_seconds`` is cut hard at that length.
     """
-    max_len = int(max_chunk_s * sample_rate)
+    max_len = int(max_chunk_seconds * sample_rate)
     if max_len < 1:  # a zero-length chunk would never move past the start
-        raise ValueError(f"max_chunk_s must be > 0, got {max_chunk_s}")
+        raise ValueError(f"max_chunk_seconds must be > 0, got {max_chunk_seconds}")
     if len(audio) <= max_len:
         return [audio]
     voiced = speech_segments(audio, sample_rate, RECORDING_VAD) if speech is None else speech
@@ -131,69 +180,58 @@ def speech_bounds(audio: np.ndarray, sample_rate: int, margin_s: float,
 
 
 class VoicePipeline:
-    """Holds both loaded models; :meth:`run` processes one file and never raises for bad input.
+    """Holds both loaded models and the :class:`PipelineSettings` they answer with; :meth:`run` processes one
+    file and never raises for bad input.
 
-    ``asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` and ``asr_decoding_source`` the
-    decoding.json it was read from, if any (both recorded in each result); ``generation`` is how the language
-    model decodes; ``stream`` sends the ASR through the cache-aware streaming path (see the module docstring).
-    ``asr_workers``: the CPU processes a long recording's batches are decoded in, or with an ONNX engine the
-    threads (a server passes 1: forking a process with threads running is unsafe). ``trim_silence_s``: the offline ASR hears only the recording from
-    this long before its first speech to this long after its last (Silero VAD: :func:`speech_bounds`; None: all of
-    it); models trained on clips with little silence around them mis-hear long silences (RESULTS.md, "Silence
-    around a recording").
-    ``min_confidence``: a transcript whose utterance confidence (``duet.confidence``) is below it is not understood:
-    answered ``NOT_UNDERSTOOD_REPLY`` without asking the language model (0: never).
+    ``settings.asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` (recorded in each result with the
+    decoding.json it came from, if any); ``settings.stream`` sends the ASR through the cache-aware streaming path (see
+    the module docstring). ``settings.batching.workers``: the CPU processes a long recording's batches are decoded in,
+    or with an ONNX engine the threads (a server passes 1: forking a process with threads running is unsafe).
     """
 
-    def __init__(self, asr_model, slm_model, slm_tokenizer, generation: GenerationSettings = GenerationSettings(),
-                 max_chunk_s: float = 20.0, asr_batch_size: int = 8,
-                 asr_decoding: DecodingSettings | None = None, stream: bool = False,
-                 asr_decoding_source: str | None = None, asr_workers: int | None = None,
-                 trim_silence_s: float | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE):
+    def __init__(self, asr_model, slm_model, slm_tokenizer, settings: PipelineSettings = PipelineSettings()):
         self.asr_model = asr_model
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
-        self.generation = generation.validate()
-        self.max_chunk_s = max_chunk_s
-        self.asr_batch_size = asr_batch_size
-        self.asr_decoding = asr_decoding
-        self.asr_decoding_source = asr_decoding_source
-        self.stream = stream
-        self.asr_workers = asr_workers  # CPU decoding processes (transcribe_audio's workers; None: its default)
-        if trim_silence_s is not None and trim_silence_s < 0:
-            raise ValueError(f"trim_silence_s must be >= 0, got {trim_silence_s:g}")
-        self.trim_silence_s = trim_silence_s
-        self.min_confidence = check_min_confidence(min_confidence, "min_confidence")
+        self.settings = settings.validate()
         self.sample_rate = int(asr_model.cfg.sample_rate)
 
-    @classmethod
-    def load(cls, asr_path: str | Path, slm_path: str | Path, asr_decoding: DecodingSettings | None = None,
-             stream: bool = False, engine: str = "torch", int8: bool = False, **kwargs) -> tuple["VoicePipeline", float]:
-        """Load both models (CPU or the first GPU); returns the pipeline and the seconds it took.
+    def with_settings(self, settings: PipelineSettings) -> "VoicePipeline":
+        """This pipeline's models answering with ``settings`` (e.g. a request's own language-model decoding); the
+        models are shared, not copied, so what they were loaded as (``LOADED_AS``) stays."""
+        changed = [name for name in LOADED_AS if getattr(settings, name) != getattr(self.settings, name)]
+        if changed:
+            raise ValueError(f"{', '.join(changed)}: what the models were loaded as; load another pipeline instead")
+        other = copy.copy(self)
+        other.settings = settings.validate()
+        return other
 
-        ``engine="onnx"``: the ASR model is the export of ``asr_path`` by tools/export_onnx.py (its int8 graph with
+    @classmethod
+    def load(cls, settings: PipelineSettings) -> tuple["VoicePipeline", float]:
+        """Load both models as ``settings`` say (CPU or the first GPU); returns the pipeline and the seconds it took.
+
+        ``engine="onnx"``: the ASR model is the export of ``asr_model`` by tools/export_onnx.py (its int8 graph with
         ``int8``), run by ONNX Runtime on CPU (``duet.asr.onnx_engine``); offline only.
 
-        The ASR model is set to ``asr_decoding`` (default greedy) and, with ``stream``, checked to be a
-        streaming model before the language model loads: bad settings fail fast with
-        ``DecodingInputError`` / ``StreamingModelError``.
+        The ASR model is set to ``asr_decoding`` and, with ``stream``, checked to be a streaming model before the
+        language model loads: bad settings fail fast with ``DecodingInputError`` / ``StreamingModelError``.
         """
         start = time.perf_counter()
-        asr_model = load_onnx_model(asr_path, int8=int8) if engine == "onnx" else load_asr_model(asr_path)
-        asr_decoding = set_decoding(asr_model, asr_decoding or DecodingSettings())
-        if stream:
+        settings.validate()
+        asr_model = (load_onnx_model(settings.asr_model, int8=settings.int8) if settings.engine == "onnx"
+                     else load_asr_model(settings.asr_model))
+        set_decoding(asr_model, settings.asr_decoding)
+        if settings.stream:
             check_streaming_model(asr_model)
-        slm_tokenizer, slm_model = load_model(slm_path)
-        pipeline = cls(asr_model, slm_model, slm_tokenizer, asr_decoding=asr_decoding, stream=stream, **kwargs)
+        slm_tokenizer, slm_model = load_model(settings.slm_model)
+        pipeline = cls(asr_model, slm_model, slm_tokenizer, settings)
         return pipeline, time.perf_counter() - start
 
     def describe_asr_decoding(self) -> str | None:
         """``beam16+LM(a=0.8,b=4) from experiments/demo_asr/decoding.json``, or just the decoding when it was
         given by options (or left at greedy)."""
-        if self.asr_decoding is None:
-            return None
-        source = f" from {self.asr_decoding_source}" if self.asr_decoding_source else ""
-        return self.asr_decoding.describe() + source
+        source = f" from {self.settings.asr_decoding_source}" if self.settings.asr_decoding_source else ""
+        return self.settings.asr_decoding.describe() + source
 
     def transcribe(self, audio: np.ndarray) -> tuple[str, int]:
         """The transcript of ``audio`` alone (no word times: they cost 4-11 % more CPU), and its piece count."""
@@ -211,20 +249,19 @@ class VoicePipeline:
     def transcribe_segments(self, audio: np.ndarray, words: bool = True) -> list[Segment]:
         """The pieces :func:`split_at_pauses` cuts ``audio`` into, each with its place, transcript and, with
         ``words``, its words (times from the start of ``audio``)."""
-        long = len(audio) > self.max_chunk_s * self.sample_rate
+        batching, trim_s = self.settings.batching, self.settings.trim_silence_s
+        long = len(audio) > batching.max_chunk_seconds * self.sample_rate
         # one VAD pass serves both the trimming and the cuts (and none is needed for a short untrimmed clip)
-        speech = speech_segments(audio, self.sample_rate, RECORDING_VAD) \
-            if self.trim_silence_s is not None or long else None
-        first, last = (0, len(audio)) if self.trim_silence_s is None else \
-            speech_bounds(audio, self.sample_rate, self.trim_silence_s, speech)
+        speech = speech_segments(audio, self.sample_rate, RECORDING_VAD) if trim_s is not None or long else None
+        first, last = (0, len(audio)) if trim_s is None else speech_bounds(audio, self.sample_rate, trim_s, speech)
         inside = None if speech is None else [(max(a, first) - first, min(b, last) - first) for a, b in speech
                                               if b > first and a < last]
-        chunks = split_at_pauses(audio[first:last], self.sample_rate, self.max_chunk_s, inside)
-        workers = {} if self.asr_workers is None else {"workers": self.asr_workers}
+        chunks = split_at_pauses(audio[first:last], self.sample_rate, batching.max_chunk_seconds, inside)
+        workers = {} if batching.workers is None else {"workers": batching.workers}
         if words:
-            timed = transcribe_with_words(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
+            timed = transcribe_with_words(self.asr_model, chunks, batch_size=batching.batch_size, **workers)
         else:
-            texts = transcribe_audio(self.asr_model, chunks, batch_size=self.asr_batch_size, **workers)
+            texts = transcribe_audio(self.asr_model, chunks, batch_size=batching.batch_size, **workers)
             timed = [TimedTranscript(text, None) for text in texts]
         segments, begin = [], first  # times stay from the start of ``audio``, silence cut or not
         for chunk, piece in zip(chunks, timed):
@@ -265,7 +302,7 @@ class VoicePipeline:
         """Answer a live source: ``pieces`` are 1-D float32 samples at the model's rate, in order, as they
         arrive (``duet.asr.streaming.read_pcm16`` reads them from a pipe); needs ``stream=True``. The
         transcript streams while the source delivers; the language model answers once it has ended."""
-        if not self.stream:
+        if not self.settings.stream:
             raise ValueError("run_live needs a streaming pipeline (stream=True)")
         result = PipelineResult(file=name, asr_decoding=self.describe_asr_decoding())
         start = time.perf_counter()
@@ -282,7 +319,7 @@ class VoicePipeline:
         return self._answer(result, start)
 
     def respond(self, transcript: str) -> str:
-        return respond(self.slm_model, self.slm_tokenizer, transcript, settings=self.generation)
+        return respond(self.slm_model, self.slm_tokenizer, transcript, settings=self.settings.generation)
 
     def run(self, path: str | Path, on_partial: Callable | None = None) -> PipelineResult:
         """Answer one file; ``on_partial`` receives the partial transcripts when streaming."""
@@ -310,7 +347,7 @@ class VoicePipeline:
             result.transcript, result.note = "", "no speech found (silence); language model skipped"
         else:
             t = time.perf_counter()
-            if self.stream:
+            if self.settings.stream:
                 result.transcript, result.streaming = self.transcribe_streaming(audio, on_partial)
                 result.chunks = result.streaming["partials"]
             else:
@@ -329,8 +366,9 @@ class VoicePipeline:
         less surely than ``min_confidence``; no answer (and no note: the caller knows why) when it is empty."""
         if not transcript:
             return None, False, None
-        if not is_understood(confidence, self.min_confidence):
-            return NOT_UNDERSTOOD_REPLY, False, (f"confidence {confidence:.2f} is below {self.min_confidence:g}: not "
+        threshold = self.settings.min_confidence
+        if not is_understood(confidence, threshold):
+            return NOT_UNDERSTOOD_REPLY, False, (f"confidence {confidence:.2f} is below {threshold:g}: not "
                                                  "understood, language model not asked")
         return self.respond(transcript), True, None
 

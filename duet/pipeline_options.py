@@ -1,56 +1,57 @@
-"""The voice pipeline's command-line options and how they become a loaded :class:`~duet.pipeline.VoicePipeline`,
+"""The voice pipeline's command-line options and how they become one :class:`~duet.pipeline.PipelineSettings`,
 shared by ``tools/pipeline.py`` and ``tools/serve.py`` so that both answer with the same models, the same ASR
 decoding (the ``decoding.json`` beside the model included) and the same language-model decoding.
+
+The boundary: :func:`pipeline_settings_from_args` is the one place the pipeline's ``argparse.Namespace`` is read;
+the decoding.json beside the model is merged with the decoding options given (:func:`resolve_asr_decoding`, typed
+values in, a ``ModelDecoding`` out) and nothing is written back onto the Namespace.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
-from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import DecodingInputError
+from duet.asr.decoding import DecodingInputError, DecodingSettings
 from duet.cli_args import (
-    DECODING_OPTIONS,
+    ASR_BATCHING_FLAGS,
+    DECODING_FLAGS,
+    add_batching_arguments,
     add_decoding_arguments,
     add_engine_argument,
-    decoding_settings_from_args,
+    decoding_settings_from_values,
     describe_decoding_source,
+    given_decoding_values,
     offline_batching_from_args,
 )
 from duet.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
-from duet.decoding_file import USED, decoding_file_for, read_decoding_file, read_min_confidence
-from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence
 from duet.errors import DuetError
 from duet.io import shown_path
-from duet.pipeline import VoicePipeline
+from duet.pipeline import PipelineSettings
 from duet.foundation import EXPERIMENTS
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
-DEFAULT_ASR_MODEL = DEMO_ASR_MODEL
-DEFAULT_SLM_MODEL = DEMO_SLM_MODEL
-# batching of the offline ASR: --asr-batch-size, --max-chunk-seconds
-DEFAULT_BATCHING = OfflineBatching(batch_size=8, max_chunk_seconds=20.0)
-BATCHING_OPTIONS = {"batch_size": "--asr-batch-size", "max_chunk_seconds": "--max-chunk-seconds"}
+# the models, batching and thresholds an option left out stands for
+DEFAULTS = PipelineSettings()
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
-    """``--asr-model``, ``--engine``, ``--int8``, ``--slm-model``, ``--asr-batch-size``, ``--max-chunk-seconds`` and
-    ``--min-confidence`` (``streaming``: the script also has ``--stream``, which the batch options do not go with)."""
+    """``--asr-model``, ``--engine``, ``--int8``, ``--slm-model``, ``--asr-batch-size``, ``--max-chunk-seconds``,
+    ``--trim-silence`` and ``--min-confidence`` (``streaming``: the script also has ``--stream``, which the batch
+    options do not go with)."""
     not_streaming = "; not with --stream" if streaming else ""
-    parser.add_argument("--asr-model", type=Path, default=DEFAULT_ASR_MODEL, help="NeMo .nemo file")
+    parser.add_argument("--asr-model", type=Path, default=DEFAULTS.asr_model, help="NeMo .nemo file")
     add_engine_argument(parser, "--asr-model")
     parser.add_argument("--int8", action="store_true", help="--engine onnx: the export's int8 graph")
-    parser.add_argument("--slm-model", type=Path, default=DEFAULT_SLM_MODEL, help="Hugging Face model folder")
-    parser.add_argument("--asr-batch-size", type=int, default=None,
-                        help=f"pieces of audio per ASR batch (default: {DEFAULT_BATCHING.batch_size}{not_streaming})")
+    parser.add_argument("--slm-model", type=Path, default=DEFAULTS.slm_model, help="Hugging Face model folder")
+    add_batching_arguments(parser, DEFAULTS.batching, ("batch_size", "max_chunk_seconds"), ASR_BATCHING_FLAGS,
+                           streaming=streaming)
     parser.add_argument("--trim-silence", type=float, default=None, metavar="SECONDS",
                         help="the ASR hears each recording from SECONDS before its first speech to SECONDS after its "
                              "last, as Silero VAD hears it (a recording without speech whole; e.g. 0.2; default: all "
                              f"of it{not_streaming}); see RESULTS.md, 'Silence around a recording'")
-    parser.add_argument("--max-chunk-seconds", type=float, default=None,
-                        help=f"longest piece the ASR sees at once (default: {DEFAULT_BATCHING.max_chunk_seconds:g}"
-                             f"{not_streaming})")
     parser.add_argument("--min-confidence", type=float, default=None, metavar="C",
                         help="a transcript whose confidence (its mean word confidence, duet/confidence.py) is below C "
                              f"is not understood: answered {NOT_UNDERSTOOD_REPLY!r} without asking the language model; "
@@ -70,12 +71,12 @@ def add_decoding_options(parser: argparse.ArgumentParser, streaming: bool = Fals
     add_generation_arguments(parser)
 
 
-def model_path_problems(args: argparse.Namespace) -> list[str]:
+def model_path_problems(asr_model: Path, slm_model: Path) -> list[str]:
     """A line for each ``--asr-model``/``--slm-model`` that does not exist, saying how to get the demo's, or naming
     the newest model the recipes wrote (nemo_recipes/finetune_ctc.py, slm/finetune.py) to pass instead."""
     problems = []
-    for flag, path, made in (("--asr-model", args.asr_model, newest_recipe_asr_model),
-                             ("--slm-model", args.slm_model, newest_recipe_slm_model)):
+    for flag, path, made in (("--asr-model", asr_model, newest_recipe_asr_model),
+                             ("--slm-model", slm_model, newest_recipe_slm_model)):
         if not path.exists():
             found = made()
             instead = f"{flag} {shown_path(found)}" if found else flag
@@ -83,9 +84,9 @@ def model_path_problems(args: argparse.Namespace) -> list[str]:
     return problems
 
 
-def check_model_paths(args: argparse.Namespace) -> None:
+def check_model_paths(asr_model: Path, slm_model: Path) -> None:
     """A missing ``--asr-model``/``--slm-model`` is a one-line error (:func:`model_path_problems`)."""
-    problems = model_path_problems(args)
+    problems = model_path_problems(asr_model, slm_model)
     if problems:
         raise DuetError("; ".join(problems))
 
@@ -105,66 +106,70 @@ def _newest(paths) -> Path | None:
     return max(paths, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def resolve_asr_decoding(args: argparse.Namespace) -> str | None:
-    """Fill in the ASR decoding left unsaid; returns the decoding.json it came from (and the options given over
-    it), or None when the options alone decide.
+@dataclass(frozen=True)
+class ModelDecoding:
+    """How a model decodes once its decoding.json and the options given are merged."""
 
-    Without --asr-decoding (or with the strategy the file names) and without --lm, the decoding.json in the
-    model's folder is used, each option given replacing its value. ``--lm`` alone means beam_lm with that LM at
-    the library's weights (the file's were tuned for its own LM). No file, and ``--stream`` (``args.stream`` of
-    a script that has it): greedy. Beam options that greedy by default would ignore are a
+    settings: DecodingSettings
+    source: str | None  # the decoding.json it came from (and the options given over it); None: the options alone
+    min_confidence: float  # the model's low-confidence threshold under this decoding (module doc of decoding_file)
+
+
+def resolve_asr_decoding(asr_model: Path, strategy: str | None, given: dict, stream: bool = False,
+                         min_confidence: float | None = None, strategy_flag: str = "--asr-decoding") -> ModelDecoding:
+    """The decoding of ``asr_model``: ``strategy`` (None: left unsaid) and the values ``given`` on the command line
+    (``DecodingSettings`` field -> value, :func:`duet.cli_args.given_decoding_values`) merged with the decoding.json
+    in the model's folder. Messages name the options (``strategy_flag`` for the strategy).
+
+    Without a strategy (or with the one the file names) and without ``--lm``, the file is used, each value given
+    replacing its own. ``--lm`` alone means beam_lm with that LM at the library's weights (the file's were tuned for
+    its own LM). No file, and ``stream``: greedy. Beam options that greedy by default would ignore are a
     ``DecodingInputError`` saying why.
 
-    ``args.min_confidence`` (``--min-confidence``) left unsaid is filled in too: the file's ``min_confidence``
-    when the file's decoding is the one used (the threshold was chosen for it), else DEFAULT_MIN_CONFIDENCE."""
-    source, file_used = _resolve_decoding(args)
-    if getattr(args, "min_confidence", None) is None:
-        from_file = read_min_confidence(decoding_file_for(args.asr_model)) if file_used else None
-        args.min_confidence = DEFAULT_MIN_CONFIDENCE if from_file is None else from_file
-    return source
+    ``min_confidence`` (``--min-confidence``; None: left unsaid) is the threshold when given; else the file's
+    ``min_confidence`` when the file's decoding is the one used (the threshold was chosen for it), else
+    DEFAULT_MIN_CONFIDENCE."""
+    settings, source, file_used = _merged_decoding(asr_model, strategy, given, stream, strategy_flag)
+    if min_confidence is None:
+        from_file = read_min_confidence(decoding_file_for(asr_model)) if file_used else None
+        min_confidence = DEFAULT_MIN_CONFIDENCE if from_file is None else from_file
+    return ModelDecoding(settings, source, min_confidence)
 
 
-def _resolve_decoding(args: argparse.Namespace) -> tuple[str | None, bool]:
-    """:func:`resolve_asr_decoding`'s decoding part: its return value, and whether the model decodes as its
+def _merged_decoding(asr_model: Path, strategy: str | None, given: dict, stream: bool,
+                     strategy_flag: str) -> tuple[DecodingSettings, str | None, bool]:
+    """:func:`resolve_asr_decoding`'s decoding part: the settings, their source, and whether the model decodes as its
     decoding.json says (also when the file says greedy, which names no source)."""
-    # streaming decodes greedily; decoding_settings_from_args names any option it would ignore
-    if getattr(args, "stream", False):
-        args.ctc_decoding = args.ctc_decoding or "greedy"
-        return None, False
-    if args.lm is not None:
-        args.ctc_decoding = args.ctc_decoding or "beam_lm"
-        return None, False
-    saved_path = decoding_file_for(args.asr_model)
-    saved = (read_decoding_file(saved_path) if args.ctc_decoding in (None, "beam", "beam_lm") and saved_path.is_file()
+    if stream:  # streaming decodes greedily; decoding_settings_from_values names any option it would ignore
+        return decoding_settings_from_values(strategy or "greedy", given, strategy_flag, streaming=True), None, False
+    if "ngram_lm" in given:
+        return decoding_settings_from_values(strategy or "beam_lm", given, strategy_flag), None, False
+    saved_path = decoding_file_for(asr_model)
+    saved = (read_decoding_file(saved_path) if strategy in (None, "beam", "beam_lm") and saved_path.is_file()
              else None)
-    given = [flag for flag, attr in DECODING_OPTIONS if getattr(args, attr) is not None]
-    if saved is not None and saved.strategy != "greedy" and args.ctc_decoding in (None, saved.strategy):
-        args.ctc_decoding = saved.strategy
-        values = {"beam_size": saved.beam_size, "lm": saved.ngram_lm, "alpha": saved.alpha, "beta": saved.beta}
-        for attr, value in values.items():
-            if getattr(args, attr) is None and attr in USED[saved.strategy]:
-                setattr(args, attr, value)
-        return f"{saved_path}, {', '.join(given)} given" if given else str(saved_path), True
-    if args.ctc_decoding is None:
-        args.ctc_decoding = "greedy"
+    flags = [DECODING_FLAGS[name] for name in given]
+    if saved is not None and saved.strategy != "greedy" and strategy in (None, saved.strategy):
+        settings = decoding_settings_from_values(saved.strategy, {**saved.used_values(), **given}, strategy_flag)
+        return settings, f"{saved_path}, {', '.join(flags)} given" if flags else str(saved_path), True
+    if strategy is None:
         if given:
             why = f"{saved_path} says greedy" if saved is not None else f"there is no {saved_path}"
-            raise DecodingInputError(f"{', '.join(given)} needs --asr-decoding beam or beam_lm: this model "
+            raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} beam or beam_lm: this model "
                                      f"decodes greedily by default ({why})")
-        return None, saved is not None  # a file that says greedy: the model decodes as it says
-    return None, False
+        return DecodingSettings(), None, saved is not None  # a file that says greedy: the model decodes as it says
+    return decoding_settings_from_values(strategy, given, strategy_flag), None, False
 
 
-def resolve_pipeline_options(args: argparse.Namespace) -> tuple[dict, str]:
-    """Check every option and resolve the ASR decoding: the keyword arguments of ``VoicePipeline.load`` and a line
-    saying which decoding the ASR uses and where it came from (``decoding: beam16+LM(a=0.8,b=4) from
-    experiments/demo_asr/decoding.json``, ``decoding: greedy (default: no <model folder>/decoding.json)``).
+def pipeline_settings_from_args(args: argparse.Namespace) -> tuple[PipelineSettings, str]:
+    """Check every option and resolve the ASR decoding: the pipeline's settings and a line saying which decoding
+    the ASR uses and where it came from (``decoding: beam16+LM(a=0.8,b=4) from experiments/demo_asr/decoding.json``,
+    ``decoding: greedy (default: no <model folder>/decoding.json)``).
 
     Bad options fail here, before anything loads, named by their flag."""
     stream = getattr(args, "stream", False)
     if args.int8 and args.engine != "onnx":
         raise DuetError("--int8 needs --engine onnx (int8 is the ONNX export's graph)")
-    if args.min_confidence is not None:  # given: checked before anything else (resolve_asr_decoding fills it in)
+    if args.min_confidence is not None:  # given: checked before anything else (else the model's own applies)
         check_min_confidence(args.min_confidence)
     if args.trim_silence is not None and (args.trim_silence < 0 or stream):
         raise DuetError(f"--trim-silence {args.trim_silence:g}: " + ("not used with --stream (a live stream is not "
@@ -173,30 +178,21 @@ def resolve_pipeline_options(args: argparse.Namespace) -> tuple[dict, str]:
         generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
     except GenerationSettingsError as e:
         raise DuetError(f"language model decoding: {e}") from e
-    given = describe_decoding_source(args, "--asr-decoding", default=None)  # before the file fills the rest in
-    asr_decoding_source = resolve_asr_decoding(args)
-    asr_decoding = decoding_settings_from_args(args, "--asr-decoding", streaming=stream)
-    batching = offline_batching_from_args(args, DEFAULT_BATCHING, BATCHING_OPTIONS, streaming=stream)
+    given = describe_decoding_source(args, "--asr-decoding", default=None)
+    decoding = resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), stream,
+                                    args.min_confidence)
+    batching = offline_batching_from_args(args, DEFAULTS.batching, ASR_BATCHING_FLAGS, streaming=stream)
     saved_path = decoding_file_for(args.asr_model)
-    if asr_decoding_source:
-        origin = f"from {asr_decoding_source}"
+    if decoding.source:
+        origin = f"from {decoding.source}"
     elif stream:
         origin = "(--stream decodes greedily)"
     elif given != "default":
         origin = f"({given})"
     else:
         origin = f"(default: {saved_path} says greedy)" if saved_path.is_file() else f"(default: no {saved_path})"
-    options = dict(asr_path=args.asr_model, slm_path=args.slm_model, generation=generation,
-                   max_chunk_s=batching.max_chunk_seconds, asr_batch_size=batching.batch_size,
-                   asr_decoding=asr_decoding, asr_decoding_source=asr_decoding_source, stream=stream,
-                   engine=args.engine, int8=args.int8, trim_silence_s=args.trim_silence,
-                   min_confidence=args.min_confidence)
-    return options, f"decoding: {asr_decoding.describe()} {origin}"
-
-
-def load_pipeline(args: argparse.Namespace, options: dict | None = None) -> tuple[VoicePipeline, float]:
-    """Load both models as ``options`` (:func:`resolve_pipeline_options`, resolved from ``args`` when not given)
-    say; returns the pipeline and the load time in seconds."""
-    if options is None:
-        options, _ = resolve_pipeline_options(args)
-    return VoicePipeline.load(**options)
+    settings = PipelineSettings(asr_model=args.asr_model, slm_model=args.slm_model, engine=args.engine,
+                                int8=args.int8, stream=stream, asr_decoding=decoding.settings,
+                                asr_decoding_source=decoding.source, batching=batching, generation=generation,
+                                trim_silence_s=args.trim_silence, min_confidence=decoding.min_confidence)
+    return settings.validate(), f"decoding: {decoding.settings.describe()} {origin}"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import copy
 import dataclasses
 import json
 import re
@@ -581,7 +580,7 @@ class TurnsSession:
             stream["partials"] = self.partials.pop(event.turn, 0)
         note = None if transcript else "no speech heard; language model skipped"
         if transcript and not result["understood"]:
-            note = f"confidence {result['confidence']:.2f} is below {self.pipeline.min_confidence:g}: not understood"
+            note = f"confidence {result['confidence']:.2f} is below {self.pipeline.settings.min_confidence:g}: not understood"
         final = {"type": "final", "turn": event.turn, "transcript": transcript, "response": response,
                  "confidence": result["confidence"], "understood": result["understood"], "note": note,
                  "speech_end_s": event.at_s, "forced_end": event.forced, "speculative": speculative,
@@ -624,6 +623,13 @@ def generation_for_request(base: GenerationSettings, options: dict) -> Generatio
     except GenerationSettingsError as e:
         # the settings name command-line flags (--top-p); a request names fields (top_p)
         raise RequestError(400, re.sub(r"--([a-z]+(?:-[a-z]+)*)", lambda m: m.group(1).replace("-", "_"), str(e)))
+
+
+def pipeline_for_request(pipeline: VoicePipeline, options: dict) -> VoicePipeline:
+    """``pipeline``'s models answering with the request's settings: its language-model ``options``
+    (:func:`generation_for_request`) over the server's."""
+    generation = generation_for_request(pipeline.settings.generation, options)
+    return pipeline.with_settings(dataclasses.replace(pipeline.settings, generation=generation))
 
 
 def speech_json(wav: bytes) -> dict:
@@ -698,8 +704,8 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     @app.get("/health")
     async def health():
         return {"status": "ok", "asr_model": asr_model, "slm_model": slm_model,
-                "asr_decoding": pipeline.describe_asr_decoding(), "generation": dataclasses.asdict(pipeline.generation),
-                "min_confidence": pipeline.min_confidence, "stream_decoder": stream_note,
+                "asr_decoding": pipeline.describe_asr_decoding(), "generation": dataclasses.asdict(pipeline.settings.generation),
+                "min_confidence": pipeline.settings.min_confidence, "stream_decoder": stream_note,
                 "queue": {"active": worker.active, "capacity": worker.capacity},
                 "turns": {"default": settings.turns, "turn_silence_s": settings.turn_silence,
                           "vad_threshold": settings.vad_threshold},
@@ -742,8 +748,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         options = {"strategy": strategy, "max_new_tokens": max_new_tokens, "num_beams": num_beams,
                    "temperature": temperature, "top_k": top_k, "top_p": top_p,
                    "repetition_penalty": repetition_penalty}
-        request_pipeline = copy.copy(pipeline)  # shares the models; the decoding settings are this request's
-        request_pipeline.generation = generation_for_request(pipeline.generation, options)
+        request_pipeline = pipeline_for_request(pipeline, options)
         if speak and shutil.which(SPEAK_ENGINE) is None:
             raise RequestError(501, f"speak: the server cannot speak ({SPEAK_ENGINE} is not installed)")
         async with worker.slot():
@@ -769,8 +774,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         if not request.text.strip():
             raise RequestError(400, "text: empty; give the instruction to answer")
         options = request.model_dump(exclude={"text"})
-        request_pipeline = copy.copy(pipeline)
-        request_pipeline.generation = generation_for_request(pipeline.generation, options)
+        request_pipeline = pipeline_for_request(pipeline, options)
         start = time.perf_counter()
         async with worker.slot():
             response = await worker.run(request_pipeline.respond, request.text.strip())

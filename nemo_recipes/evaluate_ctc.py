@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 from duet.asr import decoding, evaluate, inference, scoring, streaming
-from duet.asr.batching import OfflineBatching
+from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
                            decoding_settings_from_args, describe_decoding_source, log_target,
@@ -62,8 +62,6 @@ from duet.io import audio_file_problem, expand_audio_paths
 from duet.manifest import read_manifest
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
-
-DEFAULT_BATCHING = OfflineBatching(batch_size=32)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -79,7 +77,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--int8", action="store_true", help="dynamic int8 quantisation of Linear layers (CPU); "
                         "with --engine onnx the export's int8 graph")
     add_engine_argument(parser)
-    add_batching_arguments(parser, batch_size=DEFAULT_BATCHING.batch_size, streaming=True)
+    add_batching_arguments(parser, EVALUATION_BATCHING, streaming=True)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
     parser.add_argument("--show", type=int, default=5, help="worst/best utterances to print (default: 5)")
     parser.add_argument("--stream", action="store_true",
@@ -96,7 +94,7 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     settings = decoding_settings_from_args(args, "--decoding", streaming=args.stream)
-    batching = offline_batching_from_args(args, DEFAULT_BATCHING, streaming=args.stream)
+    batching = offline_batching_from_args(args, EVALUATION_BATCHING, streaming=args.stream)
     if args.stream and args.word_timestamps:
         raise DuetError("--word-timestamps is not available with --stream (the streaming path gives no word times)")
     if args.word_timestamps and args.audio:

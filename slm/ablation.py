@@ -5,16 +5,26 @@ GPT-2's ``Conv1D`` stores its weight as (in_features, out_features), the transpo
 ``c_attn.weight`` is (E, 3E) with the query, key and value blocks side by side along the columns,
 each block holding the heads in order; ``attn.c_proj.weight`` is (E, E) with one row band per head.
 Which heads / neurons to keep is decided by a simple magnitude score of their output weights.
-Every function returns a modified deep copy and leaves the input model untouched.
+Every variant function returns a modified deep copy and leaves the input model untouched.
+
+:func:`ablate_model` scores the default grid of a saved model (``slm/ablate.py`` is its command line) and writes
+ablation.json, ablation.md and params_vs_metric.png.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import time
+from pathlib import Path
 
 import torch
 
-from slm.data import AlpacaCollator
+from duet.foundation.files import save_png_atomic, write_text_atomic
+from slm.data import AlpacaCollator, tokenize_example
+from slm.evaluation import evaluate_model, load_model_and_splits
+from slm.generation import pick_device
+from slm.modeling import count_parameters
 
 
 def drop_layers(model, keep: list[int]):
@@ -123,3 +133,71 @@ def short_finetune(model, rows: list[dict], pad_token_id: int, steps: int, learn
             log(f"    re-fine-tune step {step + 1}/{steps}: loss {loss.item():.4f}")
     model.eval()
     return losses
+
+
+def ablate_model(model_dir: Path, out_dir: Path | None, *, num_generate: int, max_new_tokens: int,
+                 refinetune_steps: int, refinetune_lr: float, device: str, bertscore: str, log=print) -> dict:
+    """Score the baseline and every :func:`default_variants` variant of the model in ``model_dir`` on its own
+    held-out rows (``num_generate`` test rows answered greedily, the validation split's losses), each first
+    re-fine-tuned ``refinetune_steps`` AdamW steps when asked; write ablation.json, ablation.md and
+    params_vs_metric.png into ``out_dir`` (default ``model_dir/ablation``) and return the results by variant."""
+    tokenizer, model, cfg, splits = load_model_and_splits(model_dir, device=pick_device(device))
+    out_dir = out_dir or model_dir / "ablation"
+    train_rows = [tokenize_example(r, tokenizer, cfg.data.max_length) for r in splits["train"]]
+    test_rows = splits["test"][:num_generate]
+    variants = {"baseline": (None, None), **default_variants(model.config)}
+    results, started = {}, time.time()
+    for index, (name, (make_variant, argument)) in enumerate(variants.items(), 1):
+        variant = copy.deepcopy(model) if make_variant is None else make_variant(model, argument)
+        log(f"[{index}/{len(variants)}] {name}: {count_parameters(variant):,} parameters")
+        if refinetune_steps:
+            # The baseline gets the same extra steps: otherwise a variant's gain from more training would
+            # look like a gain from the ablation.
+            short_finetune(variant, train_rows, tokenizer.eos_token_id, refinetune_steps, refinetune_lr,
+                           cfg.train.batch_size, cfg.seed, mask_prompt=cfg.data.mask_prompt, log=log)
+        summary, _ = evaluate_model(variant, tokenizer, splits["validation"], test_rows, cfg.data.max_length,
+                                    max_new_tokens, cfg.eval.batch_size, bertscore, log=log)
+        results[name] = {"parameters": count_parameters(variant), "refinetune_steps": refinetune_steps, **summary}
+    write_text_atomic(out_dir / "ablation.json", json.dumps(results, indent=2) + "\n")
+    caption = (f"Every row re-fine-tuned {refinetune_steps} AdamW steps (lr {refinetune_lr:g}) before scoring.\n\n"
+               if refinetune_steps else "No re-fine-tuning: variants scored as cut.\n\n")
+    write_text_atomic(out_dir / "ablation.md", caption + markdown_table(results))
+    plot_params_vs_metric(results, out_dir / "params_vs_metric.png")
+    log(caption + markdown_table(results))
+    log(f"ablated {len(variants) - 1} variants in {time.time() - started:.0f} s; wrote {out_dir}/ablation.md, "
+        f"ablation.json, params_vs_metric.png")
+    return results
+
+
+def plot_params_vs_metric(results: dict, path: Path) -> None:
+    # pyplot takes ~3.5 s to import: --help and argument errors answer before it loads
+    import matplotlib.pyplot as plt
+
+    plt.switch_backend("Agg")  # files only: no display is needed or assumed
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "perplexity", "validation perplexity (answer tokens)"),
+                           (axes[1], "rougeL", "ROUGE-L F1 of greedy answers")):
+        for name, r in results.items():
+            ax.scatter(r["parameters"] / 1e6, r[key])
+            ax.annotate(name, (r["parameters"] / 1e6, r[key]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("parameters (M)")
+        ax.set_ylabel(label)
+    axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_formatter("{x:g}")
+    axes[0].yaxis.set_minor_formatter("{x:g}")
+    fig.suptitle("Ablations: parameters vs quality")
+    save_png_atomic(fig, path)
+
+
+def markdown_table(results: dict) -> str:
+    """One row per variant; a BERTScore column (named after its model) only when it was computed."""
+    bertscore_model = next(iter(results.values())).get("bertscore_model")
+    extra = f" BERTScore F1 ({bertscore_model}) |" if bertscore_model else ""
+    lines = ["| variant | parameters | val loss (masked) | perplexity | BLEU-4 | ROUGE-1 | ROUGE-2 | ROUGE-L |" + extra,
+             "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "")]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['parameters']:,} | {r['masked_loss']:.3f} | {r['perplexity']:.2f} | "
+                     f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rouge2']:.1f} | {r['rougeL']:.1f} |"
+                     + (f" {r['bertscore_f1']:.1f} |" if extra else ""))
+    return "\n".join(lines) + "\n"

@@ -9,7 +9,8 @@ Without --data the rows are the test split (answered greedily) and validation sp
 from the finetune_config.yaml saved in the folder; the on-topic shares cover the spoken assistant
 requests among the answered rows. Writes generations_eval.jsonl (prompt / reference /
 generation), eval_summary.json (every number with the scorer that produced it) and the charts
-bleu_n.png and bleu_vs_rouge.png into --out (default MODEL_DIR/eval).
+bleu_n.png and bleu_vs_rouge.png into --out (default MODEL_DIR/eval). The work is
+``slm.evaluation.evaluate_folder``'s; this command reads the options.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import sys
 from pathlib import Path
 
 from duet.foundation.errors import cli
-from slm.errors import SlmError
 
 
 @cli
@@ -35,27 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     # torch takes ~9 s to import: --help and argument errors answer before it loads
-    from slm.data import load_alpaca, load_splits_for
-    from slm.evaluation import assistant_text, bertscore_text, evaluate_model, write_report
-    from slm.generate import load_model
+    from slm.evaluation import assistant_text, bertscore_text, evaluate_folder
 
-    try:
-        tokenizer, model = load_model(args.model_dir)
-        cfg, splits = load_splits_for(args.model_dir)
-        if args.data:
-            splits = {"test": load_alpaca(args.data)}
-            splits["validation"] = splits["test"]
-    except (FileNotFoundError, ValueError) as e:
-        raise SlmError(str(e)) from e
-    rows = splits["test"][: args.num_generate] if args.num_generate else splits["test"]
-    summary, records = evaluate_model(model, tokenizer, splits["validation"], rows, cfg.data.max_length,
-                                      args.max_new_tokens or cfg.eval.max_new_tokens, args.batch_size, args.bertscore)
-    summary["data"] = args.data or f"held-out split of {cfg.data.source}"
-    out_dir = args.out or args.model_dir / "eval"
-    write_report(out_dir, {"eval": summary}, {"eval": records})
-    print(f"evaluated {len(rows)} rows: masked loss {summary['masked_loss']:.3f} (ppl {summary['perplexity']:.2f}), "
-          f"unmasked loss {summary['unmasked_loss']:.3f}, BLEU-4 {summary['bleu4']:.1f}, ROUGE-L {summary['rougeL']:.1f}, "
-          f"{bertscore_text(summary)}; {assistant_text(summary)}; wrote {out_dir}/eval_summary.json")
+    summary, out_dir = evaluate_folder(args.model_dir, args.out, data=args.data, num_generate=args.num_generate,
+                                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                                       bertscore_model=args.bertscore)
+    print(f"evaluated {summary['generation_rows']} rows: masked loss {summary['masked_loss']:.3f} "
+          f"(ppl {summary['perplexity']:.2f}), unmasked loss {summary['unmasked_loss']:.3f}, "
+          f"BLEU-4 {summary['bleu4']:.1f}, ROUGE-L {summary['rougeL']:.1f}, {bertscore_text(summary)}; "
+          f"{assistant_text(summary)}; wrote {out_dir}/eval_summary.json")
     return 0
 
 

@@ -4,7 +4,8 @@
 answers and, for the spoken assistant requests among the answered rows, the on-topic shares
 (``slm.metrics.assistant_scores``); ``write_report`` saves ``generations*.jsonl`` (prompt / reference / generation),
 ``eval_summary.json`` and the charts (BLEU-1..4 bars, BLEU vs ROUGE), like the seed report's
-figures 6-5 to 6-7.
+figures 6-5 to 6-7. :func:`evaluate_folder` does both for a saved model folder (``slm/evaluate_slm.py`` is its
+command line).
 """
 
 from __future__ import annotations
@@ -15,13 +16,47 @@ from pathlib import Path
 from typing import Sequence
 
 from duet.foundation.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
-from slm.data import format_alpaca_prompt, tokenize_example
-from slm.generate import generate_responses
-from slm.generation import GenerationSettings
+from slm.data import format_alpaca_prompt, load_alpaca, load_splits_for, tokenize_example
+from slm.errors import SlmError
+from slm.generation import GenerationSettings, generate_responses, load_model
 from slm.metrics import ASSISTANT_SCORER, assistant_scores, dataset_losses, text_metrics
 
 BLEU_KEYS = ("bleu1", "bleu2", "bleu3", "bleu4")
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
+
+
+def load_model_and_splits(model_dir: Path, device: str | None = None):
+    """The tokenizer and model of ``model_dir`` and its config and splits, rebuilt from the finetune_config.yaml
+    saved there (so the held-out rows are the ones it never trained on); a folder that lacks either is an
+    ``SlmError`` naming what is missing."""
+    try:
+        tokenizer, model = load_model(model_dir, device=device)
+        cfg, splits = load_splits_for(model_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise SlmError(str(e)) from e
+    return tokenizer, model, cfg, splits
+
+
+def evaluate_folder(model_dir: Path, out_dir: Path | None, *, data: str | None, num_generate: int | None,
+                    max_new_tokens: int | None, batch_size: int, bertscore_model: str) -> tuple[dict, Path]:
+    """Score the model in ``model_dir`` on its own held-out split (test rows answered, validation rows' losses) or,
+    with ``data``, on every row of that Alpaca JSON file; the first ``num_generate`` rows are answered (None: all),
+    up to ``max_new_tokens`` (None: the model's eval.max_new_tokens). Writes the report (:func:`write_report`) into
+    ``out_dir`` (default ``model_dir/eval``); returns the summary and that folder."""
+    tokenizer, model, cfg, splits = load_model_and_splits(model_dir)
+    if data:
+        try:
+            splits = {"test": load_alpaca(data)}
+        except (FileNotFoundError, ValueError) as e:
+            raise SlmError(str(e)) from e
+        splits["validation"] = splits["test"]
+    rows = splits["test"][:num_generate] if num_generate else splits["test"]
+    summary, records = evaluate_model(model, tokenizer, splits["validation"], rows, cfg.data.max_length,
+                                      max_new_tokens or cfg.eval.max_new_tokens, batch_size, bertscore_model)
+    summary["data"] = data or f"held-out split of {cfg.data.source}"
+    out_dir = out_dir or model_dir / "eval"
+    write_report(out_dir, {"eval": summary}, {"eval": records})
+    return summary, out_dir
 
 
 def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows: Sequence[dict], max_length: int,

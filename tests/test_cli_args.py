@@ -13,7 +13,7 @@ from duet.errors import AsrInputError
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_batching_arguments(parser, batch_size=32, streaming=True)
+    add_batching_arguments(parser, OfflineBatching(batch_size=32), streaming=True)
     add_decoding_arguments(parser, "--decoding")
     return parser.parse_args(argv)
 

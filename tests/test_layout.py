@@ -116,8 +116,7 @@ def test_inference_and_training_commands_reach_neither_synthesis_nor_the_demo(sc
 
 
 def test_entry_scripts_neither_edit_sys_path_nor_import_each_other():
-    """slm/generate.py is a library module with a command line (the pipeline answers with it); the other
-    scripts in slm/ are commands only, and so are tools/, bench/ and nemo_recipes/."""
+    """The scripts in slm/, tools/, bench/ and nemo_recipes/ are commands only (see the test below)."""
     library_used = {m for deps in GRAPH.values() for m in deps}
     commands = {module_name(p) for p in ENTRY_SCRIPTS} - library_used
     stems = {name.split(".")[-1] for name in commands} | {"tools", "bench", "nemo_recipes"}
@@ -125,6 +124,18 @@ def test_entry_scripts_neither_edit_sys_path_nor_import_each_other():
         assert "sys.path" not in path.read_text(), f"{path.relative_to(REPO_ROOT)} edits sys.path"
         others = {m for m in imported(path) if m in commands or m.split(".")[0] in stems}
         assert not others, f"{path.relative_to(REPO_ROOT)} imports entry scripts {sorted(others)}"
+
+
+# Commands that are library modules too, until split: python -m slm.torch_build is what tools/setup.sh runs, and the
+# recipes import its require_torch_to_see_the_gpus.
+BOTH_COMMAND_AND_LIBRARY = {"slm.torch_build"}
+
+
+def test_no_module_is_both_a_command_and_a_library_module():
+    """A command reads its options and calls the library (slm/generate.py calls slm.generation, slm/ablate.py
+    slm.ablation, slm/evaluate_slm.py slm.evaluation); no library module imports a command."""
+    library_used = {m for deps in GRAPH.values() for m in deps}
+    assert {module_name(p) for p in ENTRY_SCRIPTS} & library_used == BOTH_COMMAND_AND_LIBRARY
 
 
 def test_slm_modules_shadow_no_installed_module():

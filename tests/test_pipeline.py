@@ -21,8 +21,10 @@ import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
 from duet.asr.words import TimedTranscript, Word
 from duet.confidence import NOT_UNDERSTOOD_REPLY
-from duet.pipeline import VoicePipeline, is_silent, split_at_pauses
-from duet.pipeline_options import resolve_asr_decoding, resolve_pipeline_options
+from duet.asr.batching import PIPELINE_BATCHING
+from duet.cli_args import given_decoding_values
+from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
+from duet.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
 from duet.synth.conversation import room_noise, speech_range
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -94,10 +96,10 @@ def make_pipeline(monkeypatch):
     monkeypatch.setattr(pipeline_module, "transcribe_with_words", fake_transcribe)
     monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: responses.append(text) or f"ok: {text}")
 
-    def build(text="set a timer for five minutes", confidence=0.9, **kwargs):
+    def build(text="set a timer for five minutes", confidence=0.9, **settings):
         asr = FakeAsr(text)
         asr.confidence = confidence  # every word's
-        return VoicePipeline(asr, slm_model=None, slm_tokenizer=None, **kwargs), responses
+        return VoicePipeline(asr, slm_model=None, slm_tokenizer=None, settings=PipelineSettings(**settings)), responses
     return build
 
 
@@ -165,7 +167,7 @@ def test_empty_transcript_skips_the_language_model(make_pipeline, tmp_path):
 
 def test_long_audio_is_cut_at_pauses_into_bounded_chunks():
     audio = speech_with_pauses([3.0, 4.0, 2.5, 5.0, 3.5, 4.0])
-    chunks = split_at_pauses(audio, SR, max_chunk_s=8.0)
+    chunks = split_at_pauses(audio, SR, max_chunk_seconds=8.0)
     assert len(chunks) > 1 and sum(len(c) for c in chunks) == len(audio)
     assert all(len(c) <= 8 * SR for c in chunks)
     for chunk in chunks[:-1]:  # every cut fell in a pause, not inside a burst
@@ -174,7 +176,7 @@ def test_long_audio_is_cut_at_pauses_into_bounded_chunks():
 
 def test_speech_without_pauses_is_cut_hard_at_the_limit():
     audio = (0.3 * np.random.default_rng(2).standard_normal(25 * SR)).astype(np.float32)  # no gap at all
-    chunks = split_at_pauses(audio, SR, max_chunk_s=10.0)
+    chunks = split_at_pauses(audio, SR, max_chunk_seconds=10.0)
     assert [len(c) for c in chunks] == [10 * SR, 10 * SR, 5 * SR]
 
 
@@ -228,7 +230,7 @@ def test_trim_silence_keeps_a_recording_without_speech_whole(make_pipeline, tmp_
 
 
 def test_a_long_file_is_transcribed_in_chunks(make_pipeline, tmp_path):
-    pipe, _ = make_pipeline(max_chunk_s=8.0)
+    pipe, _ = make_pipeline(batching=replace(PIPELINE_BATCHING, max_chunk_seconds=8.0))
     path = tmp_path / "long.flac"
     soundfile.write(path, speech_with_pauses([3.0, 4.0, 2.5, 5.0, 3.5, 4.0]), SR)
     result = pipe.run(path)
@@ -394,7 +396,8 @@ def test_the_decoding_line_says_where_the_decoding_came_from(cli, saved_decoding
     saved_file = model.parent / "decoding.json"
 
     def line(*argv):
-        return resolve_pipeline_options(cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), *argv]))[1]
+        return pipeline_settings_from_args(cli.get_parser().parse_args(["a.flac", "--asr-model", str(model),
+                                                                        *argv]))[1]
     assert line() == f"decoding: beam16+LM(a=0.8,b=4) from {saved_file}"
     assert line("--beam-size", "8") == f"decoding: beam8+LM(a=0.8,b=4) from {saved_file}, --beam-size given"
     assert line("--asr-decoding", "greedy") == "decoding: greedy (given: --asr-decoding greedy)"
@@ -443,8 +446,8 @@ def test_cli_stdin_needs_stream_and_no_other_audio(cli, model_args, monkeypatch,
 
 
 def test_split_at_pauses_refuses_an_empty_chunk_length():
-    with pytest.raises(ValueError, match="max_chunk_s must be > 0"):
-        split_at_pauses(utterance_with_pauses([1.0, 1.0]), SR, max_chunk_s=0.0)
+    with pytest.raises(ValueError, match="max_chunk_seconds must be > 0"):
+        split_at_pauses(utterance_with_pauses([1.0, 1.0]), SR, max_chunk_seconds=0.0)
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -456,7 +459,7 @@ def test_split_at_pauses_refuses_an_empty_chunk_length():
 def test_a_language_model_folder_that_does_not_load_is_named(tiny_slm_folder, tmp_path, damage, message):
     import shutil
 
-    from slm.generate import SlmModelError, load_model
+    from slm.generation import SlmModelError, load_model
 
     folder = tmp_path / "slm"
     shutil.copytree(tiny_slm_folder, folder)
@@ -741,8 +744,14 @@ def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its
 
 def resolved(cli, argv):
     args = cli.get_parser().parse_args(["a.flac", *argv])
-    source = resolve_asr_decoding(args)
-    return args.ctc_decoding, args.beam_size, args.lm and str(Path(args.lm).resolve()), args.alpha, args.beta, source
+    decoding = resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), args.stream)
+    s = decoding.settings
+    return s.strategy, s.beam_size, s.ngram_lm and str(Path(s.ngram_lm).resolve()), s.alpha, s.beta, decoding.source
+
+
+# beam size, LM, alpha and beta when neither an option nor a decoding.json gives them: the library's
+UNSAID = (PipelineSettings.asr_decoding.beam_size, None, PipelineSettings.asr_decoding.alpha,
+          PipelineSettings.asr_decoding.beta)
 
 
 def test_default_decoding_is_the_model_folders_decoding_json(cli, saved_decoding, monkeypatch, tmp_path):
@@ -760,18 +769,18 @@ def test_default_decoding_is_the_model_folders_decoding_json(cli, saved_decoding
     assert resolved(cli, ["--asr-model", str(model), "--alpha", "0.3", "--beta", "1"])[:5] == (*saved[:3], 0.3, 1.0)
     # another LM is the user's choice, at the library's weights unless given
     other_lm = str(tmp_path / "my.arpa")
-    assert resolved(cli, ["--asr-model", str(model), "--lm", other_lm]) == ("beam_lm", None, other_lm, None, None,
-                                                                           None)
+    assert resolved(cli, ["--asr-model", str(model), "--lm", other_lm]) == ("beam_lm", UNSAID[0], other_lm,
+                                                                           *UNSAID[2:], None)
     # greedy: streaming, or asked for; another strategy asked for sets the file aside
     assert resolved(cli, ["--asr-model", str(model), "--stream"])[0] == "greedy"
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"]) == ("greedy", *[None] * 5)
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"]) == ("beam", *[None] * 5)
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"]) == ("greedy", *UNSAID, None)
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"]) == ("beam", *UNSAID, None)
 
 
 def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding, tmp_path):
     model, _ = saved_decoding
     (model.parent / "decoding.json").unlink()
-    assert resolved(cli, ["--asr-model", str(model)]) == ("greedy", *[None] * 5)
+    assert resolved(cli, ["--asr-model", str(model)]) == ("greedy", *UNSAID, None)
     # options only beam search reads are refused, saying why greedy is the default here
     from duet.asr.decoding import DecodingInputError
 
@@ -814,8 +823,8 @@ def test_the_model_folders_threshold_goes_with_its_decoding(cli, saved_decoding)
 
     def threshold(*argv):
         args = cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), *argv])
-        resolve_asr_decoding(args)
-        return args.min_confidence
+        return resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), args.stream,
+                                    args.min_confidence).min_confidence
     assert threshold() == 0.3 and threshold("--beam-size", "8") == 0.3  # its decoding, a value given over it
     assert threshold("--min-confidence", "0.5") == 0.5 and threshold("--min-confidence", "0") == 0.0
     for other in (["--asr-decoding", "greedy"], ["--asr-decoding", "beam"], ["--lm", str(lm)], ["--stream"]):
@@ -828,8 +837,8 @@ def test_cli_hands_the_resolved_decoding_to_the_pipeline(cli, saved_decoding, mo
     model, lm = saved_decoding
     seen = {}
 
-    def fake_load(cls, asr_path, slm_path, asr_decoding=None, asr_decoding_source=None, **kwargs):
-        seen["decoding"], seen["source"] = asr_decoding, asr_decoding_source
+    def fake_load(cls, settings):
+        seen["decoding"], seen["source"] = settings.asr_decoding, settings.asr_decoding_source
         raise AsrInputError("stop here")  # reported as a one-line error: nothing else to run
 
     from duet.errors import AsrInputError
@@ -982,7 +991,7 @@ def test_the_default_threshold_applies_when_none_is_given(make_pipeline):
     from duet.confidence import DEFAULT_MIN_CONFIDENCE
 
     pipe, _ = make_pipeline()
-    assert pipe.min_confidence == DEFAULT_MIN_CONFIDENCE > 0
+    assert pipe.settings.min_confidence == DEFAULT_MIN_CONFIDENCE > 0
 
 
 def test_cli_json_carries_confidence_and_the_flag_and_the_console_says_not_understood(cli, make_pipeline, model_args,
@@ -990,10 +999,9 @@ def test_cli_json_carries_confidence_and_the_flag_and_the_console_says_not_under
     pipe, responses = make_pipeline(confidence=0.3)
     loads = []
 
-    def load(cls, *args, **kwargs):
-        loads.append(kwargs["min_confidence"])
-        pipe.min_confidence = kwargs["min_confidence"]
-        return pipe, 0.5
+    def load(cls, settings):
+        loads.append(settings.min_confidence)
+        return pipe.with_settings(replace(pipe.settings, min_confidence=settings.min_confidence)), 0.5
     monkeypatch.setattr(VoicePipeline, "load", classmethod(load))
     good = tmp_path / "good.flac"
     soundfile.write(good, utterance_with_pauses([1.0]), SR)

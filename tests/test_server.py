@@ -23,15 +23,15 @@ import soundfile
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio
 from duet.asr.streaming import transcribe_streaming
 from duet.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
-from duet.pipeline import VoicePipeline
+from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
 from duet.synth.conversation import compose, room_noise
 from duet.turns import TurnTaker
-from slm.generate import load_model
-from slm.generation import GenerationSettings
+from slm.generation import GenerationSettings, load_model
 
 SR = 16000
 SETTINGS = ServerSettings(queue_size=16)
@@ -43,8 +43,9 @@ def pipeline(micro_model_and_manifest, tiny_slm_folder) -> VoicePipeline:
     tokenizer, slm = load_model(tiny_slm_folder)
     # the random-weight micro model is unsure of every word: the low-confidence check is off here, and the tests
     # of the check set thresholds around the confidence it actually has
-    return VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1,
-                         min_confidence=0.0)
+    return VoicePipeline(model, slm, tokenizer, PipelineSettings(
+        generation=GenerationSettings(max_new_tokens=8), batching=replace(PIPELINE_BATCHING, workers=1),
+        min_confidence=0.0))
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +126,10 @@ def test_verbose_json_segments_are_the_pieces_cut_at_pauses(client, pipeline, cl
     assert " ".join(w["word"] for w in second_words) == segments[1]["text"]
 
 
-def replace_chunk_limit(pipeline: VoicePipeline, max_chunk_s: float) -> VoicePipeline:
-    import copy
-
-    other = copy.copy(pipeline)
-    other.max_chunk_s = max_chunk_s
-    return other
+def replace_chunk_limit(pipeline: VoicePipeline, max_chunk_seconds: float) -> VoicePipeline:
+    settings = pipeline.settings
+    return pipeline.with_settings(replace(settings, batching=replace(settings.batching,
+                                                                     max_chunk_seconds=max_chunk_seconds)))
 
 
 def test_any_rate_channel_count_and_container_is_read(client, pipeline, clips, tmp_path):
@@ -170,9 +169,7 @@ def heard_confidence(pipeline: VoicePipeline, audio: np.ndarray) -> float:
 
 
 def with_min_confidence(pipeline: VoicePipeline, min_confidence: float) -> VoicePipeline:
-    other = copy.copy(pipeline)
-    other.min_confidence = min_confidence
-    return other
+    return pipeline.with_settings(replace(pipeline.settings, min_confidence=min_confidence))
 
 
 def test_pipeline_below_the_threshold_is_not_understood_and_the_language_model_is_not_asked(pipeline, clips,
@@ -233,7 +230,7 @@ def test_respond_answers_a_text_with_the_requests_own_options(client, pipeline):
     assert body["response"] == pipeline.respond("set a timer")
     short = client.post("/v1/respond", json={"text": "set a timer", "max_new_tokens": 1}).json()["response"]
     assert short != body["response"] and len(short) < len(body["response"])
-    assert pipeline.generation.max_new_tokens == 8  # the request changed nothing shared
+    assert pipeline.settings.generation.max_new_tokens == 8  # the request changed nothing shared
 
 
 # ---------------------------------------------------------------- bad requests
@@ -314,7 +311,7 @@ def test_concurrent_requests_get_their_own_results(client, pipeline, clips):
     jobs = [(clip, tokens) for clip in clips for tokens in (1, 8)]
     alone = {}
     for clip, tokens in jobs:
-        settings = replace(pipeline.generation, max_new_tokens=tokens)
+        settings = replace(pipeline.settings.generation, max_new_tokens=tokens)
         other = replace_generation(pipeline, settings)
         transcript = expected_transcript(pipeline, clip)
         alone[(clip, tokens)] = (transcript, other.respond(transcript))
@@ -330,11 +327,7 @@ def test_concurrent_requests_get_their_own_results(client, pipeline, clips):
 
 
 def replace_generation(pipeline: VoicePipeline, settings: GenerationSettings) -> VoicePipeline:
-    import copy
-
-    other = copy.copy(pipeline)
-    other.generation = settings
-    return other
+    return pipeline.with_settings(replace(pipeline.settings, generation=settings))
 
 
 # ---------------------------------------------------------------- WebSocket

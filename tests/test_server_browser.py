@@ -13,18 +13,19 @@ import shutil
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 
+from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio
 from duet.confidence import NOT_UNDERSTOOD_REPLY
-from duet.pipeline import VoicePipeline
+from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.server import ServerSettings, create_app
-from slm.generate import load_model
-from slm.generation import GenerationSettings
+from slm.generation import GenerationSettings, load_model
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -94,8 +95,9 @@ def test_the_page_records_the_microphone_and_shows_transcript_and_answer(micro_m
     soundfile.write(wav, np.concatenate([load_audio(e["audio_filepath"], SR) for e in entries[:2]]), SR,
                     subtype="PCM_16")
     tokenizer, slm = load_model(tiny_slm_folder)
-    pipeline = VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1,
-                             min_confidence=min_confidence)
+    pipeline = VoicePipeline(model, slm, tokenizer, PipelineSettings(
+        generation=GenerationSettings(max_new_tokens=8), batching=replace(PIPELINE_BATCHING, workers=1),
+        min_confidence=min_confidence))
     server, url = serve_in_thread(create_app(pipeline, ServerSettings(stream_interval=0.5), asr_model="micro.nemo"))
     driver = start_chromium(wav, tmp_path / "profile")
     try:
@@ -144,8 +146,9 @@ def test_hands_free_answers_each_utterance_when_the_speaker_pauses(micro_model_a
     soundfile.write(wav, talk.audio, SR, subtype="PCM_16")
     tokenizer, slm = load_model(tiny_slm_folder)
     # every turn goes to the language model: a random model's transcripts are all low-confidence
-    pipeline = VoicePipeline(model, slm, tokenizer, generation=GenerationSettings(max_new_tokens=8), asr_workers=1,
-                             min_confidence=0.0)
+    pipeline = VoicePipeline(model, slm, tokenizer, PipelineSettings(
+        generation=GenerationSettings(max_new_tokens=8), batching=replace(PIPELINE_BATCHING, workers=1),
+        min_confidence=0.0))
     server, url = serve_in_thread(create_app(pipeline, ServerSettings(stream_interval=0.5), asr_model="micro.nemo"))
     driver = start_chromium(wav, tmp_path / "profile")
     try:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from slm import ablate, generate
+from slm import ablate, evaluation, generation
 from slm.data import PREAMBLE, RESPONSE_HEADER
 from slm.generation import ContextLengthError, GenerationSettings, new_tokens_that_fit
 from slm.modeling import train_bpe_tokenizer
@@ -27,7 +27,7 @@ def test_ablate_uses_the_gpu_when_there_is_one(monkeypatch, tmp_path, cuda, argv
         seen.append(device)
         raise Stop
 
-    monkeypatch.setattr(generate, "load_model", fake_load_model)
+    monkeypatch.setattr(evaluation, "load_model", fake_load_model)  # ablate's loader
     with pytest.raises(Stop):
         ablate.main([str(tmp_path), *argv])
     assert seen == [expected]
@@ -37,8 +37,8 @@ def test_ablate_refuses_cuda_without_cuda(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert ablate.main([str(tmp_path), "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == "ablate: error: --device cuda: CUDA is not available on this machine"
-    with pytest.raises(generate.SlmDeviceError, match="'gpu' is not a device"):
-        generate.pick_device("gpu")
+    with pytest.raises(generation.SlmDeviceError, match="'gpu' is not a device"):
+        generation.pick_device("gpu")
 
 
 @pytest.mark.parametrize("prompt, requested, fits", [(10, 8, 8), (10, 22, 22), (10, 40, 22), (31, 64, 1)])
@@ -69,11 +69,11 @@ def tiny_gpt2():
 def test_generation_fits_the_context_and_says_so_once(tiny_gpt2, caplog):
     tokenizer, model = tiny_gpt2
     rows = [{"instruction": "play some jazz", "input": ""}, {"instruction": "what time is it", "input": ""}]
-    prompt_tokens = len(tokenizer(generate.format_alpaca_prompt("what time is it", ""))["input_ids"])
+    prompt_tokens = len(tokenizer(generation.format_alpaca_prompt("what time is it", ""))["input_ids"])
     assert prompt_tokens < 32, "the test needs a prompt that fits the context"
-    with caplog.at_level(logging.WARNING, logger="slm.generate"):
+    with caplog.at_level(logging.WARNING, logger="slm.generation"):
         # greedy on random weights may run to the limit; without the cap the model indexes past position 31
-        answers = generate.generate_responses(model, tokenizer, rows, GenerationSettings(max_new_tokens=64,
+        answers = generation.generate_responses(model, tokenizer, rows, GenerationSettings(max_new_tokens=64,
                                                                                           repetition_penalty=1.0),
                                               batch_size=1)
     assert len(answers) == 2
@@ -84,4 +84,4 @@ def test_generation_fits_the_context_and_says_so_once(tiny_gpt2, caplog):
 def test_generation_refuses_a_prompt_longer_than_the_context(tiny_gpt2):
     tokenizer, model = tiny_gpt2
     with pytest.raises(ContextLengthError, match="model's context is 32"):
-        generate.respond(model, tokenizer, "set a timer for ten minutes " * 6, settings=GenerationSettings())
+        generation.respond(model, tokenizer, "set a timer for ten minutes " * 6, settings=GenerationSettings())

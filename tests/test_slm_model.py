@@ -8,7 +8,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from slm.ablation import default_variants, drop_layers, prune_heads, short_finetune, shrink_ffn
 from slm.data import format_alpaca_example, tokenize_example
-from slm.generate import generate_responses, respond
+from slm.generation import generate_responses, respond
 from slm.generation import GenerationSettings
 from slm.modeling import build_scratch_model, count_parameters, train_bpe_tokenizer
 

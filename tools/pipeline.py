@@ -24,8 +24,8 @@ Usage:
   # answer whatever was heard, however unsure (no "Sorry, I didn't catch that.")
   python tools/pipeline.py talk.flac --min-confidence 0
 
-Defaults are the models tools/demo.py fine-tunes on the bundled sample (DEFAULT_ASR_MODEL and DEFAULT_SLM_MODEL
-in duet/pipeline_options.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
+Defaults are the models tools/demo.py fine-tunes on the bundled sample (PipelineSettings in duet/pipeline.py, from
+duet/demo_models.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta says
 otherwise, is read from decoding.json in the ASR model's folder, if there is one; the demo writes one beside
 its model (beam search with the demo's token LM at the width and weights tuned on dev-clean):
   {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
@@ -74,9 +74,9 @@ from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
 from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
-from duet.pipeline import PipelineResult
-from duet.pipeline_options import (add_decoding_options, add_model_arguments, load_pipeline, model_path_problems,
-                                   resolve_pipeline_options)
+from duet.pipeline import PipelineResult, PipelineSettings, VoicePipeline
+from duet.pipeline_options import (add_decoding_options, add_model_arguments, model_path_problems,
+                                   pipeline_settings_from_args)
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to, read_jsonl
@@ -133,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--speak {args.speak} is a folder: give the WAV file to write")
     if args.speak and shutil.which(SPEAK_ENGINE) is None:  # say so before minutes of model loading
         raise DuetError(SPEAK_ENGINE_MISSING)
-    options, decoding_line = resolve_pipeline_options(args)
+    settings, decoding_line = pipeline_settings_from_args(args)
     # every missing or unreadable input, named before minutes of model loading: one line when nothing can run
     bad_audio = {path: problem for path in args.audio if path != STDIN and (problem := audio_file_problem(path))}
-    problems = model_path_problems(args)
+    problems = model_path_problems(settings.asr_model, settings.slm_model)
     if all(path in bad_audio for path in args.audio) or problems:
         raise DuetError("; ".join([*bad_audio.values(), *problems]))
     for path, problem in bad_audio.items():
@@ -146,14 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     # NeMo and transformers log to standard output and error: their lines go to --log (or, with --verbose, to
     # standard error), so that standard output carries the answers alone
     with library_output_to(log_target(args)) as (out, err):
-        return run(args, options, bad_audio, out, err)
+        return run(args, settings, bad_audio, out, err)
 
 
-def run(args: argparse.Namespace, options: dict, bad_audio: dict, out, err) -> int:
-    pipeline, load_s = load_pipeline(args, options)
+def run(args: argparse.Namespace, settings: PipelineSettings, bad_audio: dict, out, err) -> int:
+    """Answer every file of ``args.audio`` (the entry script's own options: --json, --speak) with a pipeline loaded
+    as ``settings`` say."""
+    pipeline, load_s = VoicePipeline.load(settings)
     if not args.json:
-        print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model.name}, SLM {args.slm_model})", file=out)
-        if args.stream:
+        print(f"models loaded in {load_s:.1f} s (ASR {settings.asr_model.name}, SLM {settings.slm_model})", file=out)
+        if settings.stream:
             print(f"streaming: {streaming_latency(pipeline.asr_model).describe()}", file=out)
     failures = 0
     spoken_paths = speak_paths(args.audio, args.speak) if args.speak else [None] * len(args.audio)
@@ -183,7 +185,7 @@ def run(args: argparse.Namespace, options: dict, bad_audio: dict, out, err) -> i
         print(f"  transcript: {result.transcript or '(none)'}", file=out)
         if result.confidence is not None:
             print(f"  confidence: {result.confidence:.2f}" + ("" if result.understood else
-                  f" (below {pipeline.min_confidence:g}: NOT UNDERSTOOD, the language model was not asked)"), file=out)
+                  f" (below {pipeline.settings.min_confidence:g}: NOT UNDERSTOOD, the language model was not asked)"), file=out)
         print(f"  response:   {result.response or '(none)'}", file=out)
         if result.note:
             print(f"  note:       {result.note}", file=out)

@@ -47,6 +47,7 @@ and last time).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -56,8 +57,9 @@ from duet.asr.inference import load_asr_model
 from duet.asr.streaming import check_streaming_model
 from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
-from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths, load_pipeline,
-                                   resolve_pipeline_options)
+from duet.pipeline import VoicePipeline
+from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
+                                   pipeline_settings_from_args)
 from duet.server import ServerSettings, create_app
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
@@ -102,24 +104,26 @@ def main(argv: list[str] | None = None) -> int:
                               stream_interval=args.stream_interval,
                               streaming_asr_model=args.streaming_asr_model, turns=args.turns,
                               turn_silence=args.turn_silence, vad_threshold=args.vad_threshold).validate()
-    check_model_paths(args)
+    check_model_paths(args.asr_model, args.slm_model)
     if args.streaming_asr_model and not Path(args.streaming_asr_model).is_file():
         raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")
-    options, decoding_line = resolve_pipeline_options(args)  # every option is checked before anything loads
+    pipeline_settings, decoding_line = pipeline_settings_from_args(args)  # every option is checked before loading
+    # no forked decoding processes inside a threaded server
+    pipeline_settings = dataclasses.replace(pipeline_settings,
+                                            batching=dataclasses.replace(pipeline_settings.batching, workers=1))
     print(decoding_line, flush=True)
     # the models' log lines go to --log (with --verbose: standard error); once they are loaded the console is
     # the server's own again (uvicorn's lines: where it listens, requests, a port already in use)
     with library_output_to(log_target(args)):
-        pipeline, load_s = load_pipeline(args, options)
+        pipeline, load_s = VoicePipeline.load(pipeline_settings)
         streaming_model = None
         if args.streaming_asr_model:
             streaming_model = load_asr_model(args.streaming_asr_model)
             check_streaming_model(streaming_model)
-    pipeline.asr_workers = 1  # no forked decoding processes inside a threaded server
-    print(f"models loaded in {load_s:.1f} s (ASR {args.asr_model}, SLM {args.slm_model}); serving on "
-          f"http://{settings.host}:{settings.port}", flush=True)
-    app = create_app(pipeline, settings, asr_model=str(args.asr_model), slm_model=str(args.slm_model),
-                     streaming_model=streaming_model)
+    print(f"models loaded in {load_s:.1f} s (ASR {pipeline_settings.asr_model}, SLM {pipeline_settings.slm_model}); "
+          f"serving on http://{settings.host}:{settings.port}", flush=True)
+    app = create_app(pipeline, settings, asr_model=str(pipeline_settings.asr_model),
+                     slm_model=str(pipeline_settings.slm_model), streaming_model=streaming_model)
     uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info")
     return 0
 

@@ -20,7 +20,7 @@ def check_workers(workers: int | None, name: str = "workers") -> None:
 class OfflineBatching:
     """Batching of offline transcription. Streaming runs one file at a time, whole, and takes none of it."""
 
-    batch_size: int = 16  # utterances (or pieces of a long file) per forward pass
+    batch_size: int = 16  # utterances (or pieces of a long file) per forward pass; duet.asr.inference's default
     workers: int | None = None  # CPU decoding processes (ONNX: threads); None: duet.asr.inference's default
     max_chunk_seconds: float | None = None  # longest piece of a long recording the model sees (voice pipeline)
 
@@ -34,3 +34,10 @@ class OfflineBatching:
         if self.max_chunk_seconds is not None and self.max_chunk_seconds <= 0:
             raise AsrInputError(f"{names.get('max_chunk_seconds', 'max_chunk_seconds')} must be > 0, "
                                 f"got {self.max_chunk_seconds:g}")
+
+
+# Scoring whole manifests (nemo_recipes/evaluate_ctc.py, bench/asr_generalisation.py): larger batches, no cutting.
+EVALUATION_BATCHING = OfflineBatching(batch_size=32)
+# The voice pipeline (duet.pipeline.PipelineSettings): one request's recording, cut at pauses into pieces of at
+# most 20 s so that memory stays bounded whatever its length.
+PIPELINE_BATCHING = OfflineBatching(batch_size=8, max_chunk_seconds=20.0)

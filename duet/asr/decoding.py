@@ -13,7 +13,7 @@ NeMo's other LM strategies need packages that are not usable here: ``beam`` need
 After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.inference`` (which calls
 ``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``. Entry scripts take
 the settings as options through ``duet.cli_args`` (``nemo_recipes/evaluate_ctc.py --decoding``,
-``tools/pipeline.py --asr-decoding``).
+``tools/pipeline.py --asr-decoding``), and a model's saved choice through ``duet.decoding_file``.
 """
 
 from __future__ import annotations
@@ -26,13 +26,17 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
+from duet.asr.batching import OfflineBatching
 from duet.asr.inference import audio_length, hypothesis_text, load_audio
 from duet.ngram import nemo_token_lm, read_lm_info
 from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("greedy", "beam", "beam_lm")
+# The settings each strategy reads, the one table of them: the command line (duet.cli_args) and decoding.json
+# (duet.decoding_file) refuse a value the chosen strategy would ignore, and decoding.json saves these alone.
+STRATEGY_FIELDS = {"greedy": (), "beam": ("beam_size", "beta"), "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha")}
+STRATEGIES = tuple(STRATEGY_FIELDS)
 
 
 class DecodingInputError(DuetError, ValueError):
@@ -60,12 +64,21 @@ class DecodingSettings:
         if self.strategy == "beam_lm" and not self.ngram_lm:
             raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
 
+    def used_values(self) -> dict:
+        """The values this strategy reads (``STRATEGY_FIELDS``), by field name."""
+        return {name: getattr(self, name) for name in STRATEGY_FIELDS[self.strategy]}
+
     def describe(self) -> str:
         if self.strategy == "greedy":
             return "greedy"
         if self.strategy == "beam":
             return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "")
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
+
+
+def ignored_fields(strategy: str, given) -> list[str]:
+    """The fields among ``given`` (names of ``DecodingSettings`` fields) that ``strategy`` does not read."""
+    return [name for name in given if name not in STRATEGY_FIELDS[strategy]]
 
 
 def _lm_for_beam_batch(path: str, model) -> str:
@@ -129,7 +142,7 @@ class CachedLogProbs:
     n_files: int
 
 
-def compute_log_probs(model, paths, batch_size: int = 16) -> CachedLogProbs:
+def compute_log_probs(model, paths, batch_size: int = OfflineBatching.batch_size) -> CachedLogProbs:
     """Run the model once over ``paths`` (longest first, like ``duet.asr.inference.transcribe_files``, and like
     it reading each batch's audio only when the batch runs)."""
     sample_rate = int(model.cfg.sample_rate)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Callable, Collection
 
+from duet.asr.batching import OfflineBatching
 from duet.asr.inference import transcribe_files
 from duet.asr.scoring import Scored, score
 from duet.asr.words import transcribe_files_with_words
@@ -14,7 +15,7 @@ from duet.errors import AsrInputError
 from duet.manifest import read_manifest
 
 
-def evaluate_manifest(model, manifest: str | Path, batch_size: int = 16, progress: bool = True,
+def evaluate_manifest(model, manifest: str | Path, batch_size: int = OfflineBatching.batch_size, progress: bool = True,
                       transcribe: Callable[[list[str]], list[str]] | None = None,
                       workers: int | None = None, words: bool = False, skip: Collection[str] = ()) -> Scored:
     """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s).

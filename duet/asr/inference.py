@@ -30,7 +30,7 @@ import soundfile as sf
 import torch
 from tqdm import tqdm
 
-from duet.asr.batching import check_workers
+from duet.asr.batching import OfflineBatching, check_workers
 from duet.errors import AsrInputError
 from duet.foundation.errors import first_line
 
@@ -124,7 +124,7 @@ def audio_length(path: str | Path, sample_rate: int) -> int:
     return int(np.ceil(info.frames * (float(sample_rate) / info.samplerate)))  # librosa.resample's own formula
 
 
-def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
+def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
                      workers: int | None = None, decode: BatchDecoder | None = None) -> list:
     """CTC transcripts of ``paths``, in input order, with the model's current decoding
     (``duet.asr.decoding.set_decoding``; greedy by default).
@@ -173,7 +173,7 @@ def decoding_processes(n_batches: int, workers: int | None = None) -> int:
     return max(1, min(cpu_workers() if workers is None else workers, n_batches))
 
 
-def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
+def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
                      workers: int | None = None, decode: BatchDecoder | None = None) -> list:
     """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
     in input order.

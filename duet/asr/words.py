@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from duet.asr.batching import OfflineBatching
 from duet.asr.inference import transcribe_audio, transcribe_files
 
 __all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
@@ -162,7 +163,7 @@ def _timed(hyp) -> TimedTranscript:
     return TimedTranscript(hyp.text, words)
 
 
-def transcribe_with_words(model, audios: Sequence[np.ndarray], batch_size: int = 16, progress: bool = False,
+def transcribe_with_words(model, audios: Sequence[np.ndarray], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
                           workers: int | None = None) -> list[TimedTranscript]:
     """Transcripts with word times of mono float32 arrays at the model's rate, in input order: the batching of
     ``duet.asr.inference.transcribe_audio``, the same text as it gives (greedy or beam search, see the module doc)."""
@@ -170,7 +171,7 @@ def transcribe_with_words(model, audios: Sequence[np.ndarray], batch_size: int =
     return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers, decode=decode)
 
 
-def transcribe_files_with_words(model, paths: Sequence[str | Path], batch_size: int = 16, progress: bool = False,
+def transcribe_files_with_words(model, paths: Sequence[str | Path], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
                                 workers: int | None = None) -> list[TimedTranscript]:
     """:func:`transcribe_with_words` of audio files (read batch by batch as ``transcribe_files`` does)."""
     decode = functools.partial(decode_timed, decoding=word_decoding(model))
