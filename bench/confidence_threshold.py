@@ -2,7 +2,7 @@ r"""Choose the pipeline's low-confidence threshold for a model: how often it wou
 what it heard wrong.
 
 Usage:
-  # the bundled base, greedy (no decoding.json beside it), tuned on the sample's dev split and the dev speakers
+  # the FastConformer base, greedy (no decoding file of its own), tuned on the sample's dev split and the dev speakers
   # of speechocean762/train; then scored once, at the chosen threshold, on held-out real speech
   python tools/make_manifest.py                                  # manifests/dev-clean.json
   python tools/make_manifest.py --data-root ../shared/real_speech/speechocean762 --splits train \
@@ -27,9 +27,10 @@ the chosen threshold and at the model's current one only (what tools/pipeline.py
 of the decoding.json beside the model when it decodes as that file says, else duet.confidence's
 DEFAULT_MIN_CONFIDENCE). --out writes everything as JSON, per utterance included.
 
-Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/confidence.py) for the bundled base checkpoint,
-DEMO_MIN_CONFIDENCE (duet/demo.py, written into the demo model's decoding.json) for the demo's fine-tune, the
-"min_confidence" of its decoding.json for any other model.
+Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/confidence.py) for the FastConformer base checkpoint
+(and any model without a decoding file), DEMO_MIN_CONFIDENCE (duet/demo.py, written into the demo model's
+decoding.json) for the demo's fine-tune, the "min_confidence" of its own decoding file for any other model (the
+Whisper base's: samples/checkpoints/whisper_tiny_ctc.decoding.json).
 """
 
 from __future__ import annotations

@@ -27,8 +27,10 @@ from duet.errors import DuetError
 NOT_UNDERSTOOD_REPLY = "Sorry, I didn't catch that."
 
 #: The utterance confidence below which a transcript counts as not understood (0 turns the check off), for a model
-#: whose decoding.json names none (the demo's does: ``duet.demo.DEMO_MIN_CONFIDENCE``). Chosen by
-#: ``bench/confidence_threshold.py`` for the bundled base checkpoint (samples/checkpoints/fastconformer_tiny_base.nemo,
+#: whose decoding file names none (the demo's does: ``duet.demo.DEMO_MIN_CONFIDENCE``; so does the Whisper base's
+#: samples/checkpoints/whisper_tiny_ctc.decoding.json: greedy, 0.5, chosen by the same rule on the same held-in data,
+#: RESULTS.md "Low-confidence turns"). Chosen by
+#: ``bench/confidence_threshold.py`` for the FastConformer base checkpoint (samples/checkpoints/fastconformer_tiny_base.nemo,
 #: greedy) on held-in data: the sample's dev-clean (60 utterances) and the 8 dev speakers of speechocean762/train
 #: that the base did not train on (160): the highest threshold that flags at most 10 % of the utterances it heard
 #: right (WER <= 0.25; 85 of the 220). At 0.65 it flags 9.4 % of those and 70.4 % of the badly heard (0.60: 3.5 % and

@@ -1,4 +1,5 @@
-"""A model's chosen CTC decoding, saved as ``decoding.json`` in the model's folder.
+"""A model's chosen CTC decoding, saved as ``decoding.json`` in the model's folder (or ``<stem>.decoding.json`` beside
+a ``.nemo`` that shares its folder).
 
 The demo writes one beside its fine-tuned model (beam search with its token LM, at the width and weights
 tuned for them); ``tools/pipeline.py`` reads the one beside whatever model it is given, when no decoding
@@ -37,12 +38,19 @@ class DecodingFileError(DuetError, ValueError):
 
 
 def decoding_file_for(model_path: str | os.PathLike) -> Path:
-    """Where a model's decoding.json is: in the folder that holds the model. A model that is itself a folder (an
-    ONNX export) may hold its own; otherwise it shares the one beside it, where the ``.nemo`` it came from keeps
-    its file (the export's default place is ``<stem>_onnx/`` next to the ``.nemo``)."""
+    """Where a model's decoding.json is. A ``.nemo`` that shares its folder with other models may have its own,
+    ``<stem>.decoding.json`` beside it (samples/checkpoints holds two bases, each with its own threshold); otherwise
+    the folder's ``decoding.json``. A model that is itself a folder (an ONNX export, by default ``<stem>_onnx/`` next
+    to the ``.nemo``) may hold its own; otherwise it uses the file of the ``.nemo`` it came from."""
     path = Path(model_path)
-    if path.is_dir() and (path / DECODING_FILE_NAME).is_file():
-        return path / DECODING_FILE_NAME
+    if path.is_dir():
+        if (path / DECODING_FILE_NAME).is_file():
+            return path / DECODING_FILE_NAME
+        if path.name.endswith("_onnx"):  # the export of <stem>.nemo: that model's own file, when it has one
+            path = path.with_name(path.name.removesuffix("_onnx") + ".nemo")
+    own = path.with_name(f"{path.stem}.{DECODING_FILE_NAME}")
+    if path.suffix == ".nemo" and own.is_file():
+        return own
     return path.parent / DECODING_FILE_NAME
 
 

@@ -742,6 +742,39 @@ def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its
     assert decoding_file_for(export) == export / DECODING_FILE_NAME
 
 
+def test_a_nemo_sharing_its_folder_may_have_its_own_decoding_file_and_threshold(saved_decoding):
+    from duet.asr.decoding import DecodingSettings
+    from duet.decoding_file import DECODING_FILE_NAME, decoding_file_for, write_decoding_file
+    from duet.pipeline_options import resolve_asr_decoding
+
+    model, _ = saved_decoding
+    other = model.with_name("other.nemo")  # a second model in the same folder
+    other.write_bytes(b"x")
+    assert decoding_file_for(other) == model.parent / DECODING_FILE_NAME  # no file of its own: the folder's
+    write_decoding_file(model.with_name("other.decoding.json"), DecodingSettings(), min_confidence=0.5)
+    assert decoding_file_for(other) == model.with_name("other.decoding.json")
+    assert decoding_file_for(model) == model.parent / DECODING_FILE_NAME  # the first model keeps the folder's
+    export = model.with_name("other_onnx")  # the second model's ONNX export shares that model's own file
+    export.mkdir()
+    assert decoding_file_for(export) == model.with_name("other.decoding.json")
+    # its own file says greedy with its own threshold: used when nothing else is said
+    decoding = resolve_asr_decoding(other, None, {})
+    assert decoding.settings.strategy == "greedy" and decoding.min_confidence == 0.5
+    assert resolve_asr_decoding(model, None, {}).settings.strategy == "beam_lm"
+
+
+def test_the_bundled_whisper_base_has_its_own_threshold():
+    from duet.confidence import DEFAULT_MIN_CONFIDENCE
+    from duet.foundation import REPO_ROOT
+    from duet.pipeline_options import resolve_asr_decoding
+
+    checkpoints = REPO_ROOT / "samples" / "checkpoints"
+    whisper = resolve_asr_decoding(checkpoints / "whisper_tiny_ctc.nemo", None, {})
+    fastconformer = resolve_asr_decoding(checkpoints / "fastconformer_tiny_base.nemo", None, {})
+    assert whisper.settings.strategy == fastconformer.settings.strategy == "greedy"
+    assert fastconformer.min_confidence == DEFAULT_MIN_CONFIDENCE != whisper.min_confidence == 0.5
+
+
 def resolved(cli, argv):
     args = cli.get_parser().parse_args(["a.flac", *argv])
     decoding = resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), args.stream)
