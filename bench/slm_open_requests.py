@@ -22,6 +22,7 @@ from pathlib import Path
 
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
+from slm.generation import GenerationSettings
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -44,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from slm.generate import generate_responses, load_model
-    from slm.generation import GenerationSettings
     from slm.metrics import OPEN_REQUESTS, load_open_requests, names_keywords
 
     torch.set_num_threads(args.threads)
