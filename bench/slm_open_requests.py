@@ -1,0 +1,74 @@
+"""On-topic share of SLM answers to 20 spoken requests outside the sample's templates (samples/open_requests.json).
+
+Usage:
+    python bench/slm_open_requests.py experiments/slm_tiny experiments/slm_whisper
+    python bench/slm_open_requests.py experiments/slm_whisper --json experiments/open_requests.json
+
+Each request is answered as the fine-tune's own evaluation answers the test rows (greedy, no repetition penalty,
+--max-new-tokens 64, the Alpaca prompt) and counted on topic when it names every keyword group of its request
+(slm.metrics.names_keywords). The requests and keywords were committed before any model answered them; no
+request is a row of samples/alpaca_sample.json and no answer there satisfies any request's keywords
+(tests/test_slm_open_requests.py). Prints each answer with a mark, then the share per model (overall, actions,
+knowledge); --json writes the answers too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
+from slm.generation import GenerationSettings
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", type=Path, help="model folders (slm/finetune.py outputs)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="as the presets' eval.max_new_tokens (64)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the answers and shares here")
+    return parser
+
+
+def share(hits: list[bool]) -> float:
+    return 100.0 * sum(hits) / len(hits) if hits else 0.0
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    # torch takes ~9 s to import: --help and argument errors answer before it loads
+    import torch
+
+    from slm.generate import generate_responses, load_model
+    from slm.metrics import OPEN_REQUESTS, load_open_requests, names_keywords
+
+    torch.set_num_threads(args.threads)
+    requests = load_open_requests()
+    greedy = GenerationSettings(strategy="greedy", max_new_tokens=args.max_new_tokens, repetition_penalty=1.0)
+    results = {"requests": str(OPEN_REQUESTS.name), "decoding": f"greedy, max_new_tokens={args.max_new_tokens}",
+               "models": {}}
+    for folder in args.models:
+        started = time.time()
+        tokenizer, model = load_model(folder, device="cpu")
+        answers = generate_responses(model, tokenizer, [{"instruction": r["request"], "input": ""} for r in requests],
+                                     greedy, batch_size=len(requests))
+        rows = [{**r, "answer": a, "on_topic": names_keywords(a, r["keywords"])} for r, a in zip(requests, answers)]
+        for row in rows:
+            print(f"  {'+' if row['on_topic'] else '-'} {row['request']!r} -> {row['answer']!r}")
+        summary = {"on_topic": share([r["on_topic"] for r in rows]),
+                   **{kind: share([r["on_topic"] for r in rows if r["kind"] == kind]) for kind in ("action", "knowledge")}}
+        results["models"][str(folder)] = {**summary, "answers": rows}
+        print(f"{folder}: on topic {summary['on_topic']:.0f} % of {len(rows)} (actions {summary['action']:.0f} %, "
+              f"knowledge {summary['knowledge']:.0f} %; {time.time() - started:.0f} s)", flush=True)
+    if args.json:
+        write_text_atomic(args.json, json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
