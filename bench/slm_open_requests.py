@@ -20,9 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
-from slm.generation import GenerationSettings
+from slm.generation import GenerationSettings, generate_responses, load_model
+from slm.metrics import OPEN_REQUESTS, load_open_requests, names_keywords
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -41,12 +44,6 @@ def share(hits: list[bool]) -> float:
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    # torch takes ~9 s to import: --help and argument errors answer before it loads
-    import torch
-
-    from slm.generate import generate_responses, load_model
-    from slm.metrics import OPEN_REQUESTS, load_open_requests, names_keywords
-
     torch.set_num_threads(args.threads)
     requests = load_open_requests()
     greedy = GenerationSettings(strategy="greedy", max_new_tokens=args.max_new_tokens, repetition_penalty=1.0)
