@@ -35,7 +35,7 @@ from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
 from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
                              utterance_confidence)
-from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
 from duet.io import audio_file_problem
 from duet.vad import VadSettings, speech_segments
 from slm.generation import GenerationSettings, load_model, respond
@@ -53,11 +53,12 @@ class PipelineSettings:
     """What a :class:`VoicePipeline` loads and how it answers: built once at the boundary (the command line:
     ``duet.pipeline_options.pipeline_settings_from_args``), typed and validated; everything below takes it.
 
-    The model defaults are the models tools/demo.py trains (``duet.demo_models``).
+    The model defaults are the models tools/demo.py trains, the language model the Whisper-start preset's once
+    it exists (``duet.demo_models``).
     """
 
     asr_model: Path = DEMO_ASR_MODEL  # NeMo .nemo (engine onnx: its export, or the folder holding it)
-    slm_model: Path = DEMO_SLM_MODEL  # Hugging Face GPT-2 folder (slm/finetune.py)
+    slm_model: Path = field(default_factory=default_slm_model)  # Hugging Face GPT-2 folder (slm/finetune.py)
     engine: str = "torch"  # duet.asr.onnx_engine.ENGINES: the .nemo through NeMo, or its ONNX export
     int8: bool = False  # engine onnx: the export's int8 graph
     stream: bool = False  # cache-aware streaming ASR (greedy, no batching, no word confidences)

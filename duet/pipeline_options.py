@@ -27,6 +27,7 @@ from duet.cli_args import (
 )
 from duet.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
 from duet.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence
+from duet.demo_models import DEMO_SLM_MODEL, WHISPER_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import PipelineSettings
@@ -45,7 +46,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
     parser.add_argument("--asr-model", type=Path, default=DEFAULTS.asr_model, help="NeMo .nemo file")
     add_engine_argument(parser, "--asr-model")
     parser.add_argument("--int8", action="store_true", help="--engine onnx: the export's int8 graph")
-    parser.add_argument("--slm-model", type=Path, default=DEFAULTS.slm_model, help="Hugging Face model folder")
+    parser.add_argument("--slm-model", type=Path, default=DEFAULTS.slm_model,
+                        help=f"Hugging Face model folder (default: {shown_path(WHISPER_SLM_MODEL)} once "
+                             f"slm/finetune.py --config-name slm_whisper_offline has made it, else "
+                             f"{shown_path(DEMO_SLM_MODEL)}, the demo's)")
     add_batching_arguments(parser, DEFAULTS.batching, ("batch_size", "max_chunk_seconds"), ASR_BATCHING_FLAGS,
                            streaming=streaming)
     parser.add_argument("--trim-silence", type=float, default=None, metavar="SECONDS",
@@ -55,9 +59,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
     parser.add_argument("--min-confidence", type=float, default=None, metavar="C",
                         help="a transcript whose confidence (its mean word confidence, duet/confidence.py) is below C "
                              f"is not understood: answered {NOT_UNDERSTOOD_REPLY!r} without asking the language model; "
-                             "0 turns the check off (default: the min_confidence of the decoding.json in the ASR "
-                             "model's folder when the model decodes as that file says (the demo writes one), else "
-                             f"{DEFAULT_MIN_CONFIDENCE:g}, chosen for the bundled base checkpoint; "
+                             "0 turns the check off (default: the min_confidence of the ASR model's decoding file "
+                             "(<stem>.decoding.json beside it, else decoding.json in its folder) when the model "
+                             "decodes as that file says (the demo writes one, the Whisper base has one), else "
+                             f"{DEFAULT_MIN_CONFIDENCE:g}, chosen for the FastConformer base checkpoint; "
                              "bench/confidence_threshold.py chooses one for a model)"
                              + ("; --stream gives no word confidences, so its transcripts are never checked"
                                 if streaming else ""))

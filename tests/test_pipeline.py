@@ -1056,3 +1056,15 @@ def test_cli_refuses_a_threshold_outside_0_1_before_loading(cli, model_args, mon
     assert cli.main([str(tmp_path / "a.flac"), *model_args, "--min-confidence", value]) == 2
     assert f"--min-confidence must be in 0..1 (0 turns the check off), got {float(value):g}" in capsys.readouterr().err
     assert loads == []
+
+
+def test_the_default_language_model_is_the_whisper_start_preset_once_it_exists(tmp_path, monkeypatch):
+    from duet import demo_models
+    from duet.pipeline import PipelineSettings
+
+    monkeypatch.setattr(demo_models, "WHISPER_SLM_MODEL", tmp_path / "slm_whisper")
+    assert PipelineSettings().slm_model == demo_models.DEMO_SLM_MODEL  # not trained: the demo's
+    (tmp_path / "slm_whisper").mkdir()
+    assert PipelineSettings().slm_model == demo_models.DEMO_SLM_MODEL  # an unfinished run's folder: still the demo's
+    (tmp_path / "slm_whisper" / "config.json").write_text("{}")
+    assert PipelineSettings().slm_model == tmp_path / "slm_whisper"
