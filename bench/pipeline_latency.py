@@ -8,17 +8,17 @@ Usage:
 One clip of about --seconds of real (synthetic-voice) speech, built from held-out sample utterances,
 goes through duet.pipeline.VoicePipeline --repeats times after one warm-up run; the table shows the
 median of each stage for two model pairs side by side:
-  tiny        the demo's fine-tuned FastConformer-CTC and tiny GPT-2 (real answers, stop at EOS)
+  tiny        the demo's fine-tuned CTC model (the Whisper base's) and tiny GPT-2 (real answers, stop at EOS)
   full-size   fastconformer_small (16 x 176, ~12.8 M) + GPT-2 124M, both with random weights (speed
               does not depend on the weights). Random weights never emit EOS, so the language model
               is made to produce exactly as many tokens as the tiny model's answer had.
 The ASR decoding is greedy unless --asr-decoding says otherwise (the demo's pipeline stage uses beam search
-+ the demo's token LM: pass the same options to time that; both models share the demo's tokenizer, so the
-one LM fits both). The language model decodes as tools/pipeline.py's does, with the same flags and defaults
++ the demo's token LM: pass the same options to time that; the full-size model is built over the tiny ASR model's
+own tokenizer, so the one LM fits both). The language model decodes as tools/pipeline.py's does, with the same flags and defaults
 (slm.generation: --strategy, --max-new-tokens, --repetition-penalty, ...). Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
 
   python bench/pipeline_latency.py --asr-decoding beam_lm --beam-size 16 \
-      --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 0.8 --beta 4
+      --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 1.1 --beta 4
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ from hydra import compose, initialize_config_dir
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.errors import DuetError
+from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
 from duet.manifest import read_manifest
 from duet.pipeline import PipelineSettings, VoicePipeline
+from duet.tokenizer import nemo_tokenizer_folder
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
 from slm.generation import add_generation_arguments, generation_settings_from_args
@@ -93,10 +95,11 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--asr-model", type=Path, default=PipelineSettings.asr_model)
-    parser.add_argument("--slm-model", type=Path, default=PipelineSettings.slm_model)
-    parser.add_argument("--asr-tokenizer", type=Path, default=REPO_ROOT / "tokenizers" / "spe_bpe_v256",
-                        help="tokenizer folder for the full-size ASR model (only its output size matters)")
+    parser.add_argument("--asr-model", type=Path, default=DEMO_ASR_MODEL)
+    parser.add_argument("--slm-model", type=Path, default=default_slm_model())
+    parser.add_argument("--asr-tokenizer", type=Path, default=None,
+                        help="tokenizer folder for the full-size ASR model (default: --asr-model's own, so that one "
+                             "token LM fits both)")
     parser.add_argument("--manifest", type=Path, default=TEST_MANIFEST,
                         help="held-out utterances the clip is cut from (default: the sample's test-clean)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     generation = generation_settings_from_args(args)
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
                        ("--asr-tokenizer", args.asr_tokenizer)):
-        if not path.exists():
+        if path is not None and not path.exists():
             raise DuetError(f"{flag} {path} not found: run python tools/demo.py first (or pass {flag})")
     if not args.manifest.is_file():
         raise DuetError(f"--manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)")
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = PipelineSettings(asr_model=args.asr_model, slm_model=args.slm_model, asr_decoding=asr_decoding,
                                     generation=generation, min_confidence=0.0)
         tiny, load_s = VoicePipeline.load(settings)
-        big_asr, big_slm = full_size_models(args.asr_tokenizer, tiny.slm_tokenizer)
+        tokenizer = args.asr_tokenizer or nemo_tokenizer_folder(args.asr_model, Path(tmp) / "asr_tokenizer")
+        big_asr, big_slm = full_size_models(tokenizer, tiny.slm_tokenizer)
         # before any timing: an LM that does not fit (or a model that does not load) is a one-line error here
         set_decoding(big_asr, asr_decoding)
         results = {"tiny": measure(tiny, clip, args.repeats)}

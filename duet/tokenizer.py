@@ -165,3 +165,27 @@ def nemo_tokenizer_model(nemo_path: str | os.PathLike, out_dir: str | os.PathLik
     path.write_bytes(data)
     return path
 
+
+
+#: The files of a tokenizer folder (NeMo's layout, as train_tokenizer writes it) that a .nemo packs under hashed names
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.vocab", "vocab.txt")
+
+
+def nemo_tokenizer_folder(nemo_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """The tokenizer folder packed inside a ``.nemo`` (``TOKENIZER_FILES``, stored as ``<hash>_<name>``), written to
+    ``out_dir``: what ``model.tokenizer.dir`` takes to build another model over the same tokens. A .nemo missing one
+    of the files is a DuetError naming it."""
+    nemo_path, out_dir = Path(nemo_path), Path(out_dir)
+    try:
+        with tarfile.open(nemo_path) as archive:
+            members = {name: next((m for m in archive.getmembers() if m.isfile() and m.name.endswith(name)), None)
+                       for name in TOKENIZER_FILES}
+            missing = [name for name, member in members.items() if member is None]
+            if missing:
+                raise DuetError(f"{nemo_path}: holds no tokenizer {', '.join(missing)}")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name, member in members.items():
+                (out_dir / name).write_bytes(archive.extractfile(member).read())
+    except (tarfile.TarError, OSError) as e:
+        raise DuetError(f"{nemo_path}: cannot read it as a .nemo archive ({e})") from None
+    return out_dir
