@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 
 import lightning.pytorch as pl
@@ -187,21 +188,26 @@ class TeacherCallback(pl.Callback):
         self.settings, self.kind, self.ratio = settings, kind, ratio
         self.cache: dict[bytes, torch.Tensor] = {}
         self.cache_hits = self.cache_lookups = 0
+        self.teacher_seconds = 0.0
 
     def on_fit_start(self, trainer, pl_module):
         self.teacher.to(pl_module.device)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         signal, signal_len = batch[0], batch[1]
+        start = time.perf_counter()
         with trainer.strategy.precision_plugin.forward_context():
             rows = self.targets_per_utterance(signal, signal_len)
         values, lengths = pad_rows(rows, signal.device)
         self.loss.teacher_targets = TeacherTargets(self.kind, values, lengths)
+        self.teacher_seconds = time.perf_counter() - start
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.loss.teacher_targets = None
         if self.loss.last_teacher_term is not None:
             pl_module.log("train_teacher_term", self.loss.last_teacher_term, on_step=True, on_epoch=True)
+        # what the teacher (or the cache) cost this step: the price of distillation in training time
+        pl_module.log("train_teacher_seconds", self.teacher_seconds, on_step=True)
         if self.settings.cache and self.cache_lookups:
             pl_module.log("teacher_cache_hit_rate", self.cache_hits / self.cache_lookups, on_step=True)
 
