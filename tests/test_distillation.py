@@ -148,6 +148,24 @@ def test_the_gradient_reaches_the_student_only_and_the_teacher_stays_frozen(gene
     assert not teacher.training
 
 
+def test_cached_and_fresh_targets_share_a_batch(generated):
+    """A batch mixing audio the cache holds (float16 posteriors) with new audio gets one float32 tensor, and the
+    cached rows are what the teacher said of that audio."""
+    from duet.asr.inference import load_asr_model
+
+    student, teacher = build_micro_model(generated["tok"], seed=1), load_asr_model(generated["teacher_nemo"], "cpu")
+    trainer = type("Trainer", (), {"callbacks": []})()
+    distillation.use_distillation(student, trainer, teacher, DistillationSettings(
+        teacher=str(generated["teacher_nemo"]), cache=True))
+    (callback,) = trainer.callbacks
+    torch.manual_seed(0)
+    signal, lengths = torch.randn(2, 16000) * 0.1, torch.tensor([16000, 12000])
+    first = callback.targets_per_utterance(signal[:1], lengths[:1])
+    values, _ = distillation.pad_rows(callback.targets_per_utterance(signal, lengths), "cpu")
+    assert values.dtype == torch.float32 and (callback.cache_hits, callback.cache_lookups) == (1, 3)
+    assert torch.allclose(values[0, :len(first[0])], first[0], atol=1e-3)
+
+
 def test_posteriors_between_different_vocabularies_are_refused_naming_both(generated):
     from duet.asr.inference import load_asr_model
 

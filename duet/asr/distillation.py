@@ -232,7 +232,9 @@ class TeacherCallback(pl.Callback):
                 rows[i] = row
                 if keys[i] is not None:
                     self.cache[keys[i]] = row.cpu() if self.kind == "transcript" else row.half().cpu()
-        return [row.to(signal.device) for row in rows]
+        # posteriors are cached in float16 (half the memory): back to float32 beside the rows computed just now
+        dtype = torch.long if self.kind == "transcript" else torch.float32
+        return [row.to(signal.device, dtype) for row in rows]
 
     @torch.no_grad()
     def run_teacher(self, signal: torch.Tensor, signal_len: torch.Tensor) -> list[torch.Tensor]:
