@@ -231,3 +231,28 @@ def test_a_one_layer_student_learns_from_a_one_layer_teacher(generated, student_
     assert len(cache_callback.cache) == len(TEXTS) and cache_callback.cache_hits == 24 * 3 - len(TEXTS)
     # after fit the student is itself again: plain CTC loss, no teacher weights in what it saves
     assert type(student.loss).__name__ == "CTCLoss" and set(student.state_dict()) == student_keys
+
+
+# ---------------------------------------------------------------- bench/distillation_ab.py
+
+
+def test_the_ab_bench_gives_both_arms_one_config_but_the_teacher(repo_root, tmp_path):
+    """What bench/distillation_ab.py passes the recipe: the same student, steps and data for both arms (its --train
+    manifests as the Lhotse sources with their shares), only distillation.teacher differs."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("distillation_ab", repo_root / "bench" / "distillation_ab.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    train = [tmp_path / "a.json", tmp_path / "b.json"]
+    args = bench.get_parser().parse_args(["--steps", "7", "--train", *map(str, train), "--train-weights", "0.7", "0.3",
+                                          "--out", str(tmp_path / "ab"), "--", "distillation.weight=1.0"])
+    common = bench.train_overrides(args)
+    config_name = common[0].split("=", 1)[1]
+    cfg = compose_config(config_name, common[1:] + ["name=x", "distillation.teacher=null"])
+    sources = [(s.manifest_filepath, s.weight) for s in cfg.model.train_ds.input_cfg]
+    assert sources == [(str(train[0]), 0.7), (str(train[1]), 0.3)]
+    assert (cfg.trainer.max_steps, cfg.distillation.weight, cfg.init_from_nemo_model) == (7, 1.0, str(args.student))
+    assert cfg.distillation.teacher is None
