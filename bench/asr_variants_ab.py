@@ -30,10 +30,8 @@ time per step, transcription RTFx, encoder frame duration and the commands. Extr
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -107,18 +105,6 @@ def check_lengths(model_cfg, args) -> dict:
     return {"frame_ms": tightest.frame_ms, "tightest": str(tightest)}
 
 
-def median_step_seconds(log_dir: Path) -> float | None:
-    """Median of NeMo's ``train_step_timing`` (exp_manager ``log_step_timing``) from the run's CSV log."""
-    values = []
-    for metrics in log_dir.glob("csv_logs/**/metrics.csv"):
-        with open(metrics, newline="") as f:
-            for row in csv.DictReader(f):
-                for key, value in row.items():
-                    if key.startswith("train_step_timing") and value:
-                        values.append(float(value))
-    return statistics.median(values) if values else None
-
-
 def count_parameters(nemo_path: Path) -> int:
     # NeMo takes ~21 s to import: --help and argument errors answer before it loads
     from nemo.collections.asr.models import ASRModel
@@ -130,6 +116,7 @@ def count_parameters(nemo_path: Path) -> int:
 def run_variant(args, variant: str) -> dict:
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     from duet.asr.progressive import CtcLengthError
+    from duet.asr.recipe import median_step_seconds
 
     name = f"ab_{variant.replace('+', '_')}"
     run_dir = args.out / name

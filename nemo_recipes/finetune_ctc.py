@@ -22,6 +22,10 @@ Usage:
   architecture (a warning names the encoder keys where it differs from the config's); the config's
   ctc_reduction, skip_nan_grad, log_prediction and interctc apply.
 
+  Distillation: distillation.teacher=<teacher.nemo> adds a frozen teacher's term to the CTC loss
+  (distillation.weight, .temperature, .targets: the teacher's greedy transcripts as a second CTC target, or its
+  frame posteriors where the vocabularies match; duet/asr/distillation.py). The teacher is not saved with the model.
+
   Hardware (trainer.* and num_workers left null): every visible GPU with DDP, bf16 mixed precision
   where the GPU runs it natively (else fp16), min(8, cores / GPUs) loader workers per process; on CPU one
   process in fp32 with one worker, and a line saying what the run costs there and how to shorten it
@@ -94,6 +98,7 @@ def run(cfg: DictConfig) -> dict:
         summary["vocabulary_changed"], summary["decoder_transfer"] = transfer is not None, transfer
     recipe.setup_data_and_training(model, cfg.model)
     summary["encoder_finetune"] = recipe.use_encoder_finetune(model, trainer, cfg.encoder_finetune)
+    summary["distillation"] = recipe.use_teacher(model, trainer, cfg.distillation)
     with recipe.training_layout(model, trainer):
         trainer.fit(model)
     recipe.leave_distributed(trainer)

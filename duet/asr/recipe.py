@@ -8,11 +8,13 @@ weights come from, switching the tokenizer, and scoring the test manifest at the
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
 import os
 import shutil
+import statistics
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,8 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from duet.asr import evaluate, scoring
+from duet.asr.distillation import DistillationSettings, use_distillation
+from duet.asr.inference import load_asr_model
 from duet.errors import DuetError
 from duet.manifest import make_manifest_command
 from duet.tokenizer import training_command
@@ -473,6 +477,9 @@ def check_inputs(cfg: DictConfig) -> None:
     nemo_path = cfg.get("init_from_nemo_model")
     if nemo_path and not Path(nemo_path).is_file():
         raise RecipeError(f"init_from_nemo_model: file not found: {nemo_path}")
+    teacher = distillation_settings(cfg.distillation).teacher
+    if teacher and not Path(teacher).is_file():
+        raise RecipeError(f"distillation.teacher: file not found: {teacher}")
 
 
 def check_manifests(model_cfg: DictConfig) -> None:
@@ -611,6 +618,29 @@ def use_encoder_finetune(model, trainer, settings: DictConfig) -> dict:
     return {"lr_scale": lr_scale, "freeze_steps": freeze_steps, "pretrained_parameters": sum(p.numel() for p in pretrained)}
 
 
+def distillation_settings(settings: DictConfig) -> DistillationSettings:
+    """The ``distillation`` keys, checked (a bad weight, temperature or ``targets`` is an error naming it)."""
+    return DistillationSettings(**OmegaConf.to_container(settings, resolve=True))
+
+
+def use_teacher(model, trainer, settings: DictConfig) -> dict | None:
+    """Apply ``distillation``: restore the teacher ``.nemo`` on the CPU (the callback moves it to the training
+    device) and add its term to the model's CTC loss (:func:`duet.asr.distillation.use_distillation`). None without
+    a teacher; else what was applied (for the summary). Call after :func:`match_tokenizer`: the student's
+    vocabulary decides how the teacher's outputs map onto it."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it
+    from nemo.collections.asr.models import EncDecCTCModel
+
+    checked = distillation_settings(settings)
+    if not checked.teacher:
+        return None
+    teacher = load_asr_model(checked.teacher, device="cpu")
+    if not isinstance(teacher, EncDecCTCModel) or not hasattr(teacher, "tokenizer"):
+        raise RecipeError(f"distillation.teacher: {checked.teacher} is a {type(teacher).__name__}; the teacher must be "
+                          "a CTC model with a tokenizer (EncDecCTCModelBPE)")
+    return use_distillation(model, trainer, teacher, checked)
+
+
 class FreezeForFirstSteps(pl.Callback):
     """``requires_grad`` off for ``parameters`` until ``steps`` optimizer steps have run (a resumed run past
     them trains them at once)."""
@@ -709,3 +739,15 @@ def write_run_summary(log_dir: Path, summary: dict) -> Path:
     path = log_dir / "finetune_summary.json"
     write_text_atomic(path, json.dumps(summary, indent=2) + "\n")
     return path
+
+
+def median_step_seconds(log_dir: Path) -> float | None:
+    """Median of NeMo's ``train_step_timing`` (exp_manager ``log_step_timing``) from the run's CSV log."""
+    values = []
+    for metrics in Path(log_dir).glob("csv_logs/**/metrics.csv"):
+        with open(metrics, newline="") as f:
+            for row in csv.DictReader(f):
+                for key, value in row.items():
+                    if key.startswith("train_step_timing") and value:
+                        values.append(float(value))
+    return statistics.median(values) if values else None
