@@ -72,13 +72,13 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
     assert len(answers) == len(requests) > 20 and all(a["error"] is None for a in answers)
     refs = [requests[a["file"]] for a in answers]
     hyps = [a["transcript"] for a in answers]
-    # measured 11.5 % with beam 16 + LM from the Whisper base (23.7 % from the FastConformer base v9; RESULTS.md);
+    # measured 12.5 % with beam 8 + LM from the Whisper base (23.7 % from the FastConformer base v9; RESULTS.md);
     # a regression guard, not the goal
     assert jiwer.wer(refs, hyps) < 0.25
     answered = [a for a in answers if a["transcript"]]
     assert all(a["response"] for a in answered)
     # each transcript is judged by its confidence against the threshold the demo chose for its model: a few of its
-    # own held-out requests are not understood (9 of 52 on 2026-11-26) and get the apology instead of
+    # own held-out requests are not understood (10 of 52 on 2026-11-26) and get the apology instead of
     # the language model's answer
     from duet.confidence import NOT_UNDERSTOOD_REPLY
 
