@@ -2,6 +2,7 @@
 """A/B study of encoder variants: baseline vs ResMHA vs progressive downsampling vs both (issue 7).
 
 Usage:
+  python tools/make_manifest.py && python tools/train_tokenizer.py --vocab-size 256   # its default data and tokenizer
   # fine-tune every variant from the bundled base checkpoint, same data, steps and seed (the default)
   python bench/asr_variants_ab.py --base samples/checkpoints/fastconformer_tiny_base.nemo --max-steps 300
 
@@ -195,7 +196,9 @@ def main(argv=None) -> int:
     for flag, path in (("--train", args.train), ("--dev", args.dev), ("--test", args.test),
                        ("--tokenizer", args.tokenizer / "tokenizer.model")):
         if not path.is_file():
-            sys.exit(f"asr_variants_ab: {flag}: not found: {path}")
+            made_by = ("python tools/train_tokenizer.py --vocab-size 256" if flag == "--tokenizer"
+                       else "python tools/make_manifest.py")
+            sys.exit(f"asr_variants_ab: {flag}: not found: {path} (made by {made_by}, or pass {flag})")
 
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:

@@ -43,7 +43,7 @@ import httpx
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
 from duet.errors import DuetError
 from duet.local_server import start_server, stop_server
 from duet.manifest import build_split_manifest
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.conversations < 1 or args.turns < 1:
         raise DuetError("--conversations and --turns must be >= 1")
     if args.url is None and "--asr-model" not in serve_args:
-        for flag, path in (("--asr-model", DEMO_ASR_MODEL), ("--slm-model", DEMO_SLM_MODEL)):
+        for flag, path in (("--asr-model", DEMO_ASR_MODEL), ("--slm-model", default_slm_model())):
             if not path.exists() and flag not in serve_args:
                 raise DuetError(f"{path} not found: run python tools/demo.py first, or give the server's {flag} "
                                 "after --")

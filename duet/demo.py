@@ -2,7 +2,7 @@
 
 A stage with declared ``inputs`` and ``outputs`` is skipped when its outputs exist and a stamp file
 records the same command and the same inputs (path, size, modification time). Stages without them
-(manifests, tokenizer) rely on the tool's own up-to-date check.
+(manifests, realmix) rely on the tool's own up-to-date check.
 
 A stage's command writes everything it prints (NeMo's, Lightning's and transformers' logs included) to
 ``experiments/<stage name>/log.txt``, which holds the latest run; with ``verbose`` it is shown live as well.

@@ -229,7 +229,7 @@ class VoicePipeline:
         return pipeline, time.perf_counter() - start
 
     def describe_asr_decoding(self) -> str | None:
-        """``beam16+LM(a=0.8,b=4) from experiments/demo_asr/decoding.json``, or just the decoding when it was
+        """``beam8+LM(a=1.1,b=4) from experiments/demo_asr/decoding.json``, or just the decoding when it was
         given by options (or left at greedy)."""
         source = f" from {self.settings.asr_decoding_source}" if self.settings.asr_decoding_source else ""
         return self.settings.asr_decoding.describe() + source

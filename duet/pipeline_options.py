@@ -71,7 +71,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
 def add_decoding_options(parser: argparse.ArgumentParser, streaming: bool = False) -> None:
     """The ASR decoding options (defaulting to the model folder's decoding.json) and the language model's."""
     add_decoding_arguments(parser, "--asr-decoding", strategy_default=(
-        "the decoding.json in the ASR model's folder (the demo writes one), each option given replacing its "
+        "the ASR model's decoding file (<stem>.decoding.json beside it, else decoding.json in its folder; the demo "
+        "writes one), each option given replacing its "
         f"value; with --lm: beam_lm; with {'--stream or ' if streaming else ''}no such file: greedy"))
     add_generation_arguments(parser)
 
@@ -167,7 +168,7 @@ def _merged_decoding(asr_model: Path, strategy: str | None, given: dict, stream:
 
 def pipeline_settings_from_args(args: argparse.Namespace) -> tuple[PipelineSettings, str]:
     """Check every option and resolve the ASR decoding: the pipeline's settings and a line saying which decoding
-    the ASR uses and where it came from (``decoding: beam16+LM(a=0.8,b=4) from experiments/demo_asr/decoding.json``,
+    the ASR uses and where it came from (``decoding: beam8+LM(a=1.1,b=4) from experiments/demo_asr/decoding.json``,
     ``decoding: greedy (default: no <model folder>/decoding.json)``).
 
     Bad options fail here, before anything loads, named by their flag."""

@@ -29,26 +29,31 @@ def demo(repo_root, python):
     return repo_root / "experiments"
 
 
-def test_asr_finetune_from_the_whisper_base_learns_the_sample_and_keeps_what_it_hears(demo):
+def test_asr_finetune_from_the_whisper_base_learns_the_sample(demo):
     summary = json.loads((demo / "demo_asr" / "finetune_summary.json").read_text())
     assert summary["from_checkpoint"] and not summary["vocabulary_changed"]  # the base's tokenizer and CTC head kept
     assert summary["encoder_finetune"]["pretrained_parameters"] > 7_000_000  # Whisper's encoder, at its own lr
     assert summary["test_before"]["utterances"] == summary["test_after"]["utterances"] == 80
     # The ASR acceptance: WER on the held-out voices drops. The sample is telephone speech and the base learnt
-    # from wideband speech, so there is something to learn (RESULTS.md, "The whole demo": 59.7 % -> 51.9 % in one
-    # epoch with the real and pool mixes). The training loss itself is no measure here: the batches mix the
-    # sample with real speech the base hears at ~60 % WER, and the pretrained head starts low.
+    # from wideband speech, so there is something to learn (RESULTS.md, "Demo fine-tune from the Whisper base":
+    # 59.7 % -> 53.1 % in one epoch with the real and pool mixes). The training loss itself is no measure here: the
+    # batches mix the sample with real speech the base hears at ~60 % WER, and the pretrained head starts low.
     assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.05
     assert summary["test_after"]["wer"] < 0.57  # a regression guard
 
 
 def test_demo_fine_tune_keeps_what_the_base_hears(demo):
-    # generalise-base and generalise score the same sets; the demo flags a real set more than
-    # REAL_SET_TOLERANCE points worse, and the fine-tune must not make any of them that much worse
+    """The demo scores the base and its fine-tune on every generalisation set: the fine-tune must win its own domain
+    and not lose the voices outside every pool nor, where the real recordings exist, the real speech the base hears
+    (the demo flags a real set more than REAL_SET_TOLERANCE points worse)."""
     from duet.demo import REAL_SET_TOLERANCE
 
     before, after = ({r["set"]: r for r in json.loads((demo / "demo_generalisation" / name / "generalisation.json")
                                                        .read_text())["rows"]} for name in ("base", "demo_asr"))
+    assert before.keys() == after.keys() and {"sample test-clean", "unseen voices"} <= before.keys()
+    assert after["sample test-clean"]["wer"] < before["sample test-clean"]["wer"] - 0.05
+    # unseen voices +0.65 points from the Whisper base (RESULTS.md, "Demo fine-tune from the Whisper base")
+    assert after["unseen voices"]["wer"] < before["unseen voices"]["wer"] + 0.03
     real = [name for name, row in after.items() if row["distance"].startswith("real")]
     assert bool(real) == REAL_SPEECH.is_dir()
     worse = {name: round(100 * (after[name]["wer"] - before[name]["wer"]), 2) for name in real}
@@ -106,28 +111,3 @@ def test_pipeline_with_no_options_uses_the_demos_models_and_decoding(demo, repo_
     # the threshold travels in the same decoding.json: the same transcripts are understood, or not
     assert [line["understood"] for line in lines] == [a["understood"] for a in answers]
     assert all(line["response"] for line in lines)
-
-
-def test_fine_tune_keeps_what_the_base_hears(demo):
-    """The demo scores the base and its fine-tune on every generalisation set: the fine-tune must win its own
-    domain and, where the real recordings exist, not lose the real speech the base hears."""
-    def rows(name):
-        return {r["set"]: r for r in json.loads((demo / "demo_generalisation" / name / "generalisation.json")
-                                                .read_text())["rows"]}
-
-    base, tuned = rows("base"), rows("demo_asr")
-    assert base.keys() == tuned.keys() and {"sample test-clean", "unseen voices"} <= base.keys()
-    assert tuned["sample test-clean"]["wer"] < base["sample test-clean"]["wer"] - 0.07
-    # The base's own synthetic pool in the mix keeps the voices outside every pool: from base v9 (RESULTS.md)
-    # unseen voices +2.0 points with both mixes, +2.6 with the pool alone; from v8 +7.7 with the sample alone.
-    assert tuned["unseen voices"]["wer"] < base["unseen voices"]["wer"] + 0.045
-    if not REAL_SPEECH.is_dir():
-        return
-    # Target: no real set more than 2 points worse. Measured from base v9 (RESULTS.md) with 780 real + the pool:
-    # speechocean762/test +0.7, read_sentences +1.3 (digits +5.7: the target is reported unmet there); from v8
-    # +1.2 / -0.6; from v8 with 260 real and no pool +4.1 / +1.7, with the sample alone +11.5 / +2.9. The guard
-    # catches losing the real mix (or going back to the small one) with room for a machine's run-to-run noise;
-    # read_sentences a collapse.
-    guards = {"speechocean762/test": 0.04, "read_sentences": 0.03}
-    for name, guard in guards.items():
-        assert tuned[name]["wer"] < base[name]["wer"] + guard, name

@@ -4,7 +4,7 @@
 Usage:
   python tools/make_lm_text.py                                  # 100,000 sentences -> data/lm_text_100k.txt
   python tools/make_lm_text.py --sentences 20000 --out /tmp/lm.txt
-  # then: python tools/train_ngram_lm.py --unit token --tokenizer tokenizers/spe_bpe_v256 --text data/lm_text_100k.txt
+  # then: python tools/train_ngram_lm.py --unit token --tokenizer samples/checkpoints/whisper_tiny_ctc.nemo --text data/lm_text_100k.txt
 
 The embedded default's stand-in for LibriSpeech's LM corpus (book text of the kind the transcripts come
 from, without the test books): the templates and word lists of duet/synth/corpus_text.py with their own seed

@@ -3,13 +3,13 @@ r"""Serve the voice pipeline over HTTP: a page, an OpenAI-compatible transcripti
 the language model alone, and a WebSocket with live partial transcripts.
 
 Usage:
-  python tools/serve.py                                  # the demo's models on http://127.0.0.1:8000
+  python tools/serve.py                                  # tools/pipeline.py's default models on http://127.0.0.1:8000
   python tools/serve.py --host 0.0.0.0 --port 9000 --asr-model my.nemo --slm-model my_gpt2/
   python tools/serve.py --asr-decoding greedy --strategy beam --num-beams 4   # decoding defaults for every request
   python tools/serve.py --turns --turn-silence 0.5 --trim-silence 0.2   # hands-free: answer each time the speaker stops
 
-The models load once, with the same defaults and options as tools/pipeline.py (the ASR decoding from the
-decoding.json beside the model unless an option says otherwise, printed with where it came from; the
+The models load once, with the same defaults and options as tools/pipeline.py (the demo's ASR model; its language
+model, or the slm_whisper_offline preset's once trained; the ASR decoding from the model's decoding file unless an option says otherwise, printed with where it came from; the
 language-model flags are the defaults a request's own options replace). NeMo's and transformers' log lines
 while they load go to --log (experiments/logs/serve.log), or with --verbose to standard error. Endpoints:
   GET  /                          the page: record from the microphone or send a file, hear the answer

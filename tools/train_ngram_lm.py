@@ -1,8 +1,8 @@
 r"""Train an n-gram language model for CTC beam search with KenLM's lmplz (modified Kneser-Ney).
 
 Usage:
-  # subword-token LM for NeMo's beam_batch decoder (tokenizer = the ASR model's tokenizer):
-  python tools/train_ngram_lm.py --unit token --tokenizer tokenizers/spe_bpe_v256 --order 6 \
+  # subword-token LM for NeMo's beam_batch decoder (tokenizer = the ASR model's: a .nemo, or a tokenizer folder):
+  python tools/train_ngram_lm.py --unit token --tokenizer samples/checkpoints/whisper_tiny_ctc.nemo --order 6 \
       --out experiments/lm/train_clean_token6.arpa
   # word LM (pyctcdecode-style decoders, KenLM queries):
   python tools/train_ngram_lm.py --unit word --order 3 --out experiments/lm/train_clean_word3.arpa

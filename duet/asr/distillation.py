@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from duet.asr.inference import hypothesis_text
 from duet.errors import DuetError
 
 log = logging.getLogger(__name__)
@@ -241,7 +242,8 @@ class TeacherCallback(pl.Callback):
         log_probs, encoded_len, _ = self.teacher.forward(input_signal=signal, input_signal_length=signal_len)
         if self.kind == "transcript":
             hypotheses = self.teacher.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=encoded_len)
-            return [torch.tensor(self.student_tokenizer.text_to_ids(h.text), dtype=torch.long) for h in hypotheses]
+            return [torch.tensor(self.student_tokenizer.text_to_ids(hypothesis_text(h)), dtype=torch.long)
+                    for h in hypotheses]
         probs = F.softmax(log_probs.float() / self.settings.temperature, dim=-1)
         probs, lengths = resample_posteriors(probs, encoded_len, self.ratio)
         return [probs[i, :n] for i, n in enumerate(lengths.tolist())]

@@ -634,6 +634,10 @@ def use_teacher(model, trainer, settings: DictConfig) -> dict | None:
     checked = distillation_settings(settings)
     if not checked.teacher:
         return None
+    if list(model.cfg.get("interctc", {}).get("loss_weights", []) or []):
+        # NeMo calls model.loss once per intermediate layer too: the teacher's term would be added each time
+        raise RecipeError("distillation.teacher with model.interctc: not supported (NeMo computes the intermediate "
+                          "CTC losses with the same loss, so the teacher term would count once per layer)")
     teacher = load_asr_model(checked.teacher, device="cpu")
     if not isinstance(teacher, EncDecCTCModel) or not hasattr(teacher, "tokenizer"):
         raise RecipeError(f"distillation.teacher: {checked.teacher} is a {type(teacher).__name__}; the teacher must be "
