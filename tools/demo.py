@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 27 minutes on 2 cores that a
-training run shares (the last full run recorded in RESULTS.md, "The whole demo": 27.4 min, of which the ASR
-fine-tune 25 min), about 16 minutes on 2 idle cores (an earlier full run there, before the pool stage).
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 8.5 minutes on 2 cores (the
+last full run recorded in RESULTS.md, "The whole demo": 8.4 min from scratch in a clean clone, the machine lightly
+shared; the SLM's training and the ASR fine-tune about 3 minutes each); longer where other work shares the cores.
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
@@ -14,7 +14,7 @@ Each stage prints its command, its progress while it runs, and its result in one
 (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
 --verbose shows it live too. The progress is read from that log (duet/stage_progress.py): the ASR fine-tune's
 epoch and step of all its steps, the SLM's step, any other progress bar, with the time left at the stage's own
-pace so far, e.g. "running 9:30: epoch 2/6, step 132/600 (22 %), about 28 min left": redrawn in place on a
+pace so far, e.g. "running 1:00: epoch 1/1, step 40/99 (40 %), about 1 min left": redrawn in place on a
 terminal, a new line every 30 s otherwise (a log file, CI). A failing stage prints the last 20 lines of its log.
 
 Stages, each one of the toolkit's own entry scripts run as a user would:
