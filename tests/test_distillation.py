@@ -252,6 +252,10 @@ def test_the_ab_bench_gives_both_arms_one_config_but_the_teacher(repo_root, tmp_
     common = bench.train_overrides(args)
     config_name = common[0].split("=", 1)[1]
     cfg = compose_config(config_name, common[1:] + ["name=x", "distillation.teacher=null"])
+    with_teacher = compose_config(config_name, common[1:] + ["name=x", f"distillation.teacher={args.teacher}"])
+    arms = [OmegaConf.to_container(c, resolve=True) for c in (cfg, with_teacher)]
+    assert arms[1]["distillation"].pop("teacher") == str(args.teacher) and arms[0]["distillation"].pop("teacher") is None
+    assert arms[0] == arms[1]  # nothing else differs between the arms
     sources = [(s.manifest_filepath, s.weight) for s in cfg.model.train_ds.input_cfg]
     assert sources == [(str(train[0]), 0.7), (str(train[1]), 0.3)]
     assert (cfg.trainer.max_steps, cfg.distillation.weight, cfg.init_from_nemo_model) == (7, 1.0, str(args.student))
