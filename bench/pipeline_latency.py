@@ -37,8 +37,8 @@ from hydra import compose, initialize_config_dir
 
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-from duet.errors import DuetError
 from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
+from duet.errors import DuetError
 from duet.manifest import read_manifest
 from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.tokenizer import nemo_tokenizer_folder

@@ -148,44 +148,46 @@ def _largest_size_from_error(message: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def nemo_tokenizer_model(nemo_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Copy the SentencePiece ``tokenizer.model`` packed inside a ``.nemo`` (a tar archive) to ``out_dir``: the
-    tokenizer a token LM must share with that model. A .nemo without one is a DuetError naming it."""
-    nemo_path, out_dir = Path(nemo_path), Path(out_dir)
+#: The files of a tokenizer folder (NeMo's layout, as train_tokenizer writes it) that a .nemo packs under hashed names
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.vocab", "vocab.txt")
+
+
+def _packed_files(nemo_path: Path, names: tuple[str, ...]) -> dict[str, bytes]:
+    """The contents of the files packed inside a ``.nemo`` (a tar archive, each file as ``<hash>_<name>``) whose names
+    end with one of ``names``, by that name; a name the archive lacks is left out. An unreadable archive is a
+    DuetError naming it."""
     try:
         with tarfile.open(nemo_path) as archive:
-            members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith("tokenizer.model")]
-            if not members:
-                raise DuetError(f"{nemo_path}: holds no SentencePiece tokenizer.model")
-            data = archive.extractfile(members[0]).read()
+            files = [m for m in archive.getmembers() if m.isfile()]
+            found = {name: next((m for m in files if m.name.endswith(name)), None) for name in names}
+            return {name: archive.extractfile(member).read() for name, member in found.items() if member is not None}
     except (tarfile.TarError, OSError) as e:
         raise DuetError(f"{nemo_path}: cannot read it as a .nemo archive ({e})") from None
+
+
+def nemo_tokenizer_model(nemo_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Copy the SentencePiece ``tokenizer.model`` packed inside a ``.nemo`` to ``out_dir``: the tokenizer a token LM
+    must share with that model. A .nemo without one is a DuetError naming it."""
+    nemo_path, out_dir = Path(nemo_path), Path(out_dir)
+    data = _packed_files(nemo_path, ("tokenizer.model",)).get("tokenizer.model")
+    if data is None:
+        raise DuetError(f"{nemo_path}: holds no SentencePiece tokenizer.model")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "tokenizer.model"
     path.write_bytes(data)
     return path
 
 
-
-#: The files of a tokenizer folder (NeMo's layout, as train_tokenizer writes it) that a .nemo packs under hashed names
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer.vocab", "vocab.txt")
-
-
 def nemo_tokenizer_folder(nemo_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """The tokenizer folder packed inside a ``.nemo`` (``TOKENIZER_FILES``, stored as ``<hash>_<name>``), written to
-    ``out_dir``: what ``model.tokenizer.dir`` takes to build another model over the same tokens. A .nemo missing one
-    of the files is a DuetError naming it."""
+    """The tokenizer folder packed inside a ``.nemo`` (``TOKENIZER_FILES``), written to ``out_dir``: what
+    ``model.tokenizer.dir`` takes to build another model over the same tokens. A .nemo missing one of the files is
+    a DuetError naming it."""
     nemo_path, out_dir = Path(nemo_path), Path(out_dir)
-    try:
-        with tarfile.open(nemo_path) as archive:
-            members = {name: next((m for m in archive.getmembers() if m.isfile() and m.name.endswith(name)), None)
-                       for name in TOKENIZER_FILES}
-            missing = [name for name, member in members.items() if member is None]
-            if missing:
-                raise DuetError(f"{nemo_path}: holds no tokenizer {', '.join(missing)}")
-            out_dir.mkdir(parents=True, exist_ok=True)
-            for name, member in members.items():
-                (out_dir / name).write_bytes(archive.extractfile(member).read())
-    except (tarfile.TarError, OSError) as e:
-        raise DuetError(f"{nemo_path}: cannot read it as a .nemo archive ({e})") from None
+    files = _packed_files(nemo_path, TOKENIZER_FILES)
+    missing = [name for name in TOKENIZER_FILES if name not in files]
+    if missing:
+        raise DuetError(f"{nemo_path}: holds no tokenizer {', '.join(missing)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (out_dir / name).write_bytes(data)
     return out_dir
