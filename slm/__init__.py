@@ -6,6 +6,7 @@ decoding; ``respond`` for the pipeline), ``evaluation`` (scores + reports of a m
 (layer / head / FFN pruning and the ablation study), ``config`` (YAML loading),
 ``errors`` (``SlmError``), ``torch_build`` (the torch build for this machine's GPUs; ``duet``'s recipes and
 tools/setup.sh use it too). Commands, each reading its options and calling the library:
-``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py`` (and ``python -m slm.torch_build``).
+``finetune.py``, ``generate.py``, ``evaluate_slm.py``, ``ablate.py``, ``choose_torch_build.py`` (run by the setup
+as ``python -m slm.choose_torch_build``).
 ``slm`` stands on ``duet.foundation`` only and imports nothing else of ``duet``.
 """

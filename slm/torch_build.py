@@ -1,13 +1,9 @@
 """Which torch build fits this machine's NVIDIA driver and GPUs, as ``nvidia-smi`` reports them.
 
-Usage:
-    python -m slm.torch_build            # prints the pip arguments for torch, e.g. torch==2.13.0 (what the setup runs,
-                                         # from the repository root, before duet is installed)
-    python slm/torch_build.py            # the same, once the setup has installed duet
-
-tools/setup.sh installs torch with what this prints, before anything else (so that pip never picks a build
-while resolving NeMo's own ``torch>=2.6``); the recipes call :func:`require_torch_to_see_the_gpus` so that a
-GPU machine with a torch that cannot use its GPUs stops with one line instead of training on the CPU.
+tools/setup.sh installs torch with what ``python -m slm.choose_torch_build`` (the command over this module)
+prints, before anything else (so that pip never picks a build while resolving NeMo's own ``torch>=2.6``); the
+recipes call :func:`require_torch_to_see_the_gpus` so that a GPU machine with a torch that cannot use its GPUs
+stops with one line instead of training on the CPU.
 
 torch 2.13.0 comes in these builds (PyTorch's CUDA support matrix for 2.12-2.14):
 
@@ -27,16 +23,13 @@ covers) is refused with one line saying what to upgrade. This module uses the st
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 
-from duet.foundation.errors import cli
 from slm.errors import SlmError
 
 TORCH_VERSION = "2.13.0"
@@ -165,21 +158,3 @@ def require_torch_to_see_the_gpus() -> None:
     raise NoTorchBuild(f"nvidia-smi lists {describe(gpus)} but torch {torch.__version__} "
                        f"cannot use them ({build}{driver}): run bash tools/setup.sh to install the build for this "
                        f"driver, or set CUDA_VISIBLE_DEVICES= to run on the CPU")
-
-
-def get_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog="python -m slm.torch_build", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    get_parser().parse_args(argv)
-    build = machine_torch_build()
-    print(f"torch_build: {build.reason}", file=sys.stderr)
-    print(" ".join(build.pip_args))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -126,16 +126,11 @@ def test_entry_scripts_neither_edit_sys_path_nor_import_each_other():
         assert not others, f"{path.relative_to(REPO_ROOT)} imports entry scripts {sorted(others)}"
 
 
-# Commands that are library modules too, until split: python -m slm.torch_build is what tools/setup.sh runs, and the
-# recipes import its require_torch_to_see_the_gpus.
-BOTH_COMMAND_AND_LIBRARY = {"slm.torch_build"}
-
-
 def test_no_module_is_both_a_command_and_a_library_module():
     """A command reads its options and calls the library (slm/generate.py calls slm.generation, slm/ablate.py
     slm.ablation, slm/evaluate_slm.py slm.evaluation); no library module imports a command."""
     library_used = {m for deps in GRAPH.values() for m in deps}
-    assert {module_name(p) for p in ENTRY_SCRIPTS} & library_used == BOTH_COMMAND_AND_LIBRARY
+    assert {module_name(p) for p in ENTRY_SCRIPTS} & library_used == set()
 
 
 def test_slm_modules_shadow_no_installed_module():

@@ -197,3 +197,27 @@ def test_kenlm_build_dependencies_go_through_the_same_step(fake_apt):
     assert "skipped the build" in proc.stdout
     assert "still holds apt's lock" in proc.stderr
     assert "n-gram LMs (tools/train_ngram_lm.py) are unavailable" in proc.stderr
+
+
+FAKE_PYTHON_WITHOUT_ENSUREPIP = """#!/bin/bash
+# a stock Debian 12 python3: no ensurepip until python3.11-venv is installed
+case "$2" in
+  *ensurepip*) grep -qx python3.11-venv "$FAKE_APT_DIR/installed" 2>/dev/null && exit 0
+               echo "ModuleNotFoundError: No module named 'ensurepip'" >&2; exit 1 ;;
+  *version_info*) echo 3.11 ;;
+esac
+"""
+
+
+def test_pythons_venv_module_is_installed_where_the_interpreter_lacks_it(fake_apt):
+    python = fake_apt["bin"] / "python3"
+    python.write_text(FAKE_PYTHON_WITHOUT_ENSUREPIP)
+    python.chmod(0o755)
+    proc = run_steps(fake_apt, "install_venv_module", PYTHON=str(python))
+    assert proc.returncode == 0, proc.stderr
+    assert installed(fake_apt) == ["python3.11-venv"]
+    assert "setup: installing Python's venv module (python3.11-venv)" in proc.stdout
+
+    calls = (fake_apt["state"] / "calls").read_text()
+    proc = run_steps(fake_apt, "install_venv_module", PYTHON=str(python))  # now it has it: apt is not called
+    assert proc.returncode == 0 and (fake_apt["state"] / "calls").read_text() == calls

@@ -1,5 +1,5 @@
-"""The torch build tools/setup.sh installs (``python -m slm.torch_build``), and the recipes' refusal to train on the
-CPU of a GPU machine whose torch cannot use the GPUs, against fake ``nvidia-smi`` programs.
+"""The torch build tools/setup.sh installs (``python -m slm.choose_torch_build``), and the recipes' refusal to train
+on the CPU of a GPU machine whose torch cannot use the GPUs, against fake ``nvidia-smi`` programs.
 
 Each fake answers as the real one does: its header names the driver's CUDA version, ``--query-gpu=name,compute_cap``
 lists the GPUs (a driver too old for that field fails it, exit 2, and answers only ``-L``), and a machine whose
@@ -65,7 +65,7 @@ def fake_smi(tmp_path, monkeypatch):
 
 def run_torch_build(env_path: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **({"PATH": env_path} if env_path else {})}
-    return subprocess.run([sys.executable, "-m", "slm.torch_build"], cwd=REPO_ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "slm.choose_torch_build"], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
 
 
@@ -108,21 +108,21 @@ def test_no_fitting_build_is_one_line_naming_what_to_upgrade(fake_smi, answers, 
     fake_smi(**answers)
     done = run_torch_build()
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("torch_build: error: no torch 2.13.0 build runs here: ")
+    assert done.stderr.startswith("choose_torch_build: error: no torch 2.13.0 build runs here: ")
     assert done.stderr.count("\n") == 1 and message in done.stderr
 
 
 def test_help_is_the_usage_docstring():
-    done = subprocess.run([sys.executable, "-m", "slm.torch_build", "--help"], cwd=REPO_ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "slm.choose_torch_build", "--help"], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 0 and "python -m slm.torch_build" in done.stdout and "CUDA 12.6" in done.stdout
+    assert done.returncode == 0 and "python -m slm.choose_torch_build" in done.stdout and "CUDA 12.6" in done.stdout
 
 
 def test_setup_installs_what_torch_build_chooses():
     """setup.sh takes torch's pip arguments from the module (no pin of its own that could disagree with it)."""
     commands = [line for line in (REPO_ROOT / "tools" / "setup.sh").read_text().splitlines()
                 if not line.lstrip().startswith("#")]
-    assert any('torch_pip_args=$("$VENV/bin/python" -m slm.torch_build)' in line for line in commands)
+    assert any('torch_pip_args=$("$VENV/bin/python" -m slm.choose_torch_build)' in line for line in commands)
     assert any('pip install -q $torch_pip_args' in line for line in commands)
     assert not any("torch==" in line for line in commands)
 

@@ -2,6 +2,7 @@
 # Usage: bash tools/setup.sh
 #
 # Creates .venv/ with duet and everything it needs; safe to re-run (seconds when nothing changed).
+#   0. Python's venv module where the interpreter lacks it (python3.X-venv: stock Debian's python3 has no ensurepip).
 #   1. Debian/Ubuntu packages for the synthetic corpus and `pipeline.py --speak` (sox, espeak-ng, flite,
 #      festival + English voices, WordNet's example sentences) and tools/serve.py (ffmpeg for WebM uploads;
 #      chromium + chromium-driver, apart, for its page's browser test) when apt-get is usable; otherwise a note and
@@ -11,15 +12,16 @@
 #      they are), best effort. The lists and the apt step are in tools/setup_apt.sh: a failed install shows
 #      apt's own error, and while another apt/dpkg process holds apt's lock the setup says so and waits for it
 #      (APT_LOCK_WAIT seconds, default 600).
-#   2. torch 2.13.0 before anything else, in the build `python -m slm.torch_build` picks from nvidia-smi: on a
-#      machine without an NVIDIA driver plain torch==2.13.0 (a CPU build where pip reads a local wheel mirror
+#   2. torch 2.13.0 before anything else, in the build `python -m slm.choose_torch_build` picks from nvidia-smi:
+#      on a machine without an NVIDIA driver plain torch==2.13.0 (a CPU build where pip reads a local wheel mirror
 #      holding one, as the project's own machines do; PyPI's Linux wheel of that version is the CUDA 13.0 build,
 #      GPU or not, and also runs on the CPU); with GPUs,
 #      PyPI's CUDA 13.0 build where the driver runs CUDA 13 and every GPU is Turing (compute 7.5) or newer, else
 #      PyTorch's CUDA 12.6 build (V100, CUDA 12 drivers) from PyTorch's own index. A machine no build fits, or an
 #      index out of reach, stops the setup with a line saying what to install. Installing torch first lets the
 #      setup choose the build instead of pip, which would resolve NeMo's torch>=2.6 to whatever PyPI has newest.
-#   3. KenLM's lmplz/build_binary compiled from the kenlm sdist into .venv/bin (Boost from Debian).
+#   3. KenLM's lmplz/build_binary compiled from the kenlm sdist into .venv/bin (Boost from Debian), or copied
+#      from ~/.cache/duet where an earlier setup on this machine compiled them.
 #   4. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
 #   5. GPT-2's own vocab.json + merges.txt (from the openai-whisper==20230124 sdist on PyPI) into
 #      .venv/share/gpt2-tokenizer, for the tests that check the template and collator on the real tokenizer.
@@ -30,7 +32,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.duet-setup"
-want_stamp=$(cat pyproject.toml tools/setup.sh slm/torch_build.py | sha256sum | cut -d' ' -f1)
+want_stamp=$(cat pyproject.toml tools/setup.sh slm/torch_build.py slm/choose_torch_build.py | sha256sum | cut -d' ' -f1)
 
 # the package lists and the apt step (apt_install: waits while another apt/dpkg holds the lock, shows apt's error)
 . tools/setup_apt.sh
@@ -42,26 +44,19 @@ if ! "$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] <= 
   echo "setup: error: $("$PYTHON" --version 2>&1) found; duet needs Python 3.10-3.12 (set PYTHON=python3.11)" >&2
   exit 1
 fi
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-# KenLM's lmplz/build_binary (modified Kneser-Ney n-gram estimation for tools/train_ngram_lm.py) are not
-# packaged by Debian; the PyPI sdist of kenlm carries their sources, so they are compiled into .venv/bin.
-KENLM_VERSION=0.3.0
-build_kenlm_tools() {
-  [ -x "$VENV/bin/lmplz" ] && [ -x "$VENV/bin/build_binary" ] && return 0
-  install_kenlm_debs || return 0
-  echo "setup: compiling KenLM lmplz + build_binary $KENLM_VERSION into $VENV/bin (a few minutes, once)"
-  kenlm_tmp=$(mktemp -d)
-  if "$VENV/bin/python" -m pip download -q --no-deps --no-binary kenlm "kenlm==$KENLM_VERSION" -d "$kenlm_tmp" \
-     && tar -xzf "$kenlm_tmp/kenlm-$KENLM_VERSION.tar.gz" -C "$kenlm_tmp" \
-     && cmake -S "$kenlm_tmp/kenlm-$KENLM_VERSION" -B "$kenlm_tmp/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >"$kenlm_tmp/cmake.log" 2>&1 \
-     && cmake --build "$kenlm_tmp/build" --target lmplz build_binary -j "$(nproc)" >"$kenlm_tmp/build.log" 2>&1; then
-    cp "$kenlm_tmp/build/bin/lmplz" "$kenlm_tmp/build/bin/build_binary" "$VENV/bin/"
-  else
-    echo "setup: note: KenLM build failed (logs kept in $kenlm_tmp); n-gram LMs (tools/train_ngram_lm.py) unavailable" >&2
-    return 0
+install_venv_module
+# a folder without a working pip is what a venv stopped halfway leaves (ensurepip missing): made again
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+  rm -rf "$VENV"
+  if ! "$PYTHON" -m venv "$VENV"; then
+    rm -rf "$VENV"
+    echo "setup: error: $PYTHON -m venv could not create $VENV (its message is above): install Python's venv" \
+         "module (Debian/Ubuntu: apt-get install python3-venv) and run bash tools/setup.sh again" >&2
+    exit 1
   fi
-  rm -rf "$kenlm_tmp"
-}
+fi
+# KenLM's lmplz/build_binary into .venv/bin (build_kenlm_tools: compiled once, then copied from the user's cache)
+. tools/setup_kenlm.sh
 build_kenlm_tools
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
@@ -70,7 +65,7 @@ else
   echo "setup: installing into $VENV (first time: a few minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # stdlib only, run from the repository root: nothing is installed yet
-  torch_pip_args=$("$VENV/bin/python" -m slm.torch_build) || exit 1
+  torch_pip_args=$("$VENV/bin/python" -m slm.choose_torch_build) || exit 1
   # shellcheck disable=SC2086  # the requirement and its index are separate words
   if ! "$VENV/bin/python" -m pip install -q $torch_pip_args; then
     echo "setup: error: pip could not install $torch_pip_args (its error is above). Install that torch build" \

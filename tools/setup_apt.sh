@@ -96,6 +96,18 @@ install_system_packages() {
   fi
 }
 
+# `python3 -m venv` needs ensurepip, which Debian/Ubuntu ship apart from the interpreter (python3.X-venv, in
+# main); a stock Debian 12 has python3 without it, and venv then stops halfway, leaving a folder without pip.
+# PYTHON: the interpreter the setup uses.
+install_venv_module() {
+  "$PYTHON" -c 'import ensurepip' >/dev/null 2>&1 && return 0
+  [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
+  apt_usable || return 0
+  local version
+  version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  apt_install "Python's venv module" "python$version-venv" || true
+}
+
 install_browser() {
   [ "${DUET_SKIP_APT:-0}" = 1 ] && return 0
   command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
