@@ -14,12 +14,15 @@ it, and with as much room noise (``duet.synth.conversation.room_noise``: fan, hu
 it, each three ways: whole; trimmed by the energy threshold (``duet.vad.energy_speech_bounds``: within 35 dB of the
 peak, the pipeline's trimming before the VAD); trimmed by Silero VAD (``duet.pipeline.speech_bounds``, what
 --trim-silence does now); both from --margin seconds before the first sound or speech to --margin after the last.
-One table of WER; the words of a reference are those of ``duet.text.normalize_text``.
+One table of WER, and how many utterances VAD trimming made worse or better than the whole recording (with a
+sign test's p: small means the difference is more than chance); the words of a reference are those of
+``duet.text.normalize_text``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from pathlib import Path
@@ -91,14 +94,38 @@ def main(argv: list[str] | None = None) -> int:
     refs = [normalize_text(e["text"]) for e in entries]
     print(f"{args.model.name}, {len(entries)} utterances of {source}; trim margin {args.margin:g} s; "
           f"added {args.before:g} s + {args.after:g} s at {NOISE_DBFS:g} dBFS, or of room noise at {args.room_dbfs:g} dBFS\n")
-    print("| audio | WER whole | WER energy-trimmed | WER VAD-trimmed |\n|---|---:|---:|---:|")
+    print("| audio | WER whole | WER energy-trimmed | WER VAD-trimmed | VAD vs whole: utterances worse / better "
+          "(sign test p) |\n|---|---:|---:|---:|---|")
     for name, audios in (("as recorded", clips), ("with silence added", padded), ("with room noise added", roomy)):
-        wers = []
+        wers, errors = [], []
         for batch in (audios, trimmed(audios, energy_speech_bounds), trimmed(audios, speech_bounds)):
             hyps = [normalize_text(t) for t in transcribe_audio(model, batch, batch_size=16)]
             wers.append(100 * jiwer.wer(refs, hyps))
-        print(f"| {name} | " + " | ".join(f"{w:.2f} %" for w in wers) + " |")
+            errors.append(utterance_errors(refs, hyps))
+        worse = sum(v > w for w, v in zip(errors[0], errors[2]))
+        better = sum(v < w for w, v in zip(errors[0], errors[2]))
+        print(f"| {name} | " + " | ".join(f"{w:.2f} %" for w in wers) +
+              f" | {worse} / {better} (p {sign_test_p(worse, better):.2f}) |")
     return 0
+
+
+def utterance_errors(refs: list[str], hyps: list[str]) -> list[int]:
+    """Word errors (substitutions + deletions + insertions) of each utterance."""
+    out = []
+    for ref, hyp in zip(refs, hyps):
+        words = jiwer.process_words(ref, hyp)
+        out.append(words.substitutions + words.deletions + words.insertions)
+    return out
+
+
+def sign_test_p(worse: int, better: int) -> float:
+    """Two-sided sign test: how likely a split at least this uneven is if trimming changed nothing but chance
+    (ties, utterances with as many errors either way, left out)."""
+    n = worse + better
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(worse, better) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
 
 
 if __name__ == "__main__":
