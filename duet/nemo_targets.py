@@ -7,6 +7,8 @@ whose encoder is :class:`duet.asr.whisper_encoder.WhisperEncoder` must restore t
 installs ``duet-nemo-targets.pth`` into the environment's site-packages, whose one line calls :func:`install`
 at interpreter start. That costs one entry in ``sys.meta_path``: NeMo is not imported until something else
 imports it, and only then are the exact class paths below (never a package prefix) appended to its list.
+The same start-up call lets NeMo unpack a ``.nemo`` on a Python without tarfile's extraction filters (stock
+Debian 12's 3.11.2: ``duet.foundation.tarfile_filter``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+
+from duet.foundation import tarfile_filter
 
 NEMO_COMMON = "nemo.core.classes.common"
 TARGETS = (
@@ -53,7 +57,9 @@ class _AllowAfterImport(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Allow duet's targets now if NeMo is loaded, else as soon as it is."""
+    """Allow duet's targets now if NeMo is loaded, else as soon as it is (and give tarfile its ``filter``
+    keyword where this Python lacks it)."""
+    tarfile_filter.install()
     if NEMO_COMMON in sys.modules:
         allow(sys.modules[NEMO_COMMON])
     elif not any(isinstance(finder, _AllowAfterImport) for finder in sys.meta_path):
