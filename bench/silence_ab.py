@@ -53,7 +53,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--real-set", default=None, metavar="SET",
                         help=f"a set of the real-speech folder ({DEFAULT_ROOT}), e.g. speechocean762/test")
     parser.add_argument("--limit", type=int, default=80, help="utterances to score (default: 80)")
-    parser.add_argument("--margin", type=float, default=0.2, help="--trim-silence's seconds (default: 0.2)")
+    parser.add_argument("--margin", type=float, default=0.5,
+                        help="--trim-silence's seconds (default: 0.5, chosen on the speechocean762/train dev speakers)")
     parser.add_argument("--before", type=float, default=0.5, help="seconds of noise added before (default: 0.5)")
     parser.add_argument("--after", type=float, default=1.0, help="seconds of noise added after (default: 1.0)")
     parser.add_argument("--room-dbfs", type=float, default=-45.0, help="level of the room noise (default: -45)")

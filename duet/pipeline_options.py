@@ -54,7 +54,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
                            streaming=streaming)
     parser.add_argument("--trim-silence", type=float, default=None, metavar="SECONDS",
                         help="the ASR hears each recording from SECONDS before its first speech to SECONDS after its "
-                             "last, as Silero VAD hears it (a recording without speech whole; e.g. 0.2; default: all "
+                             "last, as Silero VAD hears it (a recording without speech whole; e.g. 0.5; default: all "
                              f"of it{not_streaming}); see RESULTS.md, 'Silence around a recording'")
     parser.add_argument("--min-confidence", type=float, default=None, metavar="C",
                         help="a transcript whose confidence (its mean word confidence, duet/confidence.py) is below C "

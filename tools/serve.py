@@ -6,7 +6,7 @@ Usage:
   python tools/serve.py                                  # tools/pipeline.py's default models on http://127.0.0.1:8000
   python tools/serve.py --host 0.0.0.0 --port 9000 --asr-model my.nemo --slm-model my_gpt2/
   python tools/serve.py --asr-decoding greedy --strategy beam --num-beams 4   # decoding defaults for every request
-  python tools/serve.py --turns --turn-silence 0.5 --trim-silence 0.2   # hands-free: answer each time the speaker stops
+  python tools/serve.py --turns --turn-silence 0.5 --trim-silence 0.5   # hands-free: answer each time the speaker stops
 
 The models load once, with the same defaults and options as tools/pipeline.py (the demo's ASR model; its language
 model, or the slm_whisper_offline preset's once trained; the ASR decoding from the model's decoding file unless an option says otherwise, printed with where it came from; the
