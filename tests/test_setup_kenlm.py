@@ -49,12 +49,16 @@ def setup_env(tmp_path):
     os_release.write_text("ID=debian\nVERSION_ID=12\n")
     env = {**os.environ, "PATH": f"{fakes}:{os.environ['PATH']}", "VENV": str(venv), "DUET_SKIP_APT": "1",
            "XDG_CACHE_HOME": str(tmp_path / "cache"), "OS_RELEASE": str(os_release),
-           "FAKE_LOG": str(tmp_path / "calls"), "FAKE_DIR": str(tmp_path)}
+           "FAKE_LOG": str(tmp_path / "calls"), "FAKE_DIR": str(tmp_path), "TMPDIR": str(tmp_path)}
     return env, venv, tmp_path
 
 
-def build_kenlm_tools(env) -> subprocess.CompletedProcess:
-    script = ". tools/setup_apt.sh && . tools/setup_kenlm.sh && build_kenlm_tools && echo cache=$KENLM_CACHE"
+def build_kenlm_tools(env, *, apt_fails: bool = False) -> subprocess.CompletedProcess:
+    """Source the step as tools/setup.sh does (set -euo pipefail) and run it; with ``apt_fails`` the build
+    dependencies cannot be installed (no root, apt locked)."""
+    no_apt = "install_kenlm_debs() { echo 'apt was needed' >&2; return 1; }; " if apt_fails else ""
+    script = (f"set -euo pipefail; . tools/setup_apt.sh; {no_apt}. tools/setup_kenlm.sh; build_kenlm_tools; "
+              "echo cache=$KENLM_CACHE")
     return subprocess.run([BASH, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -73,30 +77,34 @@ def test_compiled_once_then_copied_from_the_cache(setup_env):
     assert {p.name for p in cache.iterdir()} == {"lmplz", "build_binary"}
     assert all(os.access(venv / "bin" / tool, os.X_OK) for tool in ("lmplz", "build_binary"))
 
-    # a new .venv on the same machine: copied, nothing downloaded or compiled
+    # a new .venv on the same machine: copied, nothing downloaded or compiled, and no compiler needed (apt
+    # cannot install one here)
     for tool in ("lmplz", "build_binary"):
         (venv / "bin" / tool).unlink()
     (tmp_path / "calls").unlink()
-    second = build_kenlm_tools(env)
+    second = build_kenlm_tools(env, apt_fails=True)
     assert second.returncode == 0, second.stderr
     assert "copied from" in second.stdout and "compiling" not in second.stdout
-    assert calls(tmp_path) == []
+    assert calls(tmp_path) == [] and "apt was needed" not in second.stderr
     assert all(os.access(venv / "bin" / tool, os.X_OK) for tool in ("lmplz", "build_binary"))
 
 
-def test_a_cached_pair_that_cannot_run_here_is_compiled_again(setup_env):
-    """Binaries whose shared libraries are gone (the loader's exit 127, e.g. Boost upgraded) are not copied."""
+@pytest.mark.parametrize("status, why", [(127, "error while loading shared libraries"), (126, "cannot execute"),
+                                         (139, "Segmentation fault")], ids=["no-boost", "truncated", "crashes"])
+def test_a_cached_pair_that_cannot_run_here_is_compiled_again(setup_env, status, why):
+    """Binaries whose shared libraries are gone (Boost upgraded), cut short, or crashing are not copied."""
     env, venv, tmp_path = setup_env
     cache = tmp_path / "cache" / "duet" / f"kenlm-0.3.0-order6-{os.uname().machine}-debian12"
     cache.mkdir(parents=True)
     for tool in ("lmplz", "build_binary"):
-        (cache / tool).write_text("#!/bin/bash\necho 'error while loading shared libraries' >&2; exit 127\n")
+        (cache / tool).write_text(f"#!/bin/bash\necho '{why}' >&2; exit {status}\n")
         (cache / tool).chmod(0o755)
     done = build_kenlm_tools(env)
     assert done.returncode == 0, done.stderr
     assert "compiling KenLM" in done.stdout and any(c.startswith("cmake --build") for c in calls(tmp_path))
-    assert "exit 127" not in (venv / "bin" / "lmplz").read_text()  # the freshly built one, in the venv and cache
-    assert "exit 127" not in (cache / "lmplz").read_text()
+    assert f"exit {status}" not in (venv / "bin" / "lmplz").read_text()  # the freshly built one, in the venv
+    assert f"exit {status}" not in (cache / "lmplz").read_text()  # and in the cache
+    assert not list(cache.glob(".*.partial"))
 
 
 def test_a_failed_download_is_one_note_and_the_setup_goes_on(setup_env):

@@ -113,8 +113,8 @@ def test_no_fitting_build_is_one_line_naming_what_to_upgrade(fake_smi, answers, 
 
 
 def test_help_is_the_usage_docstring():
-    done = subprocess.run([sys.executable, "-m", "slm.choose_torch_build", "--help"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "slm.choose_torch_build", "--help"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "python -m slm.choose_torch_build" in done.stdout and "CUDA 12.6" in done.stdout
 
 

@@ -25,7 +25,8 @@
 #   4. `pip install -e .[dev]`: NeMo 3.0.0 (ASR), transformers, datasets, ... pinned in pyproject.toml.
 #   5. GPT-2's own vocab.json + merges.txt (from the openai-whisper==20230124 sdist on PyPI) into
 #      .venv/share/gpt2-tokenizer, for the tests that check the template and collator on the real tokenizer.
-# Environment: PYTHON=python3.11 picks the interpreter (3.10-3.12); DUET_SKIP_APT=1 skips step 1.
+# Environment: PYTHON=python3.11 picks the interpreter (3.10-3.12); DUET_SKIP_APT=1 skips every apt step
+# (0, 1 and KenLM's build dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

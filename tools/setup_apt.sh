@@ -14,7 +14,7 @@ BROWSER_PACKAGES="chromium chromium-driver"
 # contrib/non-free voices (duet/synth/voices.py, duet/synth/tts.py VOICE_PACKAGES); mbrola's voices are free for
 # non-commercial use only
 EXTRA_VOICE_PACKAGES="festvox-rablpc16k festvox-don mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-en1 rhvoice rhvoice-english libttspico-utils"
-# what KenLM's lmplz/build_binary compile with (tools/setup.sh build_kenlm_tools)
+# what KenLM's lmplz/build_binary compile with (build_kenlm_tools in tools/setup_kenlm.sh)
 KENLM_DEBS="cmake g++ make libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev"
 
 APT_GET=${APT_GET:-apt-get}
