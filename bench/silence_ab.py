@@ -15,8 +15,8 @@ it, each three ways: whole; trimmed by the energy threshold (``duet.vad.energy_s
 peak, the pipeline's trimming before the VAD); trimmed by Silero VAD (``duet.pipeline.speech_bounds``, what
 --trim-silence does now); both from --margin seconds before the first sound or speech to --margin after the last.
 One table of WER, and how many utterances VAD trimming made worse or better than the whole recording (with a
-sign test's p: small means the difference is more than chance); the words of a reference are those of
-``duet.text.normalize_text``.
+sign test's p: small means the difference is more than chance); scored as every WER of the project
+(``duet.asr.scoring.score``: the words of ``duet.text.normalize_text``).
 """
 
 from __future__ import annotations
@@ -27,17 +27,16 @@ import random
 import sys
 from pathlib import Path
 
-import jiwer
 import numpy as np
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_asr_model, load_audio, transcribe_audio
+from duet.asr.scoring import score
 from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest
 from duet.pipeline import speech_bounds
 from duet.real_speech import DEFAULT_ROOT, set_dir
 from duet.synth.conversation import room_noise
-from duet.text import normalize_text
 from duet.vad import energy_speech_bounds
 from duet.foundation.errors import cli
 
@@ -92,31 +91,23 @@ def main(argv: list[str] | None = None) -> int:
     padded = [np.concatenate([noise(args.before), clip, noise(args.after)]) for clip in clips]
     roomy = [np.concatenate([room_noise(args.before, rate, 2 * i, args.room_dbfs), clip,
                              room_noise(args.after, rate, 2 * i + 1, args.room_dbfs)]) for i, clip in enumerate(clips)]
-    refs = [normalize_text(e["text"]) for e in entries]
+    ids, refs = [str(i) for i in range(len(entries))], [e["text"] for e in entries]
+    durations = [len(clip) / rate for clip in clips]
     print(f"{args.model.name}, {len(entries)} utterances of {source}; trim margin {args.margin:g} s; "
           f"added {args.before:g} s + {args.after:g} s at {NOISE_DBFS:g} dBFS, or of room noise at {args.room_dbfs:g} dBFS\n")
     print("| audio | WER whole | WER energy-trimmed | WER VAD-trimmed | VAD vs whole: utterances worse / better "
           "(sign test p) |\n|---|---:|---:|---:|---|")
     for name, audios in (("as recorded", clips), ("with silence added", padded), ("with room noise added", roomy)):
-        wers, errors = [], []
-        for batch in (audios, trimmed(audios, energy_speech_bounds), trimmed(audios, speech_bounds)):
-            hyps = [normalize_text(t) for t in transcribe_audio(model, batch, batch_size=16)]
-            wers.append(100 * jiwer.wer(refs, hyps))
-            errors.append(utterance_errors(refs, hyps))
-        worse = sum(v > w for w, v in zip(errors[0], errors[2]))
-        better = sum(v < w for w, v in zip(errors[0], errors[2]))
+        scored = [score(ids, refs, transcribe_audio(model, batch, batch_size=16), durations)
+                  for batch in (audios, trimmed(audios, energy_speech_bounds), trimmed(audios, speech_bounds))]
+        wers = [100 * s.summary["wer"] for s in scored]
+        # one reference per utterance in both: its WER orders the two transcripts as its error count does
+        pairs = [(whole["wer"], vad["wer"]) for whole, vad in zip(scored[0].records, scored[2].records)
+                 if whole["wer"] is not None]
+        worse, better = sum(v > w for w, v in pairs), sum(v < w for w, v in pairs)
         print(f"| {name} | " + " | ".join(f"{w:.2f} %" for w in wers) +
               f" | {worse} / {better} (p {sign_test_p(worse, better):.2f}) |")
     return 0
-
-
-def utterance_errors(refs: list[str], hyps: list[str]) -> list[int]:
-    """Word errors (substitutions + deletions + insertions) of each utterance."""
-    out = []
-    for ref, hyp in zip(refs, hyps):
-        words = jiwer.process_words(ref, hyp)
-        out.append(words.substitutions + words.deletions + words.insertions)
-    return out
 
 
 def sign_test_p(worse: int, better: int) -> float:
