@@ -10,18 +10,20 @@
 # wheels), keyed by version, machine and OS release, so a second clone or a rebuilt .venv copies it instead of
 # compiling for minutes again.
 KENLM_VERSION=0.3.0
+KENLM_MAX_ORDER=6   # the highest n-gram order lmplz can build (the demo's token LM is a 6-gram)
+KENLM_TOOLS="lmplz build_binary"
 os_release=$(. "${OS_RELEASE:-/etc/os-release}" 2>/dev/null; echo "${ID:-linux}${VERSION_ID:-}")
 # ~ (expanded unquoted) rather than $HOME, which set -u refuses where it is unset (env -i)
 cache_root=${XDG_CACHE_HOME:-~/.cache}
-KENLM_CACHE="$cache_root/duet/kenlm-$KENLM_VERSION-order6-$(uname -m)-$os_release"
+KENLM_CACHE="$cache_root/duet/kenlm-$KENLM_VERSION-order$KENLM_MAX_ORDER-$(uname -m)-$os_release"
 
 # kenlm_tools_run DIR: DIR holds both tools and they run here. Their --help exits 1 (0 would do too); anything
 # else -- the loader's 127 for a missing Boost library, 126 for a truncated file, a crash -- means they cannot.
 kenlm_tools_run() {
-  local bin rc
-  for bin in "$1/lmplz" "$1/build_binary"; do
-    [ -x "$bin" ] || return 1
-    rc=0; "$bin" --help >/dev/null 2>&1 </dev/null || rc=$?
+  local tool rc
+  for tool in $KENLM_TOOLS; do
+    [ -x "$1/$tool" ] || return 1
+    rc=0; "$1/$tool" --help >/dev/null 2>&1 </dev/null || rc=$?
     [ "$rc" -le 1 ] || return 1
   done
 }
@@ -31,7 +33,7 @@ kenlm_tools_run() {
 copy_kenlm_tools() {
   local tool
   mkdir -p "$2" || return 1
-  for tool in lmplz build_binary; do
+  for tool in $KENLM_TOOLS; do
     cp "$1/$tool" "$2/.$tool.partial" && mv -f "$2/.$tool.partial" "$2/$tool" || return 1
   done
 }
@@ -49,8 +51,8 @@ build_kenlm_tools() {
   if "$VENV/bin/python" -m pip download -q --no-deps --no-binary kenlm "kenlm==$KENLM_VERSION" -d "$kenlm_tmp" \
      && tar -xzf "$kenlm_tmp/kenlm-$KENLM_VERSION.tar.gz" -C "$kenlm_tmp" \
      && cmake -S "$kenlm_tmp/kenlm-$KENLM_VERSION" -B "$kenlm_tmp/build" -DCMAKE_BUILD_TYPE=Release \
-          -DKENLM_MAX_ORDER=6 >"$kenlm_tmp/cmake.log" 2>&1 \
-     && cmake --build "$kenlm_tmp/build" --target lmplz build_binary -j "$(nproc)" >"$kenlm_tmp/build.log" 2>&1 \
+          -DKENLM_MAX_ORDER=$KENLM_MAX_ORDER >"$kenlm_tmp/cmake.log" 2>&1 \
+     && cmake --build "$kenlm_tmp/build" --target $KENLM_TOOLS -j "$(nproc)" >"$kenlm_tmp/build.log" 2>&1 \
      && copy_kenlm_tools "$kenlm_tmp/build/bin" "$VENV/bin"; then
     # best effort: a read-only or full home only means the next setup compiles again
     copy_kenlm_tools "$kenlm_tmp/build/bin" "$KENLM_CACHE" 2>/dev/null || true
