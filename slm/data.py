@@ -97,10 +97,12 @@ def tokenize_example(example: dict, tokenizer, max_length: int) -> dict:
 
     Prompt and answer are encoded separately so that ``prompt_length`` is an exact token boundary
     for prompt masking; the prompt ends in a newline, where GPT-2's pre-tokeniser splits anyway.
+    The prompt gets whatever the tokenizer puts before a text (nothing for GPT-2's and the scratch preset's;
+    the converted Whisper GPT-2's stand-in for Whisper's prefix), the answer nothing.
     Truncation cuts from the end, so an over-long answer loses its end-of-text token.
     """
     prompt_ids = tokenizer.encode(format_alpaca_prompt(example["instruction"], example["input"]))
-    answer_ids = tokenizer.encode(example["output"])
+    answer_ids = tokenizer.encode(example["output"], add_special_tokens=False)
     input_ids = (prompt_ids + answer_ids + [tokenizer.eos_token_id])[:max_length]
     return {"input_ids": input_ids, "prompt_length": min(len(prompt_ids), len(input_ids))}
 

@@ -191,8 +191,8 @@ def generate_responses(model, tokenizer, examples: Sequence[dict], settings: Gen
     answers, capped = [], False
     model.eval()
     for start in range(0, len(prompts), batch_size):
-        batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(model.device)
+        # with the tokens the tokenizer puts before a text, as in training (slm.data.tokenize_example)
+        batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True).to(model.device)
         prompt_tokens = batch["input_ids"].shape[1]  # left padding counts: the answer starts after it
         fitting = new_tokens_that_fit(prompt_tokens, settings.max_new_tokens, context)
         if fitting < settings.max_new_tokens and not capped:

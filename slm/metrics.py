@@ -64,15 +64,18 @@ def dataset_losses(model, rows: Sequence[dict], pad_token_id: int, batch_size: i
 
 
 def text_log_likelihood(model, tokenizer, texts: Sequence[str], batch_size: int = 16) -> dict:
-    """Summed log-probability of plain ``texts``, each read after one ``<|endoftext|>`` (GPT-2's document
-    separator, so the first word is scored too) and ending with one, plus the counts to normalise it by.
+    """Summed log-probability of plain ``texts``, each read after the tokens the tokenizer puts before a text
+    (the converted Whisper GPT-2's stand-in for Whisper's prefix) or, where it puts none, after one
+    ``<|endoftext|>`` (GPT-2's document separator), so the first word is scored too; each ends with one
+    ``<|endoftext|>``. Returns the sum and the counts to normalise it by.
 
     ``word_perplexity`` divides by words (whitespace-separated, plus the final EOS) rather than tokens, so models
     with different tokenizers can be compared on the same text; ``token_perplexity`` compares only models that
     share a tokenizer.
     """
     eos = tokenizer.eos_token_id
-    rows = [[eos] + tokenizer.encode(text) + [eos] for text in texts]
+    text_start = tokenizer.encode("") or [eos]
+    rows = [text_start + tokenizer.encode(text, add_special_tokens=False) + [eos] for text in texts]
     total, n_tokens = 0.0, 0
     model.eval()
     with torch.no_grad():
@@ -88,6 +91,7 @@ def text_log_likelihood(model, tokenizer, texts: Sequence[str], batch_size: int 
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
             scored = mask[:, 1:].bool()
+            scored[:, : len(text_start) - 1] = False  # the start's own tokens are given, not predicted
             total += float(logp[scored].sum())
             n_tokens += int(scored.sum())
     n_words = sum(len(text.split()) + 1 for text in texts)

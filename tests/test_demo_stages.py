@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -209,6 +210,39 @@ def test_a_failing_stage_prints_the_end_of_its_log_and_where_it_is(demo_with_sta
     assert len(tail) == 20 and tail[-1] == "warning 29" and "log line 29" in err and "log line 10\n" not in err
     assert "broken/log.txt" in err and "resume with python tools/demo.py --from broken" in err
     assert "should not run" not in out and not (tmp_path / "experiments" / "after").exists()
+
+
+def test_a_background_stage_runs_beside_the_stages_before_it(demo_with_stages, tmp_path, capfd):
+    """The first stage waits for a file that only the (later) background stage writes: run one after the other,
+    the first would give up and fail."""
+    cli, stages = demo_with_stages
+    flag = tmp_path / "written_by_the_background_stage"
+    waits = ("import pathlib, sys, time\n"
+             f"flag = pathlib.Path({str(flag)!r})\n"
+             "for _ in range(300):\n"
+             "    if flag.exists(): sys.exit(0)\n"
+             "    time.sleep(0.1)\n"
+             "sys.exit(5)\n")
+    stages += [Stage("first", [sys.executable, "-c", waits], lambda: "first summary"),
+               Stage("beside", [sys.executable, "-c", f"open({str(flag)!r}, 'w').write('x')"], lambda: "beside summary",
+                     background=True)]
+    assert cli.main([]) == 0
+    out, _ = capfd.readouterr()
+    assert out.index("beside: started beside the stages before it") < out.index("=== first")
+    assert "first summary" in out and "beside summary" in out and "demo: 2 stage(s) done" in out
+    summary = out[out.index("=== summary"):].splitlines()
+    assert [line.split()[0] for line in summary[1:3]] == ["first", "beside"]  # rows in the list's order
+
+
+def test_a_failing_stage_stops_the_background_one(demo_with_stages, tmp_path, capfd):
+    cli, stages = demo_with_stages
+    stages += [Stage("broken", [sys.executable, "-c", "import sys; sys.exit(4)"], lambda: "never"),
+               Stage("slow", [sys.executable, "-c", "import time; time.sleep(120)"], lambda: "never", background=True)]
+    started = time.time()
+    assert cli.main([]) == 4
+    assert time.time() - started < 60  # not waiting out the background stage's two minutes
+    _, err = capfd.readouterr()
+    assert "stage 'broken' failed" in err and "'slow' failed" not in err
 
 
 def test_the_pipeline_summary_highlights_answers_judged_correct_first_then_wrong_ones_labelled(tmp_path):

@@ -8,7 +8,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from slm.metrics import (answer_numbers, assistant_scores, bleu_scores, check_answer, computed_values, dataset_losses,
-                         is_spoken_request, local_minilm_path, rouge_scores, slot_words, text_metrics)
+                         is_spoken_request, local_minilm_path, rouge_scores, slot_words, text_log_likelihood,
+                         text_metrics)
 
 HYP = ["the cat sat on the mat"]
 REF = ["the cat sat on a mat"]
@@ -61,6 +62,35 @@ def test_dataset_losses_match_model_loss():
     assert out["unmasked_loss"] == pytest.approx(all_tokens.mean().item(), rel=1e-5)
     assert out["masked_loss"] == pytest.approx(answer_tokens.mean().item(), rel=1e-5)
     assert out["perplexity"] == pytest.approx(math.exp(out["masked_loss"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("stand_in", [0, 2])
+def test_text_log_likelihood_reads_each_text_after_what_its_tokenizer_puts_first(stand_in):
+    """No tokens of its own (GPT-2's tokenizer): one <|endoftext|> first; two (the converted Whisper GPT-2's
+    stand-in for Whisper's prefix): those two, neither predicted. Every text token and the final EOS are scored."""
+    from tokenizers.processors import TemplateProcessing
+
+    from slm.modeling import EOS_TOKEN, train_bpe_tokenizer
+
+    tokenizer = train_bpe_tokenizer(["the cat sat on the mat", "a dog ran"] * 5, vocab_size=300)
+    eos = tokenizer.eos_token_id
+    if stand_in:
+        tokenizer._tokenizer.post_processor = TemplateProcessing(single=" ".join([EOS_TOKEN] * stand_in) + " $A",
+                                                                 special_tokens=[(EOS_TOKEN, eos)])
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=1, n_head=2)).eval()
+    texts = ["the cat sat", "a dog ran on the mat"]
+    out = text_log_likelihood(model, tokenizer, texts, batch_size=2)
+    expected, count = 0.0, 0
+    for text in texts:
+        start = [eos] * max(stand_in, 1)
+        ids = torch.tensor([start + tokenizer.encode(text, add_special_tokens=False) + [eos]])
+        with torch.no_grad():
+            logp = model(ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+        expected += float(logp[len(start) - 1:].sum())
+        count += ids.shape[1] - len(start)
+    assert out["tokens"] == count and out["words"] == 3 + 1 + 6 + 1
+    assert out["log_likelihood"] == pytest.approx(expected, rel=1e-5)
 
 
 def test_text_metrics_name_their_scorers():

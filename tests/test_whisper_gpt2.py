@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from duet.asr.whisper_weights import read_ctranslate2
-from duet.whisper_gpt2 import (END_OF_TEXT, GPT2_VOCAB, WHISPER_PREFIX, WhisperGpt2Error, WhisperTextDecoder,
+from duet.whisper_gpt2 import (END_OF_TEXT, GPT2_VOCAB, PREFIX_STAND_IN, WHISPER_PREFIX, WhisperGpt2Error, WhisperTextDecoder,
                                build_gpt2, cross_attention_means, decoder_log_likelihood, decoder_shape,
                                decoder_weights, gpt2_log_likelihood, gpt2_tokenizer, save_gpt2_folder, text_batches,
                                ConversionInfo)
@@ -156,22 +156,28 @@ def test_converted_gpt2_reproduces_the_reference_decoder_with_constant_cross_att
     assert (shape.n_layer, shape.d_model, shape.n_heads, shape.ff_dim, shape.n_positions) == (LAYERS, WIDTH, HEADS, FF, POSITIONS)
     constants = torch.randn(LAYERS, WIDTH, generator=torch.Generator().manual_seed(1))
     model = build_gpt2(decoder_weights(ct2), shape, constants)
-    info = ConversionInfo(source="tiny", constant="random", first_position=0, shape={}, constants=constants.tolist(), checks={})
+    info = ConversionInfo(source="tiny", constant="random", text_prefix=list(PREFIX_STAND_IN), shape={},
+                          constants=constants.tolist(), checks={})
     save_gpt2_folder(model, gpt2_tokenizer(folder / "tokenizer.json"), tmp_path / "gpt2", info)
     loaded = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
-    assert loaded.config.vocab_size == GPT2_VOCAB and len(AutoTokenizer.from_pretrained(tmp_path / "gpt2")) == GPT2_VOCAB
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "gpt2")
+    assert loaded.config.vocab_size == GPT2_VOCAB and len(tokenizer) == GPT2_VOCAB
+    # the saved tokenizer puts the stand-in for Whisper's prefix before every text, and only there
+    assert PREFIX_STAND_IN == (END_OF_TEXT, END_OF_TEXT) and tokenizer.encode("") == list(PREFIX_STAND_IN)
+    assert tokenizer.encode("ab") == list(PREFIX_STAND_IN) + tokenizer.encode("ab", add_special_tokens=False)
     reference = ReferenceDecoder(tensors)
     for ids in SENTENCES:
-        expected, _ = reference(ids, constants=constants)
+        # Whisper's decoder after its own prefix (ids outside GPT-2's), the GPT-2 after the stand-in
+        expected, _ = reference(list(WHISPER_PREFIX) + ids, constants=constants)
         with torch.no_grad():
-            got = loaded(torch.tensor([ids])).logits[0]
-        assert got.shape == (len(ids), GPT2_VOCAB)
+            got = loaded(torch.tensor([list(PREFIX_STAND_IN) + ids])).logits[0]
+        assert got.shape == (len(WHISPER_PREFIX) + len(ids), GPT2_VOCAB)
         # the weights are float16 in the file; both sides compute in float32 from the same values
         torch.testing.assert_close(got, expected[:, :GPT2_VOCAB], atol=1e-4, rtol=1e-4)
     # and so the same perplexity (over GPT-2's ids) as the library's own Whisper decoder with the constants
     decoder = WhisperTextDecoder(decoder_weights(ct2), shape)
-    ours = decoder_log_likelihood(decoder, text_batches(SENTENCES, (), 2), constants, vocab=GPT2_VOCAB)
-    theirs = gpt2_log_likelihood(loaded, text_batches(SENTENCES, (), 2))
+    ours = decoder_log_likelihood(decoder, text_batches(SENTENCES, WHISPER_PREFIX, 2), constants, vocab=GPT2_VOCAB)
+    theirs = gpt2_log_likelihood(loaded, text_batches(SENTENCES, PREFIX_STAND_IN, 2))
     assert ours[1] == theirs[1] == sum(len(s) for s in SENTENCES)  # each row: its tokens after the first, and EOT
     assert ours[0] == pytest.approx(theirs[0], rel=1e-5)
 
@@ -183,10 +189,24 @@ def test_without_the_constants_the_logits_differ(tiny_whisper):
     shape = decoder_shape(ct2)
     # (a constant equal in every dimension would be a no-op: each LayerNorm takes the mean out)
     constants = torch.randn(LAYERS, WIDTH, generator=torch.Generator().manual_seed(3))
+    ids = torch.tensor([list(PREFIX_STAND_IN) + SENTENCES[0]])
     with torch.no_grad():
-        zero = build_gpt2(decoder_weights(ct2), shape, torch.zeros(LAYERS, WIDTH))(torch.tensor([SENTENCES[0]])).logits
-        folded = build_gpt2(decoder_weights(ct2), shape, constants)(torch.tensor([SENTENCES[0]])).logits
+        zero = build_gpt2(decoder_weights(ct2), shape, torch.zeros(LAYERS, WIDTH))(ids).logits
+        folded = build_gpt2(decoder_weights(ct2), shape, constants)(ids).logits
     assert (zero - folded).abs().max() > 1e-2
+
+
+def test_the_stand_in_is_folded_into_the_first_positions_only(tiny_whisper):
+    """Positions 0 and 1 carry Whisper's prefix tokens less <|endoftext|>; the rest are Whisper's own."""
+    folder, tensors = tiny_whisper
+    ct2 = read_ctranslate2(folder / "model.bin")
+    model = build_gpt2(decoder_weights(ct2), decoder_shape(ct2), torch.zeros(LAYERS, WIDTH))
+    embeddings = torch.tensor(tensors["decoder/embeddings/weight"].astype(np.float32))
+    positions = torch.tensor(tensors["decoder/position_encodings/encodings"].astype(np.float32))
+    wpe = model.transformer.wpe.weight.detach()
+    for i, token in enumerate(WHISPER_PREFIX):
+        torch.testing.assert_close(wpe[i] + embeddings[END_OF_TEXT], positions[i] + embeddings[token])
+    torch.testing.assert_close(wpe[len(WHISPER_PREFIX):], positions[len(WHISPER_PREFIX):])
 
 
 def test_cross_attention_means_average_the_reference_over_text_tokens(tiny_whisper):
@@ -236,15 +256,17 @@ def test_whispers_tokenizer_cut_to_50257_ids_is_gpt2s():
     gpt2 = GPT2TokenizerFast.from_pretrained(str(GPT2_FILES))
     assert len(ours) == len(gpt2) == GPT2_VOCAB and ours.eos_token_id == END_OF_TEXT
     text = "Below is an instruction.\n\n### Response:\nIt's 59°F — naïve café, 12,345 tokens!<|endoftext|>"
-    assert ours.encode(text) == gpt2.encode(text)
-    assert ours.decode(ours.encode(text)) == text
+    # a space first, as Whisper's transcripts began, unless the text has one; then the stand-in for Whisper's prefix
+    assert ours.encode(text, add_special_tokens=False) == gpt2.encode(" " + text) == ours.encode(" " + text, add_special_tokens=False)
+    assert ours.encode(text) == list(PREFIX_STAND_IN) + gpt2.encode(" " + text)
+    assert ours.decode(ours.encode(text, add_special_tokens=False)) == " " + text
 
 
 def tiny_converted_folder(tiny_whisper, out: Path) -> Path:
     folder, _ = tiny_whisper
     ct2 = read_ctranslate2(folder / "model.bin")
     model = build_gpt2(decoder_weights(ct2), decoder_shape(ct2), torch.zeros(LAYERS, WIDTH))
-    info = ConversionInfo(source="tiny", constant="zero", first_position=0, shape={}, constants=[], checks={})
+    info = ConversionInfo(source="tiny", constant="zero", text_prefix=list(PREFIX_STAND_IN), shape={}, constants=[], checks={})
     save_gpt2_folder(model, gpt2_tokenizer(folder / "tokenizer.json"), out, info)
     return out
 

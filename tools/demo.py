@@ -29,7 +29,9 @@ Stages, each one of the toolkit's own entry scripts run as a user would:
              (+ the real mix); WER on the held-out test-clean voices before -> after
   lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence)
   lm         a token 6-gram LM (KenLM) on that text over the base's tokenizer, for beam search in the pipeline
-  slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after
+  slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after. It needs
+             nothing the stages before it make and trains on one thread, so it starts with the demo and runs beside
+             them (its log fills meanwhile); its progress shows when the demo reaches it
   pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances;
              the decoding and the model's low-confidence threshold are saved as experiments/demo_asr/decoding.json,
              which tools/pipeline.py and tools/serve.py then use
@@ -53,7 +55,8 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
-                       DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, Stage, asr_summary, demo_decoding,
+                       DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, BackgroundRun, Stage, asr_summary,
+                       demo_decoding,
                        generalisation_summary, log_tail, next_steps, pipeline_summary, shown, slm_summary,
                        write_demo_decoding)
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
@@ -157,10 +160,11 @@ def stages() -> list[Stage]:
                      "--order", str(LM_ORDER), "--text", str(DEMO_LM_TEXT), "--out", str(DEMO_LM)],
               lambda: f"{DEMO_LM.relative_to(REPO_ROOT)} ({DEMO_LM.stat().st_size // 1024} KB)",
               inputs=[BASE_CHECKPOINT, DEMO_LM_TEXT], outputs=[DEMO_LM]),
+        # reads only bundled files and trains on one thread: it runs beside the stages before it
         Stage("slm", [py, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={slm_dir}"],
               lambda: slm_summary(slm_dir / "metrics.json"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
-              outputs=[slm_dir / "config.json", slm_dir / "metrics.json"]),
+              outputs=[slm_dir / "config.json", slm_dir / "metrics.json"], background=True),
         # no decoding options: the pipeline reads the decoding.json that prepare writes beside the model
         # --verbose: NeMo's lines go to standard error, which is this stage's log, like every other stage's
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json", "--verbose",
@@ -192,42 +196,67 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     selected = names[names.index(args.start):] if args.start else args.only or names
 
-    rows, demo_start = [], time.time()
-    for name in selected:
-        stage = next(s for s in stages() if s.name == name)
-        if args.list:
-            print(f"{name:10s} {stage.shown()}")
-            continue
-        print(f"\n=== {stage.name}: {stage.shown()}", flush=True)
-        start = time.time()
-        if stage.up_to_date():
-            print(f"{stage.name}: outputs are up to date (same command and inputs), skipped")
-        else:
-            # the stage's own output shows its progress with --verbose; otherwise its log is read for it
-            progress = None if args.verbose else ConsoleProgress(LogProgress(stage.log_path, epochs=stage.epochs),
-                                                                 sys.stdout, terminal=sys.stdout.isatty())
-            code = stage.run(verbose=args.verbose, on_tick=progress)
-            if progress:
-                progress.clear()
-            log = shown(stage.log_path)
-            if code != 0:
-                if stage.log_path.is_file():
-                    print("\n".join([f"--- last lines of {log}:", *log_tail(stage.log_path), "---"]),
-                          file=sys.stderr)
-                print(f"\ndemo: stage {stage.name!r} failed (exit {code}); its log: {log}; fix it and resume with "
-                      f"python tools/demo.py --from {stage.name}", file=sys.stderr)
-                return code
-            print(f"{stage.name}: done in {time.time() - start:.0f} s (log: {log})")
-        rows.append((stage.name, f"{time.time() - start:.0f} s", stage.summarize()))
-        print(f"  {rows[-1][2]}", flush=True)
     if args.list:
+        for name in selected:
+            print(f"{name:10s} {stage_named(name).shown()}")
         return 0
+    rows, demo_start = [], time.time()
+    # a background stage starts now, beside the others, unless it runs alone or its output is shown live
+    background = {} if args.verbose or len(selected) == 1 else {
+        stage.name: BackgroundRun(stage) for stage in map(stage_named, selected)
+        if stage.background and not stage.up_to_date()}
+    for name, run in background.items():
+        print(f"\n=== {name}: {run.stage.shown()}\n{name}: started beside the stages before it "
+              f"(log: {shown(run.stage.log_path)})", flush=True)
+    try:
+        for name in selected:
+            code = run_stage(stage_named(name), background.pop(name, None), args.verbose, rows)
+            if code != 0:
+                return code
+    finally:
+        for run in background.values():  # a stage failed before a background one's turn came
+            run.stop()
 
     print("\n=== summary")
     for name, seconds, summary in rows:
         print(f"{name:<10} {seconds:>6}  {summary}")
     print(f"demo: {len(rows)} stage(s) done in {(time.time() - demo_start) / 60:.1f} min")
     print(next_steps(REQUESTS))
+    return 0
+
+
+def stage_named(name: str) -> Stage:
+    return next(s for s in stages() if s.name == name)
+
+
+def run_stage(stage: Stage, background: BackgroundRun | None, verbose: bool, rows: list) -> int:
+    """Run one stage (or wait for it, when it was started in the background), printing its command, progress
+    and result, and add its summary row; returns its exit code."""
+    print(f"\n=== {stage.name}: {stage.shown()}", flush=True)
+    start = background.started if background else time.time()
+    if background is None and stage.up_to_date():
+        print(f"{stage.name}: outputs are up to date (same command and inputs), skipped")
+    else:
+        # the stage's own output shows its progress with --verbose; otherwise its log is read for it
+        progress = None if verbose else ConsoleProgress(LogProgress(stage.log_path, epochs=stage.epochs),
+                                                        sys.stdout, terminal=sys.stdout.isatty())
+        if background is not None:
+            print(f"{stage.name}: running since the start, beside the stages above; waiting for it", flush=True)
+            code = background.wait(on_tick=progress)
+        else:
+            code = stage.run(verbose=verbose, on_tick=progress)
+        if progress:
+            progress.clear()
+        log = shown(stage.log_path)
+        if code != 0:
+            if stage.log_path.is_file():
+                print("\n".join([f"--- last lines of {log}:", *log_tail(stage.log_path), "---"]), file=sys.stderr)
+            print(f"\ndemo: stage {stage.name!r} failed (exit {code}); its log: {log}; fix it and resume with "
+                  f"python tools/demo.py --from {stage.name}", file=sys.stderr)
+            return code
+        print(f"{stage.name}: done in {time.time() - start:.0f} s (log: {log})")
+    rows.append((stage.name, f"{time.time() - start:.0f} s", stage.summarize()))
+    print(f"  {rows[-1][2]}", flush=True)
     return 0
 
 

