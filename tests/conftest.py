@@ -15,6 +15,18 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each worker (and every process its tests start) gets its share of the cores as its
+    thread count, unless OMP_NUM_THREADS is already set: two workers of two threads each on a 2-core machine
+    spend much of their time waiting for each other's threads (RESULTS.md, "CI time")."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(share)
+        if "torch" in sys.modules:  # already loaded, its thread pool sized: tell it too
+            sys.modules["torch"].set_num_threads(share)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
