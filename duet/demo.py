@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, TextIO
+from typing import BinaryIO, Callable, Iterable, TextIO
 
 import jiwer
 
@@ -115,10 +115,10 @@ class Stage:
         return EXPERIMENTS / self.name / "log.txt"
 
     def run(self, verbose: bool = False, on_tick: Callable[[float], None] | None = None,
-            stop: threading.Event | None = None) -> int:
+            stop: threading.Event | None = None, env: dict[str, str] | None = None) -> int:
         """Run the command, its output to :attr:`log_path` (and the console with ``verbose``); ``on_tick`` gets
-        the seconds elapsed about once a second while it runs; setting ``stop`` ends the command. Returns its
-        exit code."""
+        the seconds elapsed about once a second while it runs; setting ``stop`` ends the command; ``env`` is added
+        to its environment. Returns its exit code."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             log.write(f"$ {self.shown()}\n".encode())
@@ -140,10 +140,11 @@ class Stage:
                 write_text_atomic(started, fingerprint + "\n")
             log.flush()
             if self.stdout_to is None:
-                code = run_logged(self.command, log, verbose=verbose, on_tick=on_tick, stop=stop)
+                code = run_logged(self.command, log, verbose=verbose, on_tick=on_tick, stop=stop, env=env)
             else:  # the output file gets standard output alone, exactly as the command printed it
                 with atomic_path(self.stdout_to) as partial, open(partial, "wb") as out:
-                    code = run_logged(self.command, log, stdout_to=out, verbose=verbose, on_tick=on_tick, stop=stop)
+                    code = run_logged(self.command, log, stdout_to=out, verbose=verbose, on_tick=on_tick, stop=stop,
+                                      env=env)
         if code == 0 and self.outputs:
             write_text_atomic(STAMP_DIR / self.name, fingerprint + "\n")
         return code
@@ -178,23 +179,40 @@ class BackgroundRun:
         self._stop.set()
         self._thread.join()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+def threads_beside(runs: Iterable[BackgroundRun]) -> dict[str, str]:
+    """The environment of a stage that starts while background stages run: ``OMP_NUM_THREADS`` = the cores they
+    leave (one thread each), so that no core is asked for two threads (a training's threads then wait on each
+    other: the ASR fine-tune at two threads beside the SLM's one took over twice its time alone). Nothing when
+    none runs, or when the user set ``OMP_NUM_THREADS``."""
+    running = sum(run.running for run in runs)
+    if not running or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) - running))}
+
 
 def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = None, verbose: bool = False,
-               on_tick: Callable[[float], None] | None = None, stop: threading.Event | None = None) -> int:
+               on_tick: Callable[[float], None] | None = None, stop: threading.Event | None = None,
+               env: dict[str, str] | None = None) -> int:
     """Run ``command`` in the repository: its standard error, and its standard output unless ``stdout_to`` takes
-    it, go to ``log``, and with ``verbose`` to this process's console too; ``stop``, once set, terminates it.
-    Returns the exit code."""
+    it, go to ``log``, and with ``verbose`` to this process's console too; ``stop``, once set, terminates it;
+    ``env`` is added to its environment. Returns the exit code."""
     start = time.time()
+    env = {**os.environ, **env} if env else None
     if verbose:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or subprocess.PIPE,
-                                   stderr=subprocess.PIPE)
+                                   stderr=subprocess.PIPE, env=env)
         lock = threading.Lock()  # one log, two streams
         copiers = [threading.Thread(target=copy_stream, args=(pipe, log, console, lock))
                    for pipe, console in ((process.stdout, sys.stdout), (process.stderr, sys.stderr)) if pipe]
         for copier in copiers:
             copier.start()
     else:
-        process, copiers = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or log, stderr=log), []
+        process, copiers = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or log, stderr=log, env=env), []
     while True:
         try:
             code = process.wait(timeout=1.0)

@@ -234,6 +234,24 @@ def test_a_background_stage_runs_beside_the_stages_before_it(demo_with_stages, t
     assert [line.split()[0] for line in summary[1:3]] == ["first", "beside"]  # rows in the list's order
 
 
+def test_a_stage_beside_a_background_one_gets_the_cores_it_leaves(demo_with_stages, tmp_path, monkeypatch):
+    cli, stages = demo_with_stages
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: 4)
+    seen, gate = tmp_path / "threads.txt", tmp_path / "gate"
+    stages += [Stage("first", [sys.executable, "-c", f"import os; open({str(seen)!r}, 'w').write("
+                                                     f"os.environ.get('OMP_NUM_THREADS', 'unset'))"], lambda: ""),
+               Stage("later", [sys.executable, "-c", f"import os; open({str(seen)!r}, 'a').write("
+                                                     f"' ' + os.environ.get('OMP_NUM_THREADS', 'unset'))"], lambda: ""),
+               Stage("beside", [sys.executable, "-c", "import time; time.sleep(5)"], lambda: "", background=True)]
+    assert cli.main([]) == 0
+    assert seen.read_text() == "3 3"  # 4 cores, one thread for the stage beside them
+    stages.pop()  # without a background stage, nothing is set
+    assert cli.main([]) == 0 and seen.read_text() == "unset unset"
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's own setting wins
+    assert demo.threads_beside([]) == {}
+
+
 def test_a_failing_stage_stops_the_background_one(demo_with_stages, tmp_path, capfd):
     cli, stages = demo_with_stages
     stages += [Stage("broken", [sys.executable, "-c", "import sys; sys.exit(4)"], lambda: "never"),

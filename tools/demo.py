@@ -56,7 +56,7 @@ from pathlib import Path
 from duet import SAMPLES_DIR
 from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
                        DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, BackgroundRun, Stage, asr_summary,
-                       demo_decoding,
+                       demo_decoding, threads_beside,
                        generalisation_summary, log_tail, next_steps, pipeline_summary, shown, slm_summary,
                        write_demo_decoding)
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(log: {shown(run.stage.log_path)})", flush=True)
     try:
         for name in selected:
-            code = run_stage(stage_named(name), background.pop(name, None), args.verbose, rows)
+            code = run_stage(stage_named(name), background.pop(name, None), args.verbose, rows,
+                             env=threads_beside(background.values()))
             if code != 0:
                 return code
     finally:
@@ -229,9 +230,10 @@ def stage_named(name: str) -> Stage:
     return next(s for s in stages() if s.name == name)
 
 
-def run_stage(stage: Stage, background: BackgroundRun | None, verbose: bool, rows: list) -> int:
+def run_stage(stage: Stage, background: BackgroundRun | None, verbose: bool, rows: list,
+              env: dict[str, str] | None = None) -> int:
     """Run one stage (or wait for it, when it was started in the background), printing its command, progress
-    and result, and add its summary row; returns its exit code."""
+    and result, and add its summary row; ``env`` is added to the command's environment. Returns its exit code."""
     print(f"\n=== {stage.name}: {stage.shown()}", flush=True)
     start = background.started if background else time.time()
     if background is None and stage.up_to_date():
@@ -244,7 +246,7 @@ def run_stage(stage: Stage, background: BackgroundRun | None, verbose: bool, row
             print(f"{stage.name}: running since the start, beside the stages above; waiting for it", flush=True)
             code = background.wait(on_tick=progress)
         else:
-            code = stage.run(verbose=verbose, on_tick=progress)
+            code = stage.run(verbose=verbose, on_tick=progress, env=env)
         if progress:
             progress.clear()
         log = shown(stage.log_path)
