@@ -4,6 +4,7 @@ and (integration) a tiny corpus synthesised by the real entry point."""
 import re
 import runpy
 import shutil
+import json
 import subprocess
 from pathlib import Path
 
@@ -307,6 +308,26 @@ def test_lm_text_never_holds_a_held_out_sentence(tmp_path, python):
     to_folder = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--sentences", "3", "--out", str(tmp_path)],
                                capture_output=True, text=True)
     assert to_folder.returncode == 2 and f"--out {tmp_path} is a folder" in to_folder.stderr
+
+
+def test_wordnet_lm_text_adds_training_transcripts_and_never_a_held_out_or_excluded_sentence(tmp_path, python):
+    from duet.synth.wordnet_text import wordnet_sentences
+
+    training, held_out = wordnet_sentences(held_out=False), wordnet_sentences(held_out=True)
+    train, dev = tmp_path / "train.json", tmp_path / "dev.json"
+    train.write_text(json.dumps({"audio_filepath": "a.flac", "duration": 1.0, "text": "Mary Is Going To See Monkey"}) + "\n")
+    dev.write_text(json.dumps({"audio_filepath": "b.flac", "duration": 1.0, "text": training[5]}) + "\n")
+    out = tmp_path / "lm.txt"
+    result = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--source", "wordnet", "--manifest",
+                             str(train), "--exclude", str(dev), "--out", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = out.read_text().splitlines()
+    assert lines[-1] == "mary is going to see monkey"  # the manifest's transcript, normalised, after WordNet's
+    assert training[5] not in lines and training[4] in lines and not set(held_out) & set(lines)
+    assert len(lines) == len(training)  # all of WordNet's training part but the excluded one, plus the transcript
+    missing = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--source", "wordnet", "--manifest",
+                              str(tmp_path / "none.json"), "--out", str(out)], capture_output=True, text=True)
+    assert missing.returncode == 2 and f"manifest not found: {tmp_path / 'none.json'}" in missing.stderr
 
 
 def test_another_seed_still_excludes_the_bundled_samples_held_out_sentences():

@@ -1,15 +1,24 @@
 #!/usr/bin/env python
-"""Write in-domain text for an n-gram LM: sentences from the synthetic corpus's own text generator.
+"""Write text for an n-gram LM: the synthetic corpus's own sentences, or everyday English plus transcripts.
 
 Usage:
   python tools/make_lm_text.py                                  # 100,000 sentences -> data/lm_text_100k.txt
   python tools/make_lm_text.py --sentences 20000 --out /tmp/lm.txt
   # then: python tools/train_ngram_lm.py --unit token --tokenizer samples/checkpoints/whisper_tiny_ctc.nemo --text data/lm_text_100k.txt
 
-The embedded default's stand-in for LibriSpeech's LM corpus (book text of the kind the transcripts come
-from, without the test books): the templates and word lists of duet/synth/corpus_text.py with their own seed
-stream, never a sentence of the sample's dev-clean or test-clean. One lower-case sentence per line,
-numbers in words; written to a temporary file and renamed into place.
+  # everyday English (WordNet's usage examples) and the transcripts of training manifests, no dev sentence
+  python tools/make_lm_text.py --source wordnet --manifest data/speechocean762/train.train.json \
+      --exclude data/speechocean762/train.dev.json --out data/lm_text_wordnet.txt
+
+--source corpus (default): the embedded default's stand-in for LibriSpeech's LM corpus (book text of the kind
+the transcripts come from, without the test books): the templates and word lists of duet/synth/corpus_text.py
+with their own seed stream, never a sentence of the sample's dev-clean or test-clean; --sentences of them.
+--source wordnet: the ~37,000 usage examples of WordNet 3.0 (Debian wordnet-base) outside its held-out tenth,
+as transcripts (duet/synth/wordnet_text.py), for real speech rather than the sample's domain; --sentences is
+not used. Either way --manifest adds the transcripts of NeMo manifests (training sets only), and no sentence of
+an --exclude manifest (the dev set the LM weights are tuned on) nor of a held-out set of ../shared/real_speech
+is written. One lower-case sentence per line, numbers in words; written to a temporary file and renamed into
+place.
 """
 
 from __future__ import annotations
@@ -20,15 +29,28 @@ import time
 from pathlib import Path
 
 from duet.errors import DuetError
+from duet.real_speech import held_out_transcripts
 from duet.synth.corpus import SAMPLE_SEED, lm_text
+from duet.synth.wordnet_text import wordnet_sentences
+from duet.text import normalize_text
+from duet.tokenizer import manifest_texts
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
 
+SOURCES = ("corpus", "wordnet")
+
+
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=100_000, help="how many sentences (default 100000)")
+    parser.add_argument("--source", choices=SOURCES, default="corpus",
+                        help="the synthetic corpus's generator (default) or WordNet's everyday English")
+    parser.add_argument("--manifest", nargs="+", type=Path, default=[], help="add these manifests' transcripts")
+    parser.add_argument("--exclude", nargs="+", type=Path, default=[],
+                        help="manifests none of whose sentences may be written (e.g. the tuning dev set)")
+    parser.add_argument("--sentences", type=int, default=100_000,
+                        help="how many generated sentences (--source corpus; default 100000)")
     parser.add_argument("--seed", type=int, default=SAMPLE_SEED, help="corpus seed (the sample's by default)")
     parser.add_argument("--out", type=Path, default=None, help="output text file (default data/lm_text_<N>.txt)")
     return parser
@@ -40,17 +62,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.sentences < 1:
         raise DuetError(f"--sentences must be positive, got {args.sentences}")
     n = args.sentences
-    out = args.out or REPO_ROOT / "data" / (f"lm_text_{n // 1000}k.txt" if n % 1000 == 0 else f"lm_text_{n}.txt")
+    named = "wordnet" if args.source == "wordnet" else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+    out = args.out or REPO_ROOT / "data" / f"lm_text_{named}.txt"
     start = time.time()
     if out.is_dir():
         raise DuetError(f"--out {out} is a folder; give a file name")
-    texts = lm_text(n, args.seed)
+    for path in args.manifest + args.exclude:
+        if not path.is_file():
+            raise DuetError(f"manifest not found: {path}")
+    try:
+        never = held_out_transcripts() + (manifest_texts(args.exclude) if args.exclude else [])
+        added = [normalize_text(t) for t in manifest_texts(args.manifest)] if args.manifest else []
+    except ValueError as e:  # an empty transcript, named with its file and line
+        raise DuetError(str(e)) from None
+    generated = wordnet_sentences(held_out=False) if args.source == "wordnet" else lm_text(n, args.seed)
+    excluded = {normalize_text(t) for t in never}
+    texts = [t for t in generated + added if normalize_text(t) not in excluded]
     try:
         write_text_atomic(out, "\n".join(texts) + "\n")
     except OSError as e:
         raise DuetError(f"cannot write {out}: {e.strerror}") from e
     words = sum(len(t.split()) for t in texts)
-    print(f"make_lm_text: {n} sentences, {words} words, {len({w for t in texts for w in t.split()})} distinct "
+    print(f"make_lm_text: {len(texts)} sentences, {words} words, {len({w for t in texts for w in t.split()})} distinct "
           f"words -> {out} ({time.time() - start:.1f} s)")
     return 0
 
