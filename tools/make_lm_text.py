@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write text for an n-gram LM: the synthetic corpus's own sentences, or everyday English plus transcripts.
+r"""Write text for an n-gram LM: the synthetic corpus's own sentences, or everyday English plus transcripts.
 
 Usage:
   python tools/make_lm_text.py                                  # 100,000 sentences -> data/lm_text_100k.txt
