@@ -163,7 +163,7 @@ class BackgroundRun:
     def _run(self) -> None:
         try:
             self.code = self.stage.run(stop=self._stop)
-        except Exception as e:  # reported where the demo waits for it, like a failing command
+        except BaseException as e:  # reported where the demo waits for it, like a failing command
             print(f"demo: {self.stage.name}: {type(e).__name__}: {e}", file=sys.stderr)
             self.code = 1
 
@@ -192,7 +192,12 @@ def threads_beside(runs: Iterable[BackgroundRun]) -> dict[str, str]:
     running = sum(run.running for run in runs)
     if not running or "OMP_NUM_THREADS" in os.environ:
         return {}
-    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) - running))}
+    return {"OMP_NUM_THREADS": str(max(1, usable_cores() - running))}
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: what a container or ``taskset`` leaves it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = None, verbose: bool = False,
@@ -220,7 +225,11 @@ def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = N
         except subprocess.TimeoutExpired:
             if stop is not None and stop.is_set():
                 process.terminate()
-                code = process.wait()
+                try:
+                    code = process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    code = process.wait()
                 break
             if on_tick is not None:
                 on_tick(time.time() - start)

@@ -237,19 +237,33 @@ def test_a_background_stage_runs_beside_the_stages_before_it(demo_with_stages, t
 def test_a_stage_beside_a_background_one_gets_the_cores_it_leaves(demo_with_stages, tmp_path, monkeypatch):
     cli, stages = demo_with_stages
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(demo.os, "cpu_count", lambda: 4)
-    seen, gate = tmp_path / "threads.txt", tmp_path / "gate"
+    monkeypatch.setattr(demo, "usable_cores", lambda: 4)
+    seen, done = tmp_path / "threads.txt", tmp_path / "done"
+    # the background stage runs until the last stage before it has recorded what it saw
+    waits = (f"import pathlib, time\nfor _ in range(600):\n    if pathlib.Path({str(done)!r}).exists(): break\n"
+             "    time.sleep(0.1)\n")
     stages += [Stage("first", [sys.executable, "-c", f"import os; open({str(seen)!r}, 'w').write("
                                                      f"os.environ.get('OMP_NUM_THREADS', 'unset'))"], lambda: ""),
                Stage("later", [sys.executable, "-c", f"import os; open({str(seen)!r}, 'a').write("
-                                                     f"' ' + os.environ.get('OMP_NUM_THREADS', 'unset'))"], lambda: ""),
-               Stage("beside", [sys.executable, "-c", "import time; time.sleep(5)"], lambda: "", background=True)]
+                                                     f"' ' + os.environ.get('OMP_NUM_THREADS', 'unset')); "
+                                                     f"open({str(done)!r}, 'w')"], lambda: ""),
+               Stage("beside", [sys.executable, "-c", waits], lambda: "", background=True)]
     assert cli.main([]) == 0
     assert seen.read_text() == "3 3"  # 4 cores, one thread for the stage beside them
     stages.pop()  # without a background stage, nothing is set
     assert cli.main([]) == 0 and seen.read_text() == "unset unset"
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's own setting wins
     assert demo.threads_beside([]) == {}
+
+
+def test_only_in_another_order_runs_every_stage_in_turn(demo_with_stages, tmp_path, capfd):
+    """A stage after the background one may read its outputs: asked for in another order, nothing runs beside."""
+    cli, stages = demo_with_stages
+    stages += [Stage("first", [sys.executable, "-c", "pass"], lambda: ""),
+               Stage("beside", [sys.executable, "-c", "pass"], lambda: "", background=True)]
+    assert cli.main(["--only", "beside", "first"]) == 0
+    out, _ = capfd.readouterr()
+    assert "started beside" not in out and out.index("=== beside") < out.index("=== first")
 
 
 def test_a_failing_stage_stops_the_background_one(demo_with_stages, tmp_path, capfd):

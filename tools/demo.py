@@ -202,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:10s} {stage_named(name).shown()}")
         return 0
     rows, demo_start = [], time.time()
-    # a background stage starts now, beside the others, unless it runs alone or its output is shown live
-    background = {} if args.verbose or len(selected) == 1 else {
+    # A background stage starts now, beside the others, unless it runs alone, its output is shown live, or
+    # --only asked for the stages in another order than the list's (a stage after it may read its outputs).
+    in_order = selected == [name for name in names if name in selected]
+    background = {} if args.verbose or len(selected) == 1 or not in_order else {
         stage.name: BackgroundRun(stage) for stage in map(stage_named, selected)
         if stage.background and not stage.up_to_date()}
     for name, run in background.items():
@@ -211,12 +213,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(log: {shown(run.stage.log_path)})", flush=True)
     try:
         for name in selected:
-            code = run_stage(stage_named(name), background.pop(name, None), args.verbose, rows,
-                             env=threads_beside(background.values()))
+            beside = [run for other, run in background.items() if other != name]
+            code = run_stage(stage_named(name), background.get(name), args.verbose, rows, env=threads_beside(beside))
+            background.pop(name, None)
             if code != 0:
                 return code
     finally:
-        for run in background.values():  # a stage failed before a background one's turn came
+        for run in background.values():  # a stage failed (or the demo was interrupted) before its turn ended
             run.stop()
 
     print("\n=== summary")
