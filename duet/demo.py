@@ -31,7 +31,7 @@ from duet.decoding_file import decoding_file_for, write_decoding_file
 from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-from duet.foundation import EXPERIMENTS, REPO_ROOT
+from duet.foundation import EXPERIMENTS, REPO_ROOT, usable_cores
 from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 from slm.metrics import assistant_scores, check_answer
 
@@ -194,10 +194,6 @@ def threads_beside(runs: Iterable[BackgroundRun]) -> dict[str, str]:
         return {}
     return {"OMP_NUM_THREADS": str(max(1, usable_cores() - running))}
 
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity: what a container or ``taskset`` leaves it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = None, verbose: bool = False,

@@ -21,8 +21,9 @@ def pytest_configure(config):
     spend much of their time waiting for each other's threads (RESULTS.md, "CI time")."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        share = max(1, cores // workers)
+        from duet.foundation import usable_cores  # (nothing but paths: no heavy import before the threads are set)
+
+        share = max(1, usable_cores() // workers)
         os.environ["OMP_NUM_THREADS"] = str(share)
         if "torch" in sys.modules:  # already loaded, its thread pool sized: tell it too
             sys.modules["torch"].set_num_threads(share)

@@ -186,7 +186,8 @@ def stages() -> list[Stage]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    names = [stage.name for stage in stages()]
+    by_name = {stage.name: stage for stage in stages()}
+    names = list(by_name)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--only", nargs="+", choices=names, help="run just these stages")
@@ -199,22 +200,22 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for name in selected:
-            print(f"{name:10s} {stage_named(name).shown()}")
+            print(f"{name:10s} {by_name[name].shown()}")
         return 0
     rows, demo_start = [], time.time()
     # A background stage starts now, beside the others, unless it runs alone, its output is shown live, or
     # --only asked for the stages in another order than the list's (a stage after it may read its outputs).
     in_order = selected == [name for name in names if name in selected]
     background = {} if args.verbose or len(selected) == 1 or not in_order else {
-        stage.name: BackgroundRun(stage) for stage in map(stage_named, selected)
-        if stage.background and not stage.up_to_date()}
+        name: BackgroundRun(by_name[name]) for name in selected
+        if by_name[name].background and not by_name[name].up_to_date()}
     for name, run in background.items():
         print(f"\n=== {name}: {run.stage.shown()}\n{name}: started beside the stages before it "
               f"(log: {shown(run.stage.log_path)})", flush=True)
     try:
         for name in selected:
             beside = [run for other, run in background.items() if other != name]
-            code = run_stage(stage_named(name), background.get(name), args.verbose, rows, env=threads_beside(beside))
+            code = run_stage(by_name[name], background.get(name), args.verbose, rows, env=threads_beside(beside))
             background.pop(name, None)
             if code != 0:
                 return code
@@ -228,10 +229,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo: {len(rows)} stage(s) done in {(time.time() - demo_start) / 60:.1f} min")
     print(next_steps(REQUESTS))
     return 0
-
-
-def stage_named(name: str) -> Stage:
-    return next(s for s in stages() if s.name == name)
 
 
 def run_stage(stage: Stage, background: BackgroundRun | None, verbose: bool, rows: list,
