@@ -16,6 +16,9 @@ Usage:
   python bench/asr_generalisation.py --model my.nemo --no-real
   python bench/asr_generalisation.py --model my.nemo --real-speech /data/real_speech
 
+  # a quicker, rougher look: at most 200 utterances of each set, spread over its speakers
+  python bench/asr_generalisation.py --model my.nemo --max-utterances 200
+
 Sets, nearest to training first:
   sample test-clean   samples/LibriSpeech/test-clean: the sample's held-out synthetic speakers (telephone band)
   unseen voices       TTS voices that no training pool contains, speaking WordNet sentences that no training
@@ -67,6 +70,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help="the sample's test split folder")
     parser.add_argument("--unseen-root", type=Path, default=UNSEEN_ROOT,
                         help="corpus folder of the unseen-voices set (built there when missing)")
+    parser.add_argument("--max-utterances", type=int, default=None, metavar="N",
+                        help="score at most N utterances of each set, spread evenly over it (default: all)")
     parser.add_argument("--out-dir", type=Path, default=None,
                         help="results folder (default bench/out/generalisation/<model name>)")
     add_batching_arguments(parser, EVALUATION_BATCHING)
@@ -89,7 +94,10 @@ def unseen_split(root: Path) -> Path:
 
 @cli
 def main(argv=None) -> int:
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.max_utterances is not None and args.max_utterances < 1:
+        parser.error(f"--max-utterances must be at least 1, got {args.max_utterances}")
     settings = decoding_settings_from_args(args, "--decoding")
     batching = offline_batching_from_args(args, EVALUATION_BATCHING)
     whisper = str(args.model) == WHISPER_TEACHER
@@ -124,8 +132,8 @@ def main(argv=None) -> int:
     print(f"asr_generalisation: {args.model} ({described}) on {len(sets)} sets", file=sys.stderr)
     rows = generalisation.score_sets(
         model, sets, out_dir, batch_size=batching.batch_size, workers=batching.workers, transcribe=transcribe,
-        on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)",
-                                  file=sys.stderr))
+        max_utterances=args.max_utterances,
+        on_result=lambda r: print(f"  {r['set']}: WER {100 * r['wer']:.2f}% ({r['utterances']} utts)", file=sys.stderr))
     report = {"model": str(args.model), "decoding": described, "rows": rows,
               "wall_seconds": round(time.time() - start, 1)}
     write_text_atomic(out_dir / "generalisation.json", json.dumps(report, indent=2) + "\n")

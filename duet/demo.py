@@ -65,6 +65,24 @@ DEMO_GENERALISATION = EXPERIMENTS / "demo_generalisation"
 REAL_SET_TOLERANCE = 2.0
 
 
+@dataclass(frozen=True)
+class DemoSize:
+    """How much data tools/demo.py's ASR stages read: the demo's own, or --short's smaller run of the same stages
+    (the same commands but for these sizes, the same outputs: the next full run redoes them)."""
+    pool_hours: float  # of the base's synthetic pool mixed into the ASR fine-tune
+    real_mix_utterances: int  # of speechocean762/train mixed in, where ../shared/real_speech exists
+    generalise_utterances: int | None  # the most of each set scored before and after (None: all)
+
+
+FULL = DemoSize(pool_hours=0.2, real_mix_utterances=780, generalise_utterances=None)
+# A quicker check of the same stages (the slow test tier runs it: tests/test_demo.py): the ASR fine-tune still passes
+# once over all 520 of the sample's utterances, beside a third of each mix (55 steps instead of 99), and the
+# before/after scores read at most 200 utterances of each set (spread over its speakers; the largest sets have 560
+# and 1,200). The SLM is the same: its preset only starts copying a request's slot words after 600-900 of its 2,556
+# steps (at 6 of its 12 epochs: on topic 15 % instead of 67 %). Measured in RESULTS.md, "The whole demo".
+SHORT = DemoSize(pool_hours=0.07, real_mix_utterances=260, generalise_utterances=200)
+
+
 @dataclass
 class Stage:
     name: str

@@ -225,6 +225,21 @@ def test_generalisation_bench_scores_every_set(micro_model_and_manifest, tmp_pat
     assert report["decoding"] == "greedy"
 
 
+def test_generalisation_bench_scores_at_most_max_utterances_of_each_set(micro_model_and_manifest, tmp_path):
+    asr_generalisation = _bench_module()
+    _, nemo_path, _, _ = micro_model_and_manifest
+    sets = _tiny_sets(tmp_path)
+    out = tmp_path / "out"
+    rc = asr_generalisation.main(["--model", str(nemo_path), "--sample-test", str(sets["sample"]),
+                                  "--unseen-root", str(sets["unseen_root"]), "--no-real", "--max-utterances", "1",
+                                  "--out-dir", str(out), "--workers", "1"])
+    assert rc == 0
+    rows = json.loads((out / "generalisation.json").read_text())["rows"]
+    assert [(r["set"], r["utterances"]) for r in rows] == [("sample test-clean", 1), ("unseen voices", 1)]
+    with pytest.raises(SystemExit):
+        asr_generalisation.main(["--model", str(nemo_path), "--max-utterances", "0"])
+
+
 def test_generalisation_bench_names_a_missing_real_folder(micro_model_and_manifest, tmp_path, capsys):
     asr_generalisation = _bench_module()
     _, nemo_path, _, _ = micro_model_and_manifest

@@ -10,6 +10,7 @@ Usage:
   python tools/demo.py --only asr
   python tools/demo.py --from slm
   python tools/demo.py --only lm --verbose    # show the stage's own output live, as well as in its log
+  python tools/demo.py --short         # the same stages on less data, as a check (the slow test tier runs it)
 
 Each stage prints its command, its progress while it runs, and its result in one line. The command's own output
 (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
@@ -56,10 +57,9 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
-                       DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, BackgroundRun, Stage, asr_summary,
-                       demo_decoding, threads_beside,
-                       generalisation_summary, log_tail, next_steps, pipeline_summary, shown, slm_summary,
-                       write_demo_decoding)
+                       DEMO_SLM_MODEL, EXPERIMENTS, FULL, LM_ORDER, LM_SENTENCES, SHORT, BackgroundRun, DemoSize, Stage,
+                       asr_summary, demo_decoding, generalisation_summary, log_tail, next_steps, pipeline_summary,
+                       shown, slm_summary, threads_beside, write_demo_decoding)
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.stage_progress import ConsoleProgress, LogProgress
 from duet.synth.corpus import bundled_sample_kinds
@@ -88,12 +88,10 @@ ASR_ENCODER_LR_SCALE = 0.1
 # The pool: synthesised like the base's own corpus (tools/make_sample_corpus.py --pool generalisation),
 # wideband; ~280 utterances. The real mix, where ../shared/real_speech exists: utterances of speechocean762/train
 # (the base's real training speech, spread over its 65 speakers).
-POOL_HOURS = 0.2
-# what the pool is made of (the stage reruns when one changes): voices, engines, sentences, assembly
+# What the pool is made of (the stage reruns when one changes): voices, engines, sentences, assembly
 SYNTH_SOURCES = ("voices.py", "tts.py", "corpus_text.py", "wordnet_text.py", "corpus.py")
 POOL = EXPERIMENTS / "demo_pool" / "LibriSpeech"
 POOL_MIX = EXPERIMENTS / "demo_poolmix" / "train-clean.json"
-REAL_MIX_UTTERANCES = 780
 REAL_MIX = EXPERIMENTS / "demo_realmix" / "train.json"
 # the held-out assistant requests the pipeline stage answers (written by its prepare step)
 REQUESTS = EXPERIMENTS / "demo_pipeline" / "requests.json"
@@ -114,11 +112,12 @@ def prepare_pipeline(requests: Path):
     return prepare
 
 
-def stages() -> list[Stage]:
+def stages(size: DemoSize = FULL) -> list[Stage]:
     py = sys.executable
     asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, DEMO_SLM_MODEL, EXPERIMENTS / "demo_pipeline"
     answers, requests = pipeline_dir / "answers.jsonl", REQUESTS
-    generalise = [py, "bench/asr_generalisation.py"] + ([] if REAL_SPEECH.is_dir() else ["--no-real"])
+    generalise = [py, "bench/asr_generalisation.py", *([] if REAL_SPEECH.is_dir() else ["--no-real"]),
+                  *(["--max-utterances", str(size.generalise_utterances)] if size.generalise_utterances else [])]
     base_report, demo_report = (DEMO_GENERALISATION / name / "generalisation.json" for name in ("base", "demo_asr"))
     # the base's own synthetic pool and, where it exists, its real speech, mixed into the fine-tune
     train_manifests = [MANIFESTS["train-clean"], POOL_MIX] + ([REAL_MIX] if REAL_SPEECH.is_dir() else [])
@@ -127,9 +126,9 @@ def stages() -> list[Stage]:
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
               "test utterances"),
-        Stage("pool", [py, "tools/make_sample_corpus.py", "--hours", str(POOL_HOURS), "--pool", "generalisation",
-                       "--out", str(POOL)],
-              lambda: f"{POOL.relative_to(REPO_ROOT)}/ ({POOL_HOURS} h of the base's synthetic pool, wideband)",
+        Stage("pool", [py, "tools/make_sample_corpus.py", "--hours", str(size.pool_hours), "--pool",
+                       "generalisation", "--out", str(POOL)],
+              lambda: f"{POOL.relative_to(REPO_ROOT)}/ ({size.pool_hours} h of the base's synthetic pool, wideband)",
               inputs=[REPO_ROOT / "duet" / "synth" / name for name in SYNTH_SOURCES], outputs=[POOL / "train-clean"]),
         Stage("poolmix", [py, "tools/make_manifest.py", "--data-root", str(POOL), "--splits", "train-clean",
                           "--out-dir", str(POOL_MIX.parent)],
@@ -137,7 +136,7 @@ def stages() -> list[Stage]:
               inputs=[POOL], outputs=[POOL_MIX]),
         *([Stage("realmix", [py, "tools/make_manifest.py", "--data-root", str(REAL_SPEECH / "speechocean762"),
                              "--splits", "train", "--out-dir", str(REAL_MIX.parent),
-                             "--max-utterances", str(REAL_MIX_UTTERANCES)],
+                             "--max-utterances", str(size.real_mix_utterances)],
                  lambda: f"{len(read_jsonl(REAL_MIX))} utterances of speechocean762/train to mix in")]
           if REAL_SPEECH.is_dir() else []),
         Stage("asr", [py, "nemo_recipes/finetune_ctc.py", "--config-name", "whisper_tiny_finetune",
@@ -186,8 +185,7 @@ def stages() -> list[Stage]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    by_name = {stage.name: stage for stage in stages()}
-    names = list(by_name)
+    names = [stage.name for stage in stages()]  # the same for either size
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--only", nargs="+", choices=names, help="run just these stages")
@@ -195,7 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the stages and their commands")
     parser.add_argument("--verbose", action="store_true",
                         help="show each stage's own output live (it always goes to experiments/<stage>/log.txt)")
+    parser.add_argument("--short", action="store_true",
+                        help=f"the same stages on less data, as a quicker check: {SHORT.pool_hours} h of the pool "
+                             f"and {SHORT.real_mix_utterances} real utterances in the ASR fine-tune (instead of "
+                             f"{FULL.pool_hours} h and {FULL.real_mix_utterances}), at most "
+                             f"{SHORT.generalise_utterances} utterances of each set scored before and after")
     args = parser.parse_args(argv)
+    by_name = {stage.name: stage for stage in stages(SHORT if args.short else FULL)}
     selected = names[names.index(args.start):] if args.start else args.only or names
 
     if args.list:

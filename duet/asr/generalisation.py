@@ -19,7 +19,7 @@ from pathlib import Path
 
 from duet.asr import evaluate, scoring
 from duet.errors import AsrInputError
-from duet.manifest import ManifestOptions, build_split_manifest, write_manifest
+from duet.manifest import ManifestOptions, build_split_manifest, spread_subset, write_manifest
 from duet.real_speech import HELD_OUT_SETS, set_dir
 
 
@@ -44,26 +44,27 @@ def real_sets(root: Path, names: tuple[str, ...] = HELD_OUT_SETS) -> list[EvalSe
     return [EvalSet(name, set_dir(root, name), "real human speech, held out") for name in names]
 
 
-def build_manifest(eval_set: EvalSet, out_dir: Path, jobs: int = 1) -> Path:
-    """Write ``out_dir/<set name>.json`` for ``eval_set``; an empty or unreadable set is an AsrInputError."""
+def build_manifest(eval_set: EvalSet, out_dir: Path, jobs: int = 1, max_utterances: int | None = None) -> Path:
+    """Write ``out_dir/<set name>.json`` for ``eval_set`` (at most ``max_utterances``, spread evenly over the set
+    so that every speaker stays in); an empty or unreadable set is an AsrInputError."""
     manifest = build_split_manifest(eval_set.split_dir, ManifestOptions(max_duration=60.0), jobs=jobs)
     if not manifest.entries:
         reasons = "; ".join(str(p) for p in manifest.problems[:3]) or "no audio with transcripts"
         raise AsrInputError(f"{eval_set.name}: no usable utterance in {eval_set.split_dir} ({reasons})")
     path = out_dir / f"{eval_set.name.replace(' ', '_').replace('/', '_')}.json"
-    write_manifest(path, manifest.entries)
+    write_manifest(path, spread_subset(manifest.entries, max_utterances) if max_utterances else manifest.entries)
     return path
 
 
 def score_sets(model, sets: list[EvalSet], out_dir: Path, batch_size: int = 32, workers: int | None = None,
-               on_result=None, transcribe=None) -> list[dict]:
-    """Score ``model`` on every set; per-set utterance JSONL and summary go to ``out_dir``. Returns one row
-    per set (name, distance, utterances, audio_minutes, wer, cer, and the errors); ``on_result(row)`` is
-    called as each set finishes. ``transcribe`` (audio paths -> transcripts) replaces the model, e.g. with
-    another toolkit's recogniser scored on the same manifests."""
+               on_result=None, transcribe=None, max_utterances: int | None = None) -> list[dict]:
+    """Score ``model`` on every set (at most ``max_utterances`` of each, spread over it); per-set utterance JSONL
+    and summary go to ``out_dir``. Returns one row per set (name, distance, utterances, audio_minutes, wer, cer,
+    and the errors); ``on_result(row)`` is called as each set finishes. ``transcribe`` (audio paths ->
+    transcripts) replaces the model, e.g. with another toolkit's recogniser scored on the same manifests."""
     rows = []
     for eval_set in sets:
-        manifest = build_manifest(eval_set, out_dir / "manifests")
+        manifest = build_manifest(eval_set, out_dir / "manifests", max_utterances=max_utterances)
         scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False, workers=workers,
                                             transcribe=transcribe)
         prefix = manifest.stem
