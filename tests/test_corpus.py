@@ -330,6 +330,18 @@ def test_wordnet_lm_text_adds_training_transcripts_and_never_a_held_out_or_exclu
     assert missing.returncode == 2 and f"manifest not found: {tmp_path / 'none.json'}" in missing.stderr
 
 
+def test_both_sources_write_the_corpus_sentences_then_wordnets(tmp_path, python):
+    from duet.synth.wordnet_text import wordnet_sentences
+
+    out = tmp_path / "lm.txt"
+    result = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--source", "corpus", "wordnet",
+                             "--sentences", "50", "--out", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines, generated = out.read_text().splitlines(), corpus.lm_text(50)
+    assert lines[:50] == generated
+    assert lines[50:] == [t for t in wordnet_sentences(held_out=False) if t not in set(generated)]
+
+
 def test_another_seed_still_excludes_the_bundled_samples_held_out_sentences():
     # a base corpus or LM text made with --seed 1 (for fresh sentences) must not train on what the bundled
     # sample (seed 0) tests on; before, only seed 1's own sample's dev/test sentences were excluded

@@ -10,12 +10,15 @@ Usage:
   python tools/make_lm_text.py --source wordnet --manifest data/speechocean762/train.train.json \
       --exclude data/speechocean762/train.dev.json --out data/lm_text_wordnet.txt
 
+  # both: the corpus's sentences, then WordNet's (the demo's LM text)
+  python tools/make_lm_text.py --source corpus wordnet
+
 --source corpus (default): the embedded default's stand-in for LibriSpeech's LM corpus (book text of the kind
 the transcripts come from, without the test books): the templates and word lists of duet/synth/corpus_text.py
 with their own seed stream, never a sentence of the sample's dev-clean or test-clean; --sentences of them.
 --source wordnet: the ~37,000 usage examples of WordNet 3.0 (Debian wordnet-base) outside its held-out tenth,
-as transcripts (duet/synth/wordnet_text.py), for real speech rather than the sample's domain; --sentences is
-not used. Either way --manifest adds the transcripts of NeMo manifests (training sets only), and no sentence of
+as transcripts (duet/synth/wordnet_text.py), for real speech rather than the sample's domain; --sentences does
+not apply to them. Both sources may be named: their sentences in that order. Either way --manifest adds the transcripts of NeMo manifests (training sets only), and no sentence of
 an --exclude manifest (the dev set the LM weights are tuned on) nor of a held-out set of ../shared/real_speech
 is written. One lower-case sentence per line, numbers in words; written to a temporary file and renamed into
 place.
@@ -44,8 +47,8 @@ SOURCES = ("corpus", "wordnet")
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", choices=SOURCES, default="corpus",
-                        help="the synthetic corpus's generator (default) or WordNet's everyday English")
+    parser.add_argument("--source", nargs="+", choices=SOURCES, default=["corpus"],
+                        help="the synthetic corpus's generator (default), WordNet's everyday English, or both")
     parser.add_argument("--manifest", nargs="+", type=Path, default=[], help="add these manifests' transcripts")
     parser.add_argument("--exclude", nargs="+", type=Path, default=[],
                         help="manifests none of whose sentences may be written (e.g. the tuning dev set)")
@@ -62,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sentences < 1:
         raise DuetError(f"--sentences must be positive, got {args.sentences}")
     n = args.sentences
-    named = "wordnet" if args.source == "wordnet" else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+    sources = list(dict.fromkeys(args.source))  # each once, in the order given
+    named = "_".join("wordnet" if source == "wordnet" else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+                     for source in sources)
     out = args.out or REPO_ROOT / "data" / f"lm_text_{named}.txt"
     start = time.time()
     if out.is_dir():
@@ -75,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         added = [normalize_text(t) for t in manifest_texts(args.manifest)] if args.manifest else []
     except ValueError as e:  # an empty transcript, named with its file and line
         raise DuetError(str(e)) from None
-    generated = wordnet_sentences(held_out=False) if args.source == "wordnet" else lm_text(n, args.seed)
+    generated = [sentence for source in sources
+                 for sentence in (wordnet_sentences(held_out=False) if source == "wordnet" else lm_text(n, args.seed))]
     excluded = {normalize_text(t) for t in never}
     texts = [t for t in generated + added if normalize_text(t) not in excluded]
     try:
