@@ -10,7 +10,7 @@ Usage:
   python tools/demo.py --only asr
   python tools/demo.py --from slm
   python tools/demo.py --only lm --verbose    # show the stage's own output live, as well as in its log
-  python tools/demo.py --short         # the same stages on less data, as a check (the slow test tier runs it)
+  python tools/demo.py --short         # the same stages on less data, a quarter quicker (the slow test tier's)
 
 Each stage prints its command, its progress while it runs, and its result in one line. The command's own output
 (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
