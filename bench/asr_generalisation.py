@@ -48,7 +48,7 @@ from duet.errors import DuetError
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.synth.corpus import UNSEEN_SPLIT, build_unseen_voices
 from duet.synth.tts import missing_engines
-from duet.foundation import REPO_ROOT
+from duet.foundation import EXPERIMENTS, REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -73,7 +73,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-utterances", type=int, default=None, metavar="N",
                         help="score at most N utterances of each set, spread evenly over it (default: all)")
     parser.add_argument("--out-dir", type=Path, default=None,
-                        help="results folder (default bench/out/generalisation/<model name>)")
+                        help="results folder (default experiments/bench/generalisation/<model name>)")
     add_batching_arguments(parser, EVALUATION_BATCHING)
     add_decoding_arguments(parser, "--decoding")
     return parser
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     else:
         model = inference.load_asr_model(args.model)
         decoding.set_decoding(model, settings)
-    out_dir = args.out_dir or REPO_ROOT / "bench" / "out" / "generalisation" / args.model.stem
+    out_dir = args.out_dir or EXPERIMENTS / "bench" / "generalisation" / args.model.stem
     start = time.time()
     print(f"asr_generalisation: {args.model} ({described}) on {len(sets)} sets", file=sys.stderr)
     rows = generalisation.score_sets(

@@ -3,7 +3,7 @@
 
 Usage:
   python bench/asr_speed.py --threads 1                  # everything, ~7 minutes at 1 thread
-  python bench/asr_speed.py --threads 1 --json bench/out/asr_speed.json
+  python bench/asr_speed.py --threads 1 --json experiments/bench/asr_speed.json
   python bench/asr_speed.py --base experiments/my_base/my_base.nemo   # int8 WER change of another checkpoint
   python bench/asr_speed.py --rounds 1 --train-steps 4   # quick look
 
@@ -90,7 +90,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-training", action="store_true", help="transcription and int8 WER only")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=None, help="also write the results here (e.g. bench/out/)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here (e.g. experiments/bench/)")
     return p
 
 

@@ -41,7 +41,7 @@ from duet.asr.pseudo_label import WhisperTeacher, manifest_text
 from duet.asr.scoring import score
 from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest
-from duet.foundation import REPO_ROOT
+from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -56,7 +56,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--whisper-fallback", action="store_true",
                         help="faster-whisper's default temperature fallback (a hard utterance is decoded again at rising "
                              "temperatures, up to six times); default: one greedy decode at temperature 0")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out" / "asr_vs_whisper")
+    parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "asr_vs_whisper")
     return parser
 
 

@@ -3,7 +3,7 @@ r"""What word timestamps and per-word confidence cost evaluation: evaluate_manif
 
 Usage:
   python bench/asr_words_cost.py                          # bundled base checkpoint, test-clean + dev-clean
-  python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --rounds 5 --json bench/out/words.json
+  python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --rounds 5 --json experiments/bench/words.json
   python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
       --beam-size 8 --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 1.1 --beta 4  # demo decoding.json
 

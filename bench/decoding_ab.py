@@ -4,11 +4,11 @@ r"""Greedy vs beam search vs beam search + n-gram LM: WER and RTFx of a CTC mode
 Usage:
   python bench/decoding_ab.py --model samples/checkpoints/fastconformer_tiny_base.nemo
   python bench/decoding_ab.py --model exp.nemo --lm experiments/lm/train-clean_token6.arpa \
-      --alphas 0.3,0.5,0.7,1.0 --betas 0,0.5,1,2 --beam-size 8 --out bench/out/decoding_ab.md
+      --alphas 0.3,0.5,0.7,1.0 --betas 0,0.5,1,2 --beam-size 8 --out experiments/bench/decoding_ab.md
 
 Steps (all on CPU unless a GPU is visible):
   1. LM: --lm, or a token 6-gram built by KenLM's lmplz from --train transcripts (never dev/test) with the
-     model's own tokenizer (bench/out/lm/).
+     model's own tokenizer (experiments/bench/lm/).
   2. Grid search on --dev: the encoder runs once, then every (alpha, beta) re-decodes the cached
      log-probabilities with NeMo's beam_batch + LM; the lowest dev WER wins (ties: smaller alpha).
   3. Report on --test: greedy, beam (no LM) and beam + LM at the chosen weights, each through the full
@@ -31,7 +31,7 @@ import torch
 from duet.asr import decoding, evaluate, inference, scoring
 from duet.manifest import read_manifest
 from duet.ngram import read_training_text, train_ngram_lm
-from duet.foundation import REPO_ROOT
+from duet.foundation import EXPERIMENTS, REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -50,7 +50,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=2, help="timing runs per strategy on test (best is kept)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 gives steadier timings on a busy machine)")
-    p.add_argument("--out", default=str(REPO_ROOT / "bench/out/decoding_ab.md"))
+    p.add_argument("--out", default=str(EXPERIMENTS / "bench" / "decoding_ab.md"))
     return p
 
 

@@ -14,7 +14,7 @@ Without --url the server is started on a free 127.0.0.1 port (OMP_NUM_THREADS as
 stopped at the end. Each client is a thread with its own HTTP connection that posts --audio (default: a
 held-out sample utterance) to /v1/pipeline (or /v1/audio/transcriptions) again and again until --seconds
 have passed, after one warm-up request; requests already sent then finish. Printed and written as JSON
-(--json, default bench/out/serve_load.json): requests/s, p50/p95/max latency, failures (non-200 answers or
+(--json, default experiments/bench/serve_load.json): requests/s, p50/p95/max latency, failures (non-200 answers or
 errors: the exit code is 1 if there are any) and the server's resident memory (VmRSS) after the models
 loaded, after the warm-up and after the load.
 
@@ -58,7 +58,7 @@ from duet.local_server import rss_mb, start_server, stop_server
 from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.synth.conversation import compose
-from duet.foundation import REPO_ROOT
+from duet.foundation import EXPERIMENTS, REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -79,7 +79,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-sessions-each", type=int, default=50,
                         help="at most this many sessions one --turn-sessions thread runs (default: 50)")
     parser.add_argument("--url", default=None, help="a running server (default: start tools/serve.py)")
-    parser.add_argument("--json", type=Path, default=REPO_ROOT / "bench" / "out" / "serve_load.json",
+    parser.add_argument("--json", type=Path, default=EXPERIMENTS / "bench" / "serve_load.json",
                         help="where the figures go")
     return parser
 
@@ -221,13 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         raise DuetError("--turn-sessions must be >= 0 and --max-sessions-each >= 1")
     audio = args.audio.read_bytes()
     conversations = two_turn_conversations(args.turn_sessions)
-    (REPO_ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
+    (EXPERIMENTS / "bench").mkdir(parents=True, exist_ok=True)
     process = None
     if args.url is None:
         # the whole path is measured: the language model answers every request, however unsure the transcript (a
         # flagged clip would skip it and inflate requests/s); a --min-confidence after -- replaces this one
         process, url = start_server(["--min-confidence", "0", *serve_args],
-                                    REPO_ROOT / "bench" / "out" / "serve_load_server.log")
+                                    EXPERIMENTS / "bench" / "serve_load_server.log")
     else:
         url = args.url.rstrip("/")
     pid = process.pid if process else None

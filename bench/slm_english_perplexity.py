@@ -2,7 +2,7 @@
 
 Usage:
     python bench/slm_english_perplexity.py experiments/slm_tiny experiments/slm_whisper experiments/whisper_tiny_en_gpt2
-    python bench/slm_english_perplexity.py experiments/slm_whisper --sentences 2000 --json bench/out/english_ppl.json
+    python bench/slm_english_perplexity.py experiments/slm_whisper --sentences 2000 --json experiments/bench/english_ppl.json
     python bench/slm_english_perplexity.py experiments/whisper_tiny_en_gpt2 --text common_voice --text read_sentences
 
 The texts (--text, repeatable; default wordnet):

@@ -3,7 +3,7 @@
 Usage:
     python bench/slm_speed.py                      # defaults: ~2-4 minutes on 2 idle cores, ~11 at 1 thread on a busy one
     python bench/slm_speed.py --new-tokens 64 --train-steps 1     # quick look
-    python bench/slm_speed.py --json bench/out/slm_speed.json
+    python bench/slm_speed.py --json experiments/bench/slm_speed.json
 
 Two side-by-side measurements in one run, on the GPT2Config() defaults (124M: 12 x 768, 12 heads,
 50257 tokens, 1024 context) with random weights -- speed does not depend on the weights:

@@ -16,7 +16,7 @@ key clicks) lies under all of it. Then --noise-seconds of that room noise alone.
 server in real time in 0.1 s pieces, one session at a time (duet.stream_client: piece k leaves when it would have
 been recorded), and every message is timed on arrival.
 
-Figures, printed and written as JSON (--json, default bench/out/turn_latency.json):
+Figures, printed and written as JSON (--json, default experiments/bench/turn_latency.json):
   end of turn     per turn, from the end of its speech (the last sound of its last utterance, from the clean
                   utterance: duet.synth.conversation.speech_range) to the arrival of its final: median, p90, max;
                   also the VAD's own share (where it decided, in audio time) and the server's after_end
@@ -50,7 +50,7 @@ from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, play
 from duet.synth.conversation import compose, room_noise
 from duet.vad import SileroVad, SpeechDetector, VadSettings
-from duet.foundation import REPO_ROOT
+from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -65,7 +65,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--noise-dbfs", type=float, default=-50.0, help="room noise under the speech (default: -50)")
     parser.add_argument("--noise-seconds", type=float, default=10.0, help="room noise alone (default: 10)")
     parser.add_argument("--url", default=None, help="a running server (default: start tools/serve.py)")
-    parser.add_argument("--json", type=Path, default=REPO_ROOT / "bench" / "out" / "turn_latency.json",
+    parser.add_argument("--json", type=Path, default=EXPERIMENTS / "bench" / "turn_latency.json",
                         help="where the figures go")
     return parser
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         # every turn is answered by the language model, however unsure its transcript: the latency measured is the
         # whole path's (a --min-confidence after -- replaces this one)
         process, url = start_server(["--min-confidence", "0", *serve_args],
-                                    REPO_ROOT / "bench" / "out" / "turn_latency_server.log")
+                                    EXPERIMENTS / "bench" / "turn_latency_server.log")
     else:
         url = args.url.rstrip("/")
     try:

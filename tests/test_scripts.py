@@ -33,10 +33,9 @@ def test_usage_docstring_reads_as_written(script):
 
 
 # Folders git tracks the files of: a path under one of them in a usage block names a file of this repository.
-# (experiments/, data/, tokenizers/, manifests/*.json and bench/out/ are what the commands write, so they may not
-# exist yet.)
+# (experiments/, data/, tokenizers/ and manifests/*.json are what the commands write, so they may not exist yet.)
 COMMITTED_FOLDERS = ("samples", "configs", "tools", "bench", "nemo_recipes", "slm", "duet", "tests")
-REPO_PATH = re.compile(rf"(?<![\w./~-])((?:{'|'.join(COMMITTED_FOLDERS)})/(?!out/)[\w./-]*)")
+REPO_PATH = re.compile(rf"(?<![\w./~-])((?:{'|'.join(COMMITTED_FOLDERS)})/[\w./-]*)")
 # Named in a usage block before the file is bundled, with what will put it there.
 NOT_BUNDLED_YET: dict[str, str] = {}
 
