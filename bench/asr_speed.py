@@ -67,6 +67,7 @@ from omegaconf import OmegaConf
 
 from duet import SAMPLES_DIR
 from duet.asr import evaluate, inference
+from duet.asr.batching import EVALUATION_BATCHING
 from duet.asr.onnx_engine import OnnxCtcModel
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.manifest import build_split_manifest, read_manifest, write_manifest
@@ -81,7 +82,8 @@ DEFAULT_BASE = SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--splits", nargs="+", default=["test-clean", "dev-clean"], help="sample splits to transcribe")
-    p.add_argument("--batch-size", type=int, default=32, help="our transcription batch (evaluate_ctc.py's default)")
+    p.add_argument("--batch-size", type=int, default=EVALUATION_BATCHING.batch_size,
+                   help="our transcription batch (evaluate_ctc.py's default)")
     p.add_argument("--rounds", type=int, default=3, help="timed transcription rounds per setting")
     p.add_argument("--base", type=Path, default=DEFAULT_BASE, help="trained checkpoint for the int8 WER change")
     p.add_argument("--train-steps", type=int, default=24, help="timed training steps per loader")

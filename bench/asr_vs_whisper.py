@@ -34,6 +34,7 @@ import soundfile as sf
 import torch
 
 from duet import SAMPLES_DIR
+from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio, transcribe_files
 from duet.asr.onnx_engine import default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
@@ -51,7 +52,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, required=True, help="our .nemo (a Whisper-encoder CTC model)")
     parser.add_argument("--manifest", type=Path, help="files to transcribe (default: the sample's test-clean)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for both (default 2)")
-    parser.add_argument("--batch-size", type=int, default=8, help="our batches (default 8)")
+    parser.add_argument("--batch-size", type=int, default=PIPELINE_BATCHING.batch_size,
+                        help="our batches (default: the voice pipeline's, %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up (default 3)")
     parser.add_argument("--whisper-fallback", action="store_true",
                         help="faster-whisper's default temperature fallback (a hard utterance is decoded again at rising "

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.asr import evaluate, inference
+from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.errors import DuetError
@@ -42,7 +43,7 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help=f"a .nemo checkpoint (default: {DEFAULT_MODEL})")
     p.add_argument("--splits", nargs="+", default=["test-clean", "dev-clean"], help="sample splits to transcribe")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=OfflineBatching.batch_size)
     p.add_argument("--rounds", type=int, default=3, help="timed rounds of each setting (default: 3)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     add_decoding_arguments(p)

@@ -41,6 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import set_decoding
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model
@@ -70,7 +71,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help="an utterance was heard right when its WER is at most this (default 0.25)")
     parser.add_argument("--max-right-flagged", type=float, default=0.10,
                         help="the chosen threshold flags at most this share of the rightly heard (default 0.10)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=OfflineBatching.batch_size)
     parser.add_argument("--out", type=Path, default=None, help="also write the table and the scores as JSON")
     add_decoding_arguments(parser, "--decoding", strategy_default=(
         "the decoding.json beside the model, as tools/pipeline.py decodes; greedy without one"))

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from duet.asr import decoding, evaluate, inference, scoring
+from duet.asr.batching import OfflineBatching
 from duet.manifest import read_manifest
 from duet.ngram import read_training_text, train_ngram_lm
 from duet.foundation import EXPERIMENTS, REPO_ROOT
@@ -47,7 +48,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-size", type=int, default=4, help="4 keeps beam+LM above half of greedy's RTFx on CPU")
     p.add_argument("--alphas", default="0.1,0.2,0.3,0.5,0.8")
     p.add_argument("--betas", default="0,1,2,3,4")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=OfflineBatching.batch_size)
     p.add_argument("--repeats", type=int, default=2, help="timing runs per strategy on test (best is kept)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 gives steadier timings on a busy machine)")
     p.add_argument("--out", default=str(EXPERIMENTS / "bench" / "decoding_ab.md"))

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| audio | WER whole | WER energy-trimmed | WER VAD-trimmed | VAD vs whole: utterances worse / better "
           "(sign test p) |\n|---|---:|---:|---:|---|")
     for name, audios in (("as recorded", clips), ("with silence added", padded), ("with room noise added", roomy)):
-        scored = [score(ids, refs, transcribe_audio(model, batch, batch_size=16), durations)
+        scored = [score(ids, refs, transcribe_audio(model, batch), durations)
                   for batch in (audios, trimmed(audios, energy_speech_bounds), trimmed(audios, speech_bounds))]
         wers = [100 * s.summary["wer"] for s in scored]
         # one reference per utterance in both: its WER orders the two transcripts as its error count does

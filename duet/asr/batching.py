@@ -36,7 +36,8 @@ class OfflineBatching:
                                 f"got {self.max_chunk_seconds:g}")
 
 
-# Scoring whole manifests (nemo_recipes/evaluate_ctc.py, bench/asr_generalisation.py): larger batches, no cutting.
+# Scoring whole manifests (nemo_recipes/evaluate_ctc.py, bench/asr_generalisation.py, bench/asr_speed.py): larger
+# batches, no cutting.
 EVALUATION_BATCHING = OfflineBatching(batch_size=32)
 # The voice pipeline (duet.pipeline.PipelineSettings): one request's recording, cut at pauses into pieces of at
 # most 20 s so that memory stays bounded whatever its length.

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from duet.asr import evaluate, scoring
+from duet.asr.batching import EVALUATION_BATCHING
 from duet.errors import AsrInputError
 from duet.manifest import ManifestOptions, build_split_manifest, spread_subset, write_manifest
 from duet.real_speech import HELD_OUT_SETS, set_dir
@@ -56,8 +57,9 @@ def build_manifest(eval_set: EvalSet, out_dir: Path, jobs: int = 1, max_utteranc
     return path
 
 
-def score_sets(model, sets: list[EvalSet], out_dir: Path, batch_size: int = 32, workers: int | None = None,
-               on_result=None, transcribe=None, max_utterances: int | None = None) -> list[dict]:
+def score_sets(model, sets: list[EvalSet], out_dir: Path, batch_size: int = EVALUATION_BATCHING.batch_size,
+               workers: int | None = None, on_result=None, transcribe=None,
+               max_utterances: int | None = None) -> list[dict]:
     """Score ``model`` on every set (at most ``max_utterances`` of each, spread over it); per-set utterance JSONL
     and summary go to ``out_dir``. Returns one row per set (name, distance, utterances, audio_minutes, wer, cer,
     and the errors); ``on_result(row)`` is called as each set finishes. ``transcribe`` (audio paths ->
