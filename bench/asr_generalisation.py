@@ -41,7 +41,7 @@ from pathlib import Path
 from duet import SAMPLES_DIR
 from duet.asr import decoding, generalisation, inference
 from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
-from duet.asr.pseudo_label import WHISPER_TEACHER, WhisperTeacher, manifest_text
+from duet.asr.pseudo_labelling import WHISPER_TEACHER, WhisperTeacher, manifest_text
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
 from duet.errors import DuetError

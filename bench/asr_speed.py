@@ -66,7 +66,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from duet import SAMPLES_DIR
-from duet.asr import evaluate, inference
+from duet.asr import evaluation, inference
 from duet.asr.batching import EVALUATION_BATCHING
 from duet.asr.onnx_engine import OnnxCtcModel
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
@@ -264,11 +264,11 @@ def int8_wer(base: Path, manifest: Path, batch_size: int, tmp: Path) -> dict:
         model = inference.load_asr_model(base, device="cpu")
         if name == "int8":
             inference.quantize_linear_int8(model)
-        wers[name] = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary["wer"]
+        wers[name] = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary["wer"]
     folder = onnx_export(base, tmp / f"{base.stem}_onnx", [e["audio_filepath"] for e in read_manifest(manifest)])
     for name in ("fp32", "int8"):
         model = OnnxCtcModel(folder, int8=name == "int8")
-        wers[f"onnx_{name}"] = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size,
+        wers[f"onnx_{name}"] = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size,
                                                           progress=False).summary["wer"]
     return wers
 

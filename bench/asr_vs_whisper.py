@@ -38,7 +38,7 @@ from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio, transcribe_files
 from duet.asr.onnx_engine import default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
-from duet.asr.pseudo_label import WhisperTeacher, manifest_text
+from duet.asr.pseudo_labelling import WhisperTeacher, manifest_text
 from duet.asr.scoring import score
 from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest

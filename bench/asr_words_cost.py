@@ -7,7 +7,7 @@ Usage:
   python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
       --beam-size 8 --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 1.1 --beta 4  # demo decoding.json
 
-Both settings run ``duet.asr.evaluate.evaluate_manifest`` (duration-sorted batches of --batch-size, in this
+Both settings run ``duet.asr.evaluation.evaluate_manifest`` (duration-sorted batches of --batch-size, in this
 process: one decoding process, so its CPU time is all in ``time.process_time``) on the bundled sample's --splits,
 decoding as --decoding says (greedy by default); with words, NeMo's greedy decoding also computes timestamps and
 max-probability confidence, and beam search's transcripts are force-aligned to the same log-probabilities and read
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from duet import SAMPLES_DIR
-from duet.asr import evaluate, inference
+from duet.asr import evaluation, inference
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import set_decoding
 from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         write_manifest(manifest, entries)
 
         def run(words: bool):
-            return evaluate.evaluate_manifest(model, manifest, batch_size=args.batch_size, progress=False,
+            return evaluation.evaluate_manifest(model, manifest, batch_size=args.batch_size, progress=False,
                                               workers=1, words=words)
         plain, with_words = run(False), run(True)  # warm-up
         if [r["hyp"] for r in plain.records] != [r["hyp"] for r in with_words.records]:

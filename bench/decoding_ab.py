@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from duet.asr import decoding, evaluate, inference, scoring
+from duet.asr import decoding, evaluation, inference, scoring
 from duet.asr.batching import OfflineBatching
 from duet.manifest import read_manifest
 from duet.ngram import read_training_text, train_ngram_lm
@@ -88,7 +88,7 @@ def timed_eval(model, manifest: str, settings: decoding.DecodingSettings, batch_
     decoding.set_decoding(model, settings)
     best = None
     for _ in range(repeats):
-        s = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary
+        s = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary
         if best is None or s["wall_seconds"] < best["wall_seconds"]:
             best = s
     return {"decoding": settings.describe(), **{k: best[k] for k in ("wer", "cer", "rtfx", "wall_seconds", "audio_seconds", "utterances")}}

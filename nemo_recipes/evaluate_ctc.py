@@ -51,7 +51,7 @@ import sys
 import time
 from pathlib import Path
 
-from duet.asr import decoding, evaluate, inference, scoring, streaming
+from duet.asr import decoding, evaluation, inference, scoring, streaming
 from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
 from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
@@ -139,7 +139,7 @@ def run(args, settings, batching: OfflineBatching, skip: set[str], out, err) -> 
     if args.stream:
         scored = streaming.evaluate_manifest_streaming(model, args.manifest, progress=args.verbose, skip=skip)
     else:
-        scored = evaluate.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
+        scored = evaluation.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
                                              workers=batching.workers, words=args.word_timestamps is not False,
                                              progress=args.verbose, skip=skip)
     scored.summary.update(model=str(args.model), engine=args.engine, int8=args.int8, decoding=settings.describe())

@@ -1,4 +1,4 @@
-"""Evaluation path (duet/asr/inference.py, scoring.py, evaluate.py, nemo_recipes/evaluate_ctc.py): scoring, batching, CLI outputs."""
+"""Evaluation path (duet/asr/inference.py, scoring.py, evaluation.py, nemo_recipes/evaluate_ctc.py): scoring, batching, CLI outputs."""
 
 from __future__ import annotations
 

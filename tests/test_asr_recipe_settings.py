@@ -129,7 +129,7 @@ def test_evaluate_test_set_runs_on_the_given_device_and_puts_the_model_back(monk
 
         return score(["u1"], ["a b"], ["a b"], [1.0])
 
-    monkeypatch.setattr(recipe.evaluate, "evaluate_manifest", fake_evaluate)
+    monkeypatch.setattr(recipe.evaluation, "evaluate_manifest", fake_evaluate)
     summary = recipe.evaluate_test_set(model, "test.json", tmp_path, "test_after", 4, torch.device("cuda", 1))
     assert seen == ["cuda:1"] and model.moves == ["cuda:1", "cpu"] and summary["wer"] == 0.0
 

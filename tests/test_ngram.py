@@ -176,7 +176,7 @@ def bundled_checkpoint() -> Path | None:
 @needs_lmplz
 @pytest.mark.skipif(bundled_checkpoint() is None, reason="no bundled base checkpoint in samples/checkpoints/")
 def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path, sample_manifests):
-    from duet.asr.evaluate import evaluate_manifest
+    from duet.asr.evaluation import evaluate_manifest
     from duet.asr.inference import load_asr_model
     from duet.manifest import read_manifest
     from duet.ngram import read_training_text

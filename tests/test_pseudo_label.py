@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from duet.asr import pseudo_label as pl
+from duet.asr import pseudo_labelling as pl
 from duet.foundation.files import read_jsonl
 
 

@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from duet.asr.pseudo_label import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
-                                   label_files, make_teacher, pseudo_label, rows_as_dicts)
+from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
+                                       label_files, make_teacher, pseudo_label, rows_as_dicts)
 from duet.errors import DuetError
 from duet.foundation.errors import cli
 from duet.foundation.files import read_jsonl, write_jsonl_atomic, write_text_atomic

@@ -9,7 +9,7 @@ The sets, nearest first:
 * every held-out set of recorded human speech in ``../shared/real_speech`` (:mod:`duet.real_speech`).
 
 Each set's manifest is built from its LibriSpeech-layout folder by :mod:`duet.manifest`; every set is
-scored by :func:`duet.asr.evaluate.evaluate_manifest`, so the figures match ``evaluate_ctc.py``'s.
+scored by :func:`duet.asr.evaluation.evaluate_manifest`, so the figures match ``evaluate_ctc.py``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from duet.asr import evaluate, scoring
+from duet.asr import evaluation, scoring
 from duet.asr.batching import EVALUATION_BATCHING
 from duet.errors import AsrInputError
 from duet.manifest import ManifestOptions, build_split_manifest, spread_subset, write_manifest
@@ -67,7 +67,7 @@ def score_sets(model, sets: list[EvalSet], out_dir: Path, batch_size: int = EVAL
     rows = []
     for eval_set in sets:
         manifest = build_manifest(eval_set, out_dir / "manifests", max_utterances=max_utterances)
-        scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False, workers=workers,
+        scored = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False, workers=workers,
                                             transcribe=transcribe)
         prefix = manifest.stem
         scoring.write_results(scored, out_dir, prefix)

@@ -69,7 +69,7 @@ def load_asr_model(path_or_name: str | Path, device: str | None = None):
 def quantize_linear_int8(model):
     """Dynamic int8 quantisation of every ``nn.Linear`` (weights int8, activations quantised per batch).
 
-    CPU only. In place; returns the model. Costs a little accuracy (measure it with ``duet.asr.evaluate.evaluate_manifest``).
+    CPU only. In place; returns the model. Costs a little accuracy (measure it with ``duet.asr.evaluation.evaluate_manifest``).
     """
     with warnings.catch_warnings():
         # torch marks torch.ao.quantization deprecated in favour of torchao, which is not installed here.

@@ -27,7 +27,7 @@ from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from duet.asr import evaluate, scoring
+from duet.asr import evaluation, scoring
 from duet.asr.distillation import DistillationSettings, use_distillation
 from duet.asr.inference import load_asr_model
 from duet.errors import DuetError
@@ -698,7 +698,7 @@ def evaluate_test_set(model, manifest: str, log_dir: Path, tag: str, batch_size:
     home = next(model.parameters()).device
     model.to(device)
     try:
-        scored = evaluate.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False)
+        scored = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False)
     finally:
         model.to(home)
     _, summary_path = scoring.write_results(scored, log_dir, tag)

@@ -36,7 +36,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from tqdm import tqdm
 
-from duet.asr.evaluate import evaluate_manifest
+from duet.asr.evaluation import evaluate_manifest
 from duet.asr.inference import hypothesis_text, load_audio
 from duet.asr.scoring import Scored
 from duet.errors import AsrInputError
@@ -557,7 +557,7 @@ def transcribe_files_streaming(model, paths, progress: bool = False) -> tuple[li
 
 
 def evaluate_manifest_streaming(model, manifest, progress: bool = True, skip: Collection[str] = ()) -> Scored:
-    """``duet.asr.evaluate.evaluate_manifest`` (``skip`` as there) through the streaming path; the summary gains a
+    """``duet.asr.evaluation.evaluate_manifest`` (``skip`` as there) through the streaming path; the summary gains a
     ``streaming`` entry (:func:`streaming_report` over every chunk of every file)."""
     check_streaming_model(model)
     partials: list[Partial] = []
