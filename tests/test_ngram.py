@@ -195,6 +195,32 @@ def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path, sample_ma
     assert fused <= greedy, f"beam+LM WER {fused:.3f} > greedy {greedy:.3f}"
 
 
+WHISPER_BASE = REPO_ROOT / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo"
+
+
+@pytest.mark.integration
+@needs_lmplz
+@pytest.mark.skipif(not WHISPER_BASE.is_file(), reason="no bundled Whisper base in samples/checkpoints/")
+def test_beam_lm_transcribes_an_utterance_alike_alone_and_in_a_padded_batch(tmp_path, sample_manifests):
+    """NeMo's batched beam search ranks its beams on a batch's padded frames too; duet.asr.inference.blank_past_end
+    makes those frames blank, so a transcript does not depend on the batch it was decoded in."""
+    from duet.asr.inference import load_asr_model, transcribe_files
+    from duet.manifest import read_manifest
+    from duet.ngram import read_training_text
+
+    model = load_asr_model(WHISPER_BASE, device="cpu")  # 50 frames a second: much padding to rank beams on
+    arpa = tmp_path / "train_token6.arpa"
+    train_ngram_lm(read_training_text(sample_manifests["train-clean"]), arpa, order=6,
+                   unit="token", tokenizer=model.tokenizer, binary=False)
+    # the shortest and longest test utterances together: most of the short ones' frames are padding
+    entries = sorted(read_manifest(sample_manifests["test-clean"]), key=lambda e: e["duration"])
+    paths = [e["audio_filepath"] for e in entries[:12] + entries[-4:]]
+    # a light LM and a large insertion bonus: what the padding used to reward
+    set_decoding(model, strategy="beam_lm", beam_size=8, ngram_lm=str(arpa), alpha=1.1, beta=4.0)
+    alone = [transcribe_files(model, [path], batch_size=1)[0] for path in paths]
+    assert transcribe_files(model, paths, batch_size=len(paths)) == alone
+
+
 @needs_lmplz
 def test_token_lm_is_parsed_once_per_arpa_version(tiny_model, tokenizer_dir, tmp_path, monkeypatch):
     """NeMo parses an ARPA in Python on every strategy change; its .nemo form, cached beside it, loads instead."""

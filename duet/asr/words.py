@@ -40,7 +40,7 @@ import torch
 from omegaconf import OmegaConf
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.inference import transcribe_audio, transcribe_files
+from duet.asr.inference import blank_past_end, transcribe_audio, transcribe_files
 
 __all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
 
@@ -106,8 +106,8 @@ def decode_timed(model, log_probs, lengths, decoding) -> list[TimedTranscript]:
     if words_supported(model):
         texts = None
     else:
-        beams = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths,
-                                                              return_hypotheses=True)
+        beams = model.decoding.ctc_decoder_predictions_tensor(blank_past_end(log_probs, lengths, decoding.blank_id),
+                                                              decoder_lengths=lengths, return_hypotheses=True)
         texts = [hyp.text for hyp in beams]
         log_probs = aligned_log_probs(log_probs, lengths, [hyp.y_sequence for hyp in beams], decoding.blank_id)
     hyps = decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
