@@ -36,26 +36,28 @@ from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 from slm.metrics import assistant_scores, check_answer
 
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
-# In-domain LM text (tools/make_lm_text.py): 100k sentences build in ~10 s, the token 6-gram in ~20 s
+# The LM's text (tools/make_lm_text.py --source corpus wordnet): 100k sentences of the corpus's own generator (the
+# sample's domain, never one of its dev/test sentences), then WordNet's ~37,000 usage examples (everyday English, for
+# the real speech a user brings). ~10 s to write, ~20 s for the token 6-gram.
 LM_SENTENCES, LM_ORDER = 100_000, 6
-DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k.txt"
-DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_token{LM_ORDER}.arpa"
-# Beam width, LM weight and per-token bonus of the pipeline's beam search with DEMO_LM: chosen on dev-clean by
-# bench/decoding_ab.py for this LM and the demo's fine-tune of the Whisper base (2026-11-26). Beam 16 with alpha
-# 0.5-1.8 x beta 1-5.5: dev WER 56.4 % greedy -> 10.0 % at alpha 1.1, beta 4 (0.8/2.5: 11.0 %; 1.4/3: 10.2 %); beam 8
-# at the same weights 9.7 % (test-clean 10.8 %, beam 16 11.2 %) at 71x real time against beam 16's 57x, beam 4 15.2 %
-# at best: 8 it is (it decodes 50 frames a second, four times a FastConformer's, so the beam costs more here). The
-# LM's text comes from the sample's own generator, so this is in-domain help, not hearing: on real speech the same
-# decoding gains at most 2.5 points (RESULTS.md, "Demo fine-tune from the Whisper base").
+DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_wordnet.txt"
+DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_wordnet_token{LM_ORDER}.arpa"
+# Beam width, LM weight and per-token bonus of the pipeline's beam search with DEMO_LM, for the demo's fine-tune of
+# the Whisper base. The width: beam 8 reached the LM's best at 71x real time against beam 16's 57x (beam 4 was
+# 5 points worse on dev-clean; it decodes 50 frames a second, four times a FastConformer's, so the beam costs more
+# here). The weights: chosen by bench/decoding_ab.py (beam 8, alpha 0.5-1.4 x beta 1-4) on held-in data of both
+# kinds the pipeline hears, together: the sample's dev-clean (60) and the 86 utterances of the 8 dev speakers of
+# speechocean762/train that the fine-tune's real mix does not hold; dev WER 58.5 % greedy -> 27.7 % at alpha 1.1,
+# beta 4 (1.1/2: 28.6 %; 1.4/4: 28.9 %). The corpus-only LM at its best weights there (0.8/2): 37.1 %. Held out,
+# evaluation only: RESULTS.md, "Demo fine-tune from the Whisper base".
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 8, 1.1, 4.0
 # The low-confidence threshold of the demo's model under that decoding (duet.confidence; beam search + LM gives
 # lower word confidences than greedy, so the base's own threshold does not fit it). Chosen by
-# bench/confidence_threshold.py on held-in data: the sample's dev-clean (60) and the 86 utterances of the 8 dev
-# speakers of speechocean762/train that the fine-tune's real mix does not hold; the highest threshold flagging at
-# most 10 % of the utterances it heard right (WER <= 0.25): 0.30 flags 5.1 % of those and 27.6 % of the badly heard
-# (0.35: 20.3 % and 43.7 %). Held out, evaluation only: 32.5 % of speechocean762/test flagged (5 of the 61 it heard
-# right), 1.4 % of read_sentences, 32.0 % of common_voice. The demo's fine-tune of the Whisper base of 2026-11-26
-# under beam 8 (beam 16 gave the same threshold); re-choose it when the base checkpoint or the recipe changes.
+# bench/confidence_threshold.py on the same held-in data as the weights; the highest threshold flagging at most
+# 10 % of the utterances it heard right (WER <= 0.25): 0.30 flags 3.8 % of those and 25.4 % of the badly heard
+# (0.35: 11.4 % and 40.3 %). Held out, evaluation only: speechocean762/test 26.2 % flagged (11 of the 181 it heard
+# right, 136 of the 379 it heard badly), read_sentences 1.4 % (0 of 28; 2 of 113), common_voice 33.0 % (1 of 15; 32
+# of 85). Re-choose it when the base checkpoint, the recipe or the LM changes.
 DEMO_MIN_CONFIDENCE = 0.30
 # ... both saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
 DEMO_DECODING = decoding_file_for(DEMO_ASR_MODEL)

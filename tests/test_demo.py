@@ -80,19 +80,24 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
     assert len(answers) == len(requests) > 20 and all(a["error"] is None for a in answers)
     refs = [requests[a["file"]] for a in answers]
     hyps = [a["transcript"] for a in answers]
-    # measured 12.5 % with beam 8 + LM from the Whisper base (23.7 % from the FastConformer base v9; RESULTS.md);
-    # a regression guard, not the goal
+    # measured 17.3 % with beam 8 + the corpus and WordNet LM from the Whisper base (12.5 % with the corpus-only LM,
+    # 23.7 % from the FastConformer base v9; RESULTS.md); a regression guard, not the goal
     assert jiwer.wer(refs, hyps) < 0.25
     answered = [a for a in answers if a["transcript"]]
     assert all(a["response"] for a in answered)
-    # each transcript is judged by its confidence against the threshold the demo chose for its model: a few of its
-    # own held-out requests are not understood (10 of 52 on 2026-11-26) and get the apology instead of
-    # the language model's answer
+    # each transcript is judged by its confidence against the threshold the demo chose for its model: some of its
+    # own held-out requests are not understood (12 of 52 on 2026-11-26, heard at 41.8 % WER against the answered
+    # ones' 10.6 %) and get the apology instead of the language model's answer
     from duet.confidence import NOT_UNDERSTOOD_REPLY
 
     unsure = [a for a in answered if not a["understood"]]
-    assert all(a["confidence"] is not None for a in answered) and len(unsure) <= len(answered) // 4
+    sure = [a for a in answered if a["understood"]]
+    assert all(a["confidence"] is not None for a in answered) and len(unsure) <= len(answered) // 3
     assert all(a["response"] == NOT_UNDERSTOOD_REPLY and "slm" not in a["latency_s"] for a in unsure)
+    if unsure:  # what it flags, it heard worse than what it answers
+        def heard(turns):
+            return jiwer.wer([requests[a["file"]] for a in turns], [a["transcript"] for a in turns])
+        assert heard(unsure) > heard(sure)
     # related: the right kind of answer to what was said, for requests with a reference answer (measured 46-54 %)
     from duet.demo import answer_scores
 

@@ -29,7 +29,8 @@ Stages, each one of the toolkit's own entry scripts run as a user would:
   asr        fine-tune the bundled Whisper base (samples/checkpoints/whisper_tiny_ctc.nemo: Whisper tiny.en's
              pretrained encoder + a CTC head, its own tokenizer kept) on the sample's telephone speech + the pool
              (+ the real mix); WER on the held-out test-clean voices before -> after
-  lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence)
+  lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence), then
+             WordNet's ~37,000 examples of everyday English (for real speech)
   lm         a token 6-gram LM (KenLM) on that text over the base's tokenizer, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after. It needs
              nothing the stages before it make and trains on one thread, so it starts with the demo and runs beside
@@ -150,11 +151,12 @@ def stages(size: DemoSize = FULL) -> list[Stage]:
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, *MANIFESTS.values(), *train_manifests[1:]],
               outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir, epochs=epochs),
-        Stage("lmtext", [py, "tools/make_lm_text.py", "--sentences", str(LM_SENTENCES),
-                         "--out", str(DEMO_LM_TEXT)],
-              lambda: f"{DEMO_LM_TEXT.relative_to(REPO_ROOT)} ({LM_SENTENCES} sentences)",
-              inputs=[REPO_ROOT / "duet" / "synth" / "corpus_text.py", REPO_ROOT / "duet" / "synth" / "corpus.py",
-                      REPO_ROOT / "tools" / "make_lm_text.py"], outputs=[DEMO_LM_TEXT]),
+        Stage("lmtext", [py, "tools/make_lm_text.py", "--source", "corpus", "wordnet", "--sentences",
+                         str(LM_SENTENCES), "--out", str(DEMO_LM_TEXT)],
+              lambda: f"{DEMO_LM_TEXT.relative_to(REPO_ROOT)} ({len(DEMO_LM_TEXT.read_text().splitlines())} sentences: "
+                      f"{LM_SENTENCES} of the corpus's, then WordNet's)",
+              inputs=[REPO_ROOT / "duet" / "synth" / name for name in ("corpus_text.py", "corpus.py", "wordnet_text.py")]
+              + [REPO_ROOT / "tools" / "make_lm_text.py"], outputs=[DEMO_LM_TEXT]),
         # over the base's tokenizer, which the fine-tune keeps
         Stage("lm", [py, "tools/train_ngram_lm.py", "--unit", "token", "--tokenizer", str(BASE_CHECKPOINT),
                      "--order", str(LM_ORDER), "--text", str(DEMO_LM_TEXT), "--out", str(DEMO_LM)],
