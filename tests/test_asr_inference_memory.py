@@ -22,11 +22,13 @@ class EchoCtc(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self.cfg = SimpleNamespace(sample_rate=16000)
-        self.decoding = SimpleNamespace(ctc_decoder_predictions_tensor=lambda signal, decoder_lengths: [
+        # "log-probs" with one label, the blank: the padded batch's audio itself (padding is zeros, as the blank's
+        # certain log-prob 0 that the decoding puts past each utterance's end)
+        self.decoding = SimpleNamespace(blank_id=0, ctc_decoder_predictions_tensor=lambda signal, decoder_lengths: [
             f"{float(row.sum()):.5f}/{signal.shape[1]}/{int(n)}" for row, n in zip(signal, decoder_lengths)])
 
     def forward(self, input_signal, input_signal_length):
-        return input_signal, input_signal_length, None
+        return input_signal[:, :, None], input_signal_length, None
 
 
 @pytest.fixture(scope="module")
