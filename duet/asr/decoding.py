@@ -27,7 +27,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.inference import audio_length, blank_past_end, hypothesis_text, load_audio
+from duet.asr.inference import audio_length, decode_texts, load_audio
 from duet.ngram import nemo_token_lm, read_lm_info
 from duet.errors import DuetError
 
@@ -168,7 +168,6 @@ def decode_log_probs(model, cached: CachedLogProbs) -> list[str]:
     """Transcripts of cached log-probabilities with the model's current decoding, in input order."""
     texts = [""] * cached.n_files
     for batch, log_probs, lengths in cached.batches:
-        blanked = blank_past_end(log_probs, lengths, model.decoding.blank_id)
-        for i, hyp in zip(batch, model.decoding.ctc_decoder_predictions_tensor(blanked, decoder_lengths=lengths)):
-            texts[i] = hypothesis_text(hyp)
+        for i, text in zip(batch, decode_texts(model, log_probs, lengths)):
+            texts[i] = text
     return texts
