@@ -27,6 +27,15 @@ the chosen threshold and at the model's current one only (what tools/pipeline.py
 of the decoding.json beside the model when it decodes as that file says, else duet.confidence's
 DEFAULT_MIN_CONFIDENCE). --out writes everything as JSON, per utterance included.
 
+--greedy-too (for a beam-search model) also transcribes every utterance greedily from the same model and compares
+other signals with the pipeline's: the greedy transcript's own confidence, the agreement of the two transcripts
+(1 - their character error rate: where the LM rewrote much of what the acoustics said, the model was unsure) and
+the pipeline's confidence times that agreement. Each signal gets its own threshold by the same rule on the --tune
+manifests, and is scored at it on the held-out sets:
+
+  python bench/confidence_threshold.py --model experiments/demo_asr/demo_asr.nemo --greedy-too \
+      --tune manifests/dev-clean.json /tmp/so762/tune.json --held-out-sets speechocean762/test read_sentences common_voice
+
 Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/confidence.py) for the FastConformer base checkpoint
 (and any model without a decoding file), DEMO_MIN_CONFIDENCE (duet/demo.py, written into the demo model's
 decoding.json) for the demo's fine-tune, the "min_confidence" of its own decoding file for any other model (the
@@ -41,8 +50,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jiwer
+
 from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import set_decoding
+from duet.asr.decoding import DecodingSettings, set_decoding
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model
 from duet.asr.scoring import score
@@ -73,6 +84,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help="the chosen threshold flags at most this share of the rightly heard (default 0.10)")
     parser.add_argument("--batch-size", type=int, default=OfflineBatching.batch_size)
     parser.add_argument("--out", type=Path, default=None, help="also write the table and the scores as JSON")
+    parser.add_argument("--greedy-too", action="store_true",
+                        help="also decode greedily and compare the other signals (see above); beam decodings only")
     add_decoding_arguments(parser, "--decoding", strategy_default=(
         "the decoding.json beside the model, as tools/pipeline.py decodes; greedy without one"))
     return parser
@@ -94,6 +107,41 @@ def score_manifest(model, manifest: Path, batch_size: int) -> list[dict]:
                      # the least sure word, for comparison with the mean the pipeline uses
                      "min_word": min((w.confidence for w in words), default=None) if words else None})
     return rows
+
+
+#: the signals --greedy-too compares, each a row key: the pipeline's first
+SIGNALS = ("confidence", "greedy_confidence", "agreement", "confidence_x_agreement")
+
+
+def add_greedy_signals(rows: list[dict], greedy_rows: list[dict]) -> None:
+    """Give each row of the model's own decoding the signals of its greedy twin (the same utterance, in order)."""
+    for row, twin in zip(rows, greedy_rows, strict=True):
+        if row["id"] != twin["id"]:
+            raise RuntimeError(f"greedy rows out of order: {row['id']} vs {twin['id']}")
+        agreement = max(0.0, 1.0 - jiwer.cer(row["hyp"], twin["hyp"])) if row["hyp"] and twin["hyp"] else 0.0
+        row.update(greedy_hyp=twin["hyp"], greedy_confidence=twin["confidence"], agreement=round(agreement, 4),
+                   confidence_x_agreement=None if row["confidence"] is None
+                   else round(row["confidence"] * agreement, 4))
+
+
+def signal_lines(tune_rows: list[dict], held_out: dict[str, list[dict]], wer_bound: float,
+                 max_right_flagged: float) -> list[str]:
+    """For each of :data:`SIGNALS`: its threshold chosen on ``tune_rows`` by the rule of :func:`choose`, and the
+    shares of the rightly / badly heard it flags there and on each held-out set."""
+    lines = []
+    for key in SIGNALS:
+        chosen = choose(threshold_table(tune_rows, wer_bound, key), max_right_flagged)
+        if chosen is None:
+            lines.append(f"{key}: no threshold flags <= {100 * max_right_flagged:g} % of the rightly heard")
+            continue
+        parts = []
+        for name, rows in {"tune": tune_rows, **held_out}.items():
+            right = [r for r in rows if r["wer"] <= wer_bound]
+            bad = [r for r in rows if r["wer"] > wer_bound]
+            parts.append(f"{name} {percent(share(right, chosen, key)).strip()} / "
+                         f"{percent(share(bad, chosen, key)).strip()} %")
+        lines.append(f"{key} at {chosen:g}: right / bad flagged: " + "; ".join(parts))
+    return lines
 
 
 def flagged(row: dict, threshold: float, key: str = "confidence") -> bool:
@@ -147,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_asr_model(args.model)
     set_decoding(model, settings)
     decoding = settings.describe() + (f" from {source}" if source else "")
+    if args.greedy_too and settings.strategy == "greedy":
+        parser.error("--greedy-too compares a beam search with greedy decoding; this model decodes greedily")
     print(f"model {args.model}, decoding {decoding}, current threshold {current:g}; right = utterance WER <= "
           f"{args.wer_bound:g}", flush=True)
 
@@ -172,6 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             right = sum(r["wer"] <= args.wer_bound for r in rows)
             print(f"held out {eval_set.name}: {len(rows)} utterances ({right} heard right); flagged "
                   + ", ".join(f"{100 * s:.1f} % at {t:g}" for t, s in sorted(at.items())), flush=True)
+    if args.greedy_too:
+        set_decoding(model, DecodingSettings(strategy="greedy"))
+        for rows, manifest in zip(sets.values(), args.tune):
+            add_greedy_signals(rows, score_manifest(model, manifest, args.batch_size))
+        with tempfile.TemporaryDirectory(prefix="confidence-") as folder:
+            for eval_set in held_out:
+                add_greedy_signals(evaluated[eval_set.name],
+                                   score_manifest(model, build_manifest(eval_set, Path(folder)), args.batch_size))
+        print("\n".join(["signals, each at its own threshold (greedy too):",
+                          *signal_lines(tune_rows, evaluated, args.wer_bound, args.max_right_flagged)]))
     if args.out:
         write_text_atomic(args.out, json.dumps({
             "model": str(args.model), "decoding": decoding, "current": current, "wer_bound": args.wer_bound,

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 from omegaconf import OmegaConf
 
-from slm.config import resolve_path
+from slm.config import ConfigError, resolve_path
 
 PREAMBLE = ("Below is an instruction that describes a task. "
             "Write a response that appropriately completes the request.")
@@ -105,6 +105,29 @@ def tokenize_example(example: dict, tokenizer, max_length: int) -> dict:
     answer_ids = tokenizer.encode(example["output"], add_special_tokens=False)
     input_ids = (prompt_ids + answer_ids + [tokenizer.eos_token_id])[:max_length]
     return {"input_ids": input_ids, "prompt_length": min(len(prompt_ids), len(input_ids))}
+
+
+def tokenize_text(text: str, tokenizer, max_length: int) -> dict:
+    """A plain sentence as a training row (replay of general English): what the tokenizer puts before a text
+    (the converted Whisper GPT-2's stand-in for Whisper's prefix; nothing for GPT-2's) is its "prompt", never a
+    target; every token of the sentence and the end-of-text token after it are."""
+    prefix = len(tokenizer.encode(""))
+    input_ids = (tokenizer.encode(text) + [tokenizer.eos_token_id])[:max_length]
+    return {"input_ids": input_ids, "prompt_length": min(prefix, len(input_ids))}
+
+
+def replay_sentences(path: Path, per_row: float, rows: int, seed: int) -> list[str]:
+    """``round(per_row * rows)`` distinct non-empty lines of ``path``, drawn with ``seed``; a ``ConfigError``
+    naming ``data.replay_text`` when the file is missing or holds too few lines."""
+    if not path.is_file():
+        raise ConfigError(f"data.replay_text: {path} does not exist (python tools/make_lm_text.py --source "
+                              f"wordnet --out {path} writes one)")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    wanted = round(per_row * rows)
+    if wanted > len(lines):
+        raise ConfigError(f"data.replay_text: {path} has {len(lines)} sentences, data.replay_per_row="
+                              f"{per_row:g} x {rows} training rows wants {wanted}")
+    return random.Random(seed).sample(lines, wanted)
 
 
 @dataclass

@@ -290,13 +290,15 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     import torch
     from transformers.trainer_callback import PrinterCallback
 
-    from slm.data import AlpacaCollator, tokenize_example
+    from slm.data import AlpacaCollator, replay_sentences, tokenize_example, tokenize_text
     from slm.evaluation import evaluate_model, write_report
     from slm.modeling import answer_loss_trainer, count_parameters, pick_device_and_training_precision
 
     # Data and model first: when either cannot be loaded (no hub, bad file) the user sees one error line,
     # not the config dump followed by it.
     splits = load_splits(cfg)
+    replay = (replay_sentences(resolve_path(cfg.data.replay_text), cfg.data.replay_per_row, len(splits["train"]),
+                               cfg.data.split_seed) if cfg.data.replay_text and cfg.data.replay_per_row > 0 else [])
     resume_from = last_checkpoint(work_dir)
     tokenizer, model = get_model_and_tokenizer(cfg, splits["train"], resume_from)
     log.info("config:\n%s", config_text.rstrip())
@@ -314,6 +316,10 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
 
     tokenized = {name: [tokenize_example(row, tokenizer, cfg.data.max_length) for row in rows]
                  for name, rows in splits.items()}
+    if replay:
+        tokenized["train"] += [tokenize_text(text, tokenizer, cfg.data.max_length) for text in replay]
+        log.info("replay: %d sentences of %s among the %d training rows", len(replay), cfg.data.replay_text,
+                 len(splits["train"]))
     for rows in tokenized.values():
         for row in rows:
             row["length"] = len(row["input_ids"])  # read by the length-grouping sampler

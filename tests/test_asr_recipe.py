@@ -295,7 +295,10 @@ def test_finetune_from_nemo_switches_tokenizer_learns_and_writes_outputs(python,
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_path):
-    args = _recipe_args(micro_setup, tmp_path, "trainer.max_epochs=8", "evaluate_before_fit=false",
+    # long enough that the run is still training when its first checkpoint is seen: on a fast machine 8 epochs
+    # of the micro model were over before the test could kill the run
+    epochs = 100
+    args = _recipe_args(micro_setup, tmp_path, f"trainer.max_epochs={epochs}", "evaluate_before_fit=false",
                         "model.test_ds.manifest_filepath=null")
     ckpt_dir = tmp_path / "micro" / "checkpoints"
     proc = subprocess.Popen([python, str(SCRIPT), *args], cwd=REPO, stdout=subprocess.DEVNULL,
@@ -316,13 +319,13 @@ def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_pa
         proc.wait()
     ckpt = sorted(ckpt_dir.glob("*last.ckpt"))[0]
     step_at_kill = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
-    assert 0 < step_at_kill < 8 * 2
+    assert 0 < step_at_kill < epochs * 2
 
     resumed = _run(python, args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming training from checkpoint" in resumed.stdout + resumed.stderr
     summary = json.loads((tmp_path / "micro" / "finetune_summary.json").read_text())
-    assert summary["global_step"] == 8 * 2
+    assert summary["global_step"] == epochs * 2
     steps = [step for step, _ in _train_losses(tmp_path / "micro" / "csv_logs" / "metrics.csv")]
     # the resumed run logs only steps after the checkpoint; nothing is trained twice
     assert steps and min(steps) >= step_at_kill

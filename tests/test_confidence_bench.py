@@ -40,3 +40,24 @@ def test_a_run_scores_each_utterance_and_writes_its_choice(bench, micro_model_an
     assert all(r["confidence"] is None or 0 <= r["confidence"] <= 1 for r in rows)
     assert [row["threshold"] for row in report["table"]] == bench.THRESHOLDS
     assert "chosen threshold" in capsys.readouterr().out
+
+
+def test_greedy_signals_read_the_agreement_of_the_two_transcripts(bench):
+    rows = [{"id": "a", "hyp": "turn on the light", "wer": 0.0, "confidence": 0.8},
+            {"id": "b", "hyp": "the cat sat", "wer": 1.0, "confidence": 0.6},
+            {"id": "c", "hyp": "", "wer": 1.0, "confidence": None}]
+    greedy = [{"id": "a", "hyp": "turn on the lite", "confidence": 0.7},
+              {"id": "b", "hyp": "dhe kat zad on", "confidence": 0.5},
+              {"id": "c", "hyp": "mm", "confidence": 0.2}]
+    bench.add_greedy_signals(rows, greedy)
+    assert rows[0]["agreement"] == pytest.approx(1 - 3 / 17, abs=1e-4)     # "light" -> "lite": three edits in 17
+    assert rows[0]["confidence_x_agreement"] == pytest.approx(0.8 * rows[0]["agreement"], abs=1e-4)
+    assert rows[1]["agreement"] < 0.7 and rows[1]["greedy_confidence"] == 0.5
+    assert rows[2]["agreement"] == 0.0 and rows[2]["confidence_x_agreement"] is None
+    with pytest.raises(RuntimeError, match="out of order"):
+        bench.add_greedy_signals(rows[:2], greedy[1::-1])
+    # the agreement separates the two heard utterances where the confidence alone flags neither at 0.55
+    lines = bench.signal_lines(rows, {"held": rows}, wer_bound=0.25, max_right_flagged=0.0)
+    by_key = {line.split()[0]: line for line in lines}
+    assert by_key["agreement"].startswith("agreement at 0.8:") and "tune 0.0 / 100.0 %" in by_key["agreement"]
+    assert "held 0.0 / 100.0 %" in by_key["agreement"]

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from slm.data import (AlpacaCollator, format_alpaca_example, format_alpaca_prompt, load_alpaca, split_examples,
-                      tokenize_example)
+from slm.config import ConfigError
+from slm.data import (AlpacaCollator, format_alpaca_example, format_alpaca_prompt, load_alpaca, replay_sentences,
+                      split_examples, tokenize_example, tokenize_text)
 from slm.modeling import train_bpe_tokenizer
 
 GPT2_EOS = 50256
@@ -150,3 +151,36 @@ def test_sample_generator_is_deterministic_and_arithmetic_is_right():
                 assert op(int(words[0]), int(b)) == pytest.approx(float(result)), row
                 checked += 1
     assert checked > 50
+
+
+@pytest.mark.parametrize("stand_in", [0, 2])
+def test_a_replayed_sentence_is_a_target_from_its_first_token_but_never_the_tokenizers_own(stand_in):
+    """Replay rows of plain English: with the prompt masked, every token of the sentence and its end-of-text token
+    are targets; what the tokenizer puts first (the converted Whisper GPT-2's stand-in for its prefix) is not."""
+    from tokenizers.processors import TemplateProcessing
+
+    from slm.modeling import EOS_TOKEN
+
+    tokenizer = train_bpe_tokenizer(["the cat sat on the mat", "a dog ran"] * 5, vocab_size=300)
+    eos = tokenizer.eos_token_id
+    if stand_in:
+        tokenizer._tokenizer.post_processor = TemplateProcessing(single=" ".join([EOS_TOKEN] * stand_in) + " $A",
+                                                                 special_tokens=[(EOS_TOKEN, eos)])
+    row = tokenize_text("the cat sat", tokenizer, max_length=64)
+    text_ids = tokenizer.encode("the cat sat", add_special_tokens=False)
+    assert row["input_ids"] == [eos] * stand_in + text_ids + [eos] and row["prompt_length"] == stand_in
+    batch = AlpacaCollator(eos, mask_prompt=True)([row, tokenize_text("a dog ran on the mat", tokenizer, 64)])
+    labels = batch["labels"][0].tolist()
+    assert labels[:stand_in] == [-100] * stand_in and labels[stand_in:len(row["input_ids"])] == text_ids + [eos]
+
+
+def test_replay_sentences_are_drawn_by_the_seed_and_a_missing_or_short_file_is_named(tmp_path):
+    text = tmp_path / "english.txt"
+    text.write_text("".join(f"sentence number {i}\n" for i in range(50)) + "\n  \n")
+    drawn = replay_sentences(text, 0.5, 20, seed=123)
+    assert len(drawn) == 10 == len(set(drawn)) and drawn == replay_sentences(text, 0.5, 20, seed=123)
+    assert drawn != replay_sentences(text, 0.5, 20, seed=124) and all(line.strip() for line in drawn)
+    with pytest.raises(ConfigError, match="data.replay_text: .*missing.txt does not exist .*make_lm_text.py"):
+        replay_sentences(tmp_path / "missing.txt", 0.5, 20, seed=1)
+    with pytest.raises(ConfigError, match="has 50 sentences.*wants 60"):
+        replay_sentences(text, 3.0, 20, seed=1)

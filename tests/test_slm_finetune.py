@@ -74,6 +74,25 @@ def test_short_training_run_lowers_validation_loss(tmp_path):
     assert not (out / "checkpoints").exists()
 
 
+def test_replayed_english_joins_the_training_rows_and_a_missing_file_is_one_line(tmp_path, capsys):
+    text = tmp_path / "english.txt"
+    text.write_text("".join(f"the {word} sat on the mat\n" for word in ("cat", "dog", "bird", "fox") * 10))
+    tiny = ["--config-name", "slm_tiny_offline", "data.max_examples=60", "model.scratch.n_layer=1",
+            "model.scratch.n_embd=32", "model.scratch.n_head=2", "model.scratch.vocab_size=400", "train.max_steps=3",
+            "train.eval_steps=3", "eval.before_training=false", "eval.num_generate=2", "eval.max_new_tokens=4",
+            "eval.bertscore_model=none", "data.replay_per_row=0.5"]
+    out = tmp_path / "replay"
+    assert finetune.main([*tiny, f"output_dir={out}", f"data.replay_text={text}"]) == 0
+    # 60 rows split 85 / 10 / 5: 51 training rows, so 26 sentences
+    assert f"replay: 26 sentences of {text} among the 51 training rows" in (out / "finetune.log").read_text()
+    capsys.readouterr()
+    missing = tmp_path / "missing"
+    assert finetune.main([*tiny, f"output_dir={missing}", f"data.replay_text={tmp_path / 'none.txt'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.replay_text:" in err[0] and "none.txt does not exist" in err[0]
+    assert not missing.exists()
+
+
 @pytest.mark.integration
 def test_offline_preset_entry_point_and_generate(python, repo_root, tmp_path):
     out = tmp_path / "slm_tiny"
