@@ -330,6 +330,22 @@ def test_wordnet_lm_text_adds_training_transcripts_and_never_a_held_out_or_exclu
     assert missing.returncode == 2 and f"manifest not found: {tmp_path / 'none.json'}" in missing.stderr
 
 
+def test_english_text_for_replay_is_wordnets_estimate_part_as_written(tmp_path, python):
+    """tools/make_english_text.py: never a sentence of the dev or test tenths the SLM's perplexity is scored on."""
+    from duet.english_text import part_of, wordnet_examples
+
+    out = tmp_path / "english.txt"
+    result = subprocess.run([python, str(ENTRY.parent / "make_english_text.py"), "--sentences", "40", "--out", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = out.read_text().splitlines()
+    assert lines == wordnet_examples("estimate", limit=40) and {part_of(line) for line in lines} == {"estimate"}
+    assert any(line != line.lower() for line in wordnet_examples("estimate"))  # case kept, unlike the LM's transcripts
+    to_folder = subprocess.run([python, str(ENTRY.parent / "make_english_text.py"), "--out", str(tmp_path)],
+                               capture_output=True, text=True)
+    assert to_folder.returncode == 2 and f"--out {tmp_path} is a folder" in to_folder.stderr
+
+
 def test_both_sources_write_the_corpus_sentences_then_wordnets(tmp_path, python):
     from duet.synth.wordnet_text import wordnet_sentences
 

@@ -180,7 +180,7 @@ def test_replay_sentences_are_drawn_by_the_seed_and_a_missing_or_short_file_is_n
     drawn = replay_sentences(text, 0.5, 20, seed=123)
     assert len(drawn) == 10 == len(set(drawn)) and drawn == replay_sentences(text, 0.5, 20, seed=123)
     assert drawn != replay_sentences(text, 0.5, 20, seed=124) and all(line.strip() for line in drawn)
-    with pytest.raises(ConfigError, match="data.replay_text: .*missing.txt does not exist .*make_lm_text.py"):
+    with pytest.raises(ConfigError, match="data.replay_text: .*missing.txt does not exist .*make_english_text.py"):
         replay_sentences(tmp_path / "missing.txt", 0.5, 20, seed=1)
     with pytest.raises(ConfigError, match="has 50 sentences.*wants 60"):
         replay_sentences(text, 3.0, 20, seed=1)

@@ -277,13 +277,16 @@ def test_whisper_preset_loss_falls_on_a_few_rows(tiny_whisper, tmp_path):
 
     converted = tiny_converted_folder(tiny_whisper, tmp_path / "converted")
     out = tmp_path / "run"
+    english = tmp_path / "english.txt"  # the preset's replayed English (tools/make_english_text.py writes the real one)
+    english.write_text("".join(f"The {word} is on the table.\n" for word in ("cup", "book", "key", "pen") * 10))
     assert finetune.main(["--config-name", "slm_whisper_offline", f"model.name_or_path={converted}", f"output_dir={out}",
-                          "data.max_examples=100", "train.max_steps=25", "train.batch_size=8", "train.learning_rate=3e-3",
+                          f"data.replay_text={english}", "data.max_examples=100", "train.max_steps=25", "train.batch_size=8", "train.learning_rate=3e-3",
                           "train.warmup_steps=5", "train.eval_steps=25", "train.logging_steps=25", "eval.num_generate=2",
                           "eval.max_new_tokens=4", "eval.batch_size=8", "eval.bertscore_model=none"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["train_steps"] == 25 and metrics["parameters"] < 2_000_000
     assert metrics["after"]["masked_loss"] < metrics["before"]["masked_loss"] - 1.0
+    assert f"replay: 21 sentences of {english}" in (out / "finetune.log").read_text()  # 0.25 x 85 training rows
 
 
 def test_whisper_preset_names_the_converter_when_its_folder_is_missing(tmp_path, capsys):
