@@ -25,7 +25,8 @@ the highest at which at most --max-right-flagged (default 10 %) of the rightly h
 ``--held-out-sets`` (evaluation-only sets of ../shared/real_speech) are never used to choose: they are scored at
 the chosen threshold and at the model's current one only (what tools/pipeline.py would use: the min_confidence
 of the decoding.json beside the model when it decodes as that file says, else duet.confidence's
-DEFAULT_MIN_CONFIDENCE). --out writes everything as JSON, per utterance included.
+DEFAULT_MIN_CONFIDENCE). --out writes everything as JSON, per utterance included. NeMo's log lines go to --log
+(experiments/logs/confidence_threshold.log) unless --verbose shows them.
 
 --greedy-too (for a beam-search model) also transcribes every utterance greedily from the same model and compares
 other signals with the pipeline's: the greedy transcript's own confidence, the agreement of the two transcripts
@@ -58,13 +59,13 @@ from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model
 from duet.asr.scoring import score
 from duet.asr.words import transcribe_files_with_words
-from duet.cli_args import add_decoding_arguments, given_decoding_values
+from duet.cli_args import add_decoding_arguments, add_log_arguments, given_decoding_values, log_target
 from duet.confidence import utterance_confidence
 from duet.errors import DuetError
 from duet.pipeline_options import resolve_asr_decoding
 from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.foundation.errors import cli
-from duet.foundation.files import read_jsonl, write_text_atomic
+from duet.foundation.files import library_output_to, read_jsonl, write_text_atomic
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
 
@@ -86,6 +87,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, help="also write the table and the scores as JSON")
     parser.add_argument("--greedy-too", action="store_true",
                         help="also decode greedily and compare the other signals (see above); beam decodings only")
+    add_log_arguments(parser, "confidence_threshold")
     add_decoding_arguments(parser, "--decoding", strategy_default=(
         "the decoding.json beside the model, as tools/pipeline.py decodes; greedy without one"))
     return parser
@@ -192,13 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     held_out = real_sets(args.real_speech, tuple(args.held_out_sets)) if args.held_out_sets else []
     if not args.model.is_file():
         raise DuetError(f"--model {args.model} does not exist")
+    if args.greedy_too and settings.strategy == "greedy":
+        parser.error("--greedy-too compares a beam search with greedy decoding; this model decodes greedily")
+    if not args.verbose:
+        print(f"confidence_threshold: NeMo's log lines: {args.log} (--verbose shows them)", file=sys.stderr)
+    with library_output_to(log_target(args)) as (out, _):
+        return run(args, settings, source, current, held_out, out)
+
+
+def run(args: argparse.Namespace, settings: DecodingSettings, source: str | None, current: float, held_out: list,
+        out) -> int:
+    """Score the --tune manifests, choose, score the held-out sets; every line of the report goes to ``out``."""
     model = load_asr_model(args.model)
     set_decoding(model, settings)
     decoding = settings.describe() + (f" from {source}" if source else "")
-    if args.greedy_too and settings.strategy == "greedy":
-        parser.error("--greedy-too compares a beam search with greedy decoding; this model decodes greedily")
     print(f"model {args.model}, decoding {decoding}, current threshold {current:g}; right = utterance WER <= "
-          f"{args.wer_bound:g}", flush=True)
+          f"{args.wer_bound:g}", file=out, flush=True)
 
     sets = {}
     for manifest in args.tune:
@@ -206,12 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     tune_rows = [r for name in sets for r in sets[name]]
     for name, rows in sets.items():
         right = sum(r["wer"] <= args.wer_bound for r in rows)
-        print(f"tune {name}: {len(rows)} utterances, {right} heard right", flush=True)
+        print(f"tune {name}: {len(rows)} utterances, {right} heard right", file=out, flush=True)
     table = threshold_table(tune_rows, args.wer_bound)
-    print(format_table(table, threshold_table(tune_rows, args.wer_bound, key="min_word")))
+    print(format_table(table, threshold_table(tune_rows, args.wer_bound, key="min_word")), file=out)
     chosen = choose(table, args.max_right_flagged)
     print(f"chosen threshold (highest flagging <= {100 * args.max_right_flagged:g} % of the rightly heard): "
-          f"{chosen if chosen is not None else 'none'}")
+          f"{chosen if chosen is not None else 'none'}", file=out, flush=True)
 
     evaluated = {}
     with tempfile.TemporaryDirectory(prefix="confidence-") as folder:
@@ -221,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             at = {t: share(rows, t) for t in {current, *([chosen] if chosen is not None else [])}}
             right = sum(r["wer"] <= args.wer_bound for r in rows)
             print(f"held out {eval_set.name}: {len(rows)} utterances ({right} heard right); flagged "
-                  + ", ".join(f"{100 * s:.1f} % at {t:g}" for t, s in sorted(at.items())), flush=True)
+                  + ", ".join(f"{100 * s:.1f} % at {t:g}" for t, s in sorted(at.items())), file=out, flush=True)
     if args.greedy_too:
         set_decoding(model, DecodingSettings(strategy="greedy"))
         for rows, manifest in zip(sets.values(), args.tune):
@@ -231,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 add_greedy_signals(evaluated[eval_set.name],
                                    score_manifest(model, build_manifest(eval_set, Path(folder)), args.batch_size))
         print("\n".join(["signals, each at its own threshold (greedy too):",
-                          *signal_lines(tune_rows, evaluated, args.wer_bound, args.max_right_flagged)]))
+                          *signal_lines(tune_rows, evaluated, args.wer_bound, args.max_right_flagged)]), file=out)
     if args.out:
         write_text_atomic(args.out, json.dumps({
             "model": str(args.model), "decoding": decoding, "current": current, "wer_bound": args.wer_bound,
