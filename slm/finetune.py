@@ -364,8 +364,9 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     write_report(work_dir, results, records)
     write_jsonl_atomic(work_dir / "log_history.jsonl", trainer.state.log_history)
     remove_checkpoints(work_dir / "checkpoints")
-    metrics = {"parameters": n_params, "train_rows": len(splits["train"]), "train_loss": train_output.training_loss,
-               "train_steps": trainer.state.global_step, "train_seconds": round(train_seconds, 1),
+    metrics = {"parameters": n_params, "train_rows": len(splits["train"]), "replay_rows": len(replay),
+               "train_loss": train_output.training_loss, "train_steps": trainer.state.global_step,
+               "train_seconds": round(train_seconds, 1),
                "total_seconds": round(time.time() - started, 1), "device": device, "precision": precision,
                "torch_threads": torch.get_num_threads(), "loss_target": "answer only" if cfg.data.mask_prompt else "prompt + answer",
                **{label: summary for label, summary in results.items()}}

@@ -85,6 +85,8 @@ def test_replayed_english_joins_the_training_rows_and_a_missing_file_is_one_line
     assert finetune.main([*tiny, f"output_dir={out}", f"data.replay_text={text}"]) == 0
     # 60 rows split 85 / 10 / 5: 51 training rows, so 26 sentences
     assert f"replay: 26 sentences of {text} among the 51 training rows" in (out / "finetune.log").read_text()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["train_rows"], metrics["replay_rows"]) == (51, 26)
     capsys.readouterr()
     missing = tmp_path / "missing"
     assert finetune.main([*tiny, f"output_dir={missing}", f"data.replay_text={tmp_path / 'none.txt'}"]) == 2
