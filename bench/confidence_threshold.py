@@ -35,7 +35,7 @@ the pipeline's confidence times that agreement. Each signal gets its own thresho
 manifests, and is scored at it on the held-out sets:
 
   python bench/confidence_threshold.py --model experiments/demo_asr/demo_asr.nemo --greedy-too \
-      --tune manifests/dev-clean.json /tmp/so762/tune.json --held-out-sets speechocean762/test read_sentences common_voice
+      --tune manifests/dev-clean.json /tmp/so762/train.dev.json --held-out-sets speechocean762/test read_sentences common_voice
 
 Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/confidence.py) for the FastConformer base checkpoint
 (and any model without a decoding file), DEMO_MIN_CONFIDENCE (duet/demo.py, written into the demo model's

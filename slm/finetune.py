@@ -5,7 +5,7 @@ Usage:
     python slm/finetune.py data.source=/data/alpaca_data.json   # local copy of the Alpaca JSON
     python slm/finetune.py --config-name slm_tiny_offline       # tiny model on samples/, CPU, ~4 min
     python slm/finetune.py --config-name slm_tiny_offline train.epochs=2 output_dir=/tmp/slm_try
-    python slm/finetune.py --config-name slm_whisper_offline    # Whisper tiny.en's decoder as a GPT-2 (tools/whisper_to_gpt2.py first)
+    python slm/finetune.py --config-name slm_whisper_offline    # Whisper tiny.en's decoder as a GPT-2 (tools/whisper_to_gpt2.py and tools/make_english_text.py first)
     torchrun --nproc_per_node 4 slm/finetune.py                 # DDP over 4 GPUs (same for accelerate launch)
 
 Configs live in configs/ (slm_gpt2_alpaca.yaml, slm_tiny_offline.yaml, slm_whisper_offline.yaml); any key can be overridden as
@@ -297,6 +297,9 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     # Data and model first: when either cannot be loaded (no hub, bad file) the user sees one error line,
     # not the config dump followed by it.
     splits = load_splits(cfg)
+    if cfg.data.replay_per_row < 0 or (cfg.data.replay_per_row > 0 and not cfg.data.replay_text):
+        raise ConfigError(f"data.replay_per_row={cfg.data.replay_per_row:g} needs data.replay_text (a file of "
+                          f"sentences) and must not be negative; data.replay_per_row=0 turns replay off")
     replay = (replay_sentences(resolve_path(cfg.data.replay_text), cfg.data.replay_per_row, len(splits["train"]),
                                cfg.data.split_seed) if cfg.data.replay_text and cfg.data.replay_per_row > 0 else [])
     resume_from = last_checkpoint(work_dir)

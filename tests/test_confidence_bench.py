@@ -56,7 +56,7 @@ def test_greedy_signals_read_the_agreement_of_the_two_transcripts(bench):
     assert rows[2]["agreement"] == 0.0 and rows[2]["confidence_x_agreement"] is None
     with pytest.raises(RuntimeError, match="out of order"):
         bench.add_greedy_signals(rows[:2], greedy[1::-1])
-    # the agreement separates the two heard utterances where the confidence alone flags neither at 0.55
+    # each signal gets its own threshold, and the held-out shares are read at it
     lines = bench.signal_lines(rows, {"held": rows}, wer_bound=0.25, max_right_flagged=0.0)
     by_key = {line.split()[0]: line for line in lines}
     assert by_key["agreement"].startswith("agreement at 0.8:") and "tune 0.0 / 100.0 %" in by_key["agreement"]

@@ -92,7 +92,9 @@ def test_replayed_english_joins_the_training_rows_and_a_missing_file_is_one_line
     assert finetune.main([*tiny, f"output_dir={missing}", f"data.replay_text={tmp_path / 'none.txt'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "data.replay_text:" in err[0] and "none.txt does not exist" in err[0]
-    assert not missing.exists()
+    assert not missing.exists() and not finetune.partial_dir(missing).exists()
+    assert finetune.main([*tiny, f"output_dir={missing}", "data.replay_text=null"]) == 2
+    assert "data.replay_per_row=0.5 needs data.replay_text" in capsys.readouterr().err
 
 
 @pytest.mark.integration

@@ -299,7 +299,7 @@ def test_whisper_preset_names_the_converter_when_its_folder_is_missing(tmp_path,
 
 
 def test_whisper_preset_trains_on_the_same_rows_and_batches_as_the_scratch_preset():
-    """Same rows, split, batch and loss as slm_tiny_offline, so ``train.max_steps=N`` on both compares them; the
+    """Same rows, split, batch and loss as slm_tiny_offline (plus its replayed sentences), so ``train.max_steps=N`` on both compares them; the
     Whisper preset stops at its own max_steps (a 26.6 M model's 12 epochs take hours on the CPU)."""
     from slm.config import load_config
 

@@ -3,8 +3,9 @@ r"""Write general English for a language model to keep reading while it is fine-
 
 Usage:
     python tools/make_english_text.py                            # -> data/english_estimate.txt
-    python slm/finetune.py --config-name slm_whisper_offline data.replay_text=data/english_estimate.txt \
-        data.replay_per_row=0.5 output_dir=experiments/slm_whisper_replay
+    python slm/finetune.py --config-name slm_whisper_offline     # its preset replays that file
+    python slm/finetune.py --config-name slm_gpt2_alpaca data.replay_text=data/english_estimate.txt \
+        data.replay_per_row=0.25
 
 The sentences are WordNet 3.0's usage examples as written, case and punctuation kept (Debian wordnet-base,
 WordNet licence), one per line: only the "estimate" part of duet.english_text, never its "dev" or "test" tenths,

