@@ -138,10 +138,8 @@ def signal_lines(tune_rows: list[dict], held_out: dict[str, list[dict]], wer_bou
             continue
         parts = []
         for name, rows in {"tune": tune_rows, **held_out}.items():
-            right = [r for r in rows if r["wer"] <= wer_bound]
-            bad = [r for r in rows if r["wer"] > wer_bound]
-            parts.append(f"{name} {percent(share(right, chosen, key)).strip()} / "
-                         f"{percent(share(bad, chosen, key)).strip()} %")
+            at = next(row for row in threshold_table(rows, wer_bound, key) if row["threshold"] == chosen)
+            parts.append(f"{name} {percent(at['right_flagged']).strip()} / {percent(at['bad_flagged']).strip()} %")
         lines.append(f"{key} at {chosen:g}: right / bad flagged: " + "; ".join(parts))
     return lines
 
@@ -226,21 +224,22 @@ def run(args: argparse.Namespace, settings: DecodingSettings, source: str | None
 
     evaluated = {}
     with tempfile.TemporaryDirectory(prefix="confidence-") as folder:
+        # built once: the greedy pass reads the same held-out manifests
+        manifests = {eval_set.name: build_manifest(eval_set, Path(folder)) for eval_set in held_out}
         for eval_set in held_out:
-            rows = score_manifest(model, build_manifest(eval_set, Path(folder)), args.batch_size)
+            rows = score_manifest(model, manifests[eval_set.name], args.batch_size)
             evaluated[eval_set.name] = rows
             at = {t: share(rows, t) for t in {current, *([chosen] if chosen is not None else [])}}
             right = sum(r["wer"] <= args.wer_bound for r in rows)
             print(f"held out {eval_set.name}: {len(rows)} utterances ({right} heard right); flagged "
                   + ", ".join(f"{100 * s:.1f} % at {t:g}" for t, s in sorted(at.items())), file=out, flush=True)
+        if args.greedy_too:
+            set_decoding(model, DecodingSettings(strategy="greedy"))
+            for rows, manifest in zip(sets.values(), args.tune):
+                add_greedy_signals(rows, score_manifest(model, manifest, args.batch_size))
+            for name, manifest in manifests.items():
+                add_greedy_signals(evaluated[name], score_manifest(model, manifest, args.batch_size))
     if args.greedy_too:
-        set_decoding(model, DecodingSettings(strategy="greedy"))
-        for rows, manifest in zip(sets.values(), args.tune):
-            add_greedy_signals(rows, score_manifest(model, manifest, args.batch_size))
-        with tempfile.TemporaryDirectory(prefix="confidence-") as folder:
-            for eval_set in held_out:
-                add_greedy_signals(evaluated[eval_set.name],
-                                   score_manifest(model, build_manifest(eval_set, Path(folder)), args.batch_size))
         print("\n".join(["signals, each at its own threshold (greedy too):",
                           *signal_lines(tune_rows, evaluated, args.wer_bound, args.max_right_flagged)]), file=out)
     if args.out:

@@ -301,7 +301,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
         raise ConfigError(f"data.replay_per_row={cfg.data.replay_per_row:g} needs data.replay_text (a file of "
                           f"sentences) and must not be negative; data.replay_per_row=0 turns replay off")
     replay = (replay_sentences(resolve_path(cfg.data.replay_text), cfg.data.replay_per_row, len(splits["train"]),
-                               cfg.data.split_seed) if cfg.data.replay_text and cfg.data.replay_per_row > 0 else [])
+                               cfg.data.split_seed) if cfg.data.replay_per_row > 0 else [])
     resume_from = last_checkpoint(work_dir)
     tokenizer, model = get_model_and_tokenizer(cfg, splits["train"], resume_from)
     log.info("config:\n%s", config_text.rstrip())
