@@ -102,17 +102,7 @@ def load_splits(cfg) -> dict[str, list[dict]]:
         raise ConfigError(str(e)) from None
     if cfg.data.max_examples:
         rows = rows[: cfg.data.max_examples]
-    splits = split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
-    if cfg.data.get("extra_train"):
-        extra = resolve_path(cfg.data.extra_train)
-        if not extra.is_file():
-            raise ConfigError(f"data.extra_train: {extra} does not exist (python tools/make_english_text.py "
-                              f"--instructions writes one)")
-        try:
-            splits["train"] = splits["train"] + load_alpaca(str(extra))
-        except ValueError as e:
-            raise ConfigError(f"data.extra_train: {e}") from None
-    return splits
+    return split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
 
 
 def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path | None = None):
