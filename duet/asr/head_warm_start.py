@@ -3,9 +3,9 @@
 A randomly initialised CTC head over a pretrained encoder spends hundreds of full training steps emitting only
 blanks; on 2 CPU cores each of those steps pays for the encoder's forward and backward pass. Here the encoder's
 pretrained layers run once per utterance (no augmentation, no gradient), their outputs are kept in memory as
-float16, and what is new on top of them -- the adapter blocks of a ``WhisperEncoder`` if it has any, and the head
-(NeMo's own decoder module and CTC loss) -- is trained on them for thousands of cheap steps. Batches are runs of
-utterances of similar length (the cache is sorted by duration), so the adapter's attention pays for little padding. Fine-tuning then
+float16, and what is new on top of them -- the ``WhisperEncoder``'s adapter blocks if it has any, and the head
+(NeMo's own decoder module and CTC loss) -- is trained on them for thousands of cheap steps. Batches are neighbours
+in the duration-sorted cache, so the adapter's attention pays for little padding. Fine-tuning then
 starts from a head that already reads the encoder (linear probing before fine-tuning also keeps more of the
 pretrained features than fine-tuning from a random head: Kumar et al., 2022, "Fine-Tuning can Distort Pretrained
 Features and Underperform Out-of-Distribution").
@@ -54,22 +54,15 @@ class CachedOutputs:
 
 
 def _pretrained_part(model):
-    """The encoder's frozen part as a function of (features, lengths) -> ([B, T, D], lengths), and the new part on
-    top of it as a function of ([B, T, D], lengths) -> [B, D, T] (the whole encoder and nothing for other encoders)."""
+    """The encoder's frozen part, (features, lengths) -> ([B, T, D], lengths), and the new part on top of it,
+    ([B, T, D], lengths) -> [B, D, T] (a ``WhisperEncoder``'s adapter blocks; the identity without them)."""
     encoder = model.encoder
-    if hasattr(encoder, "encode_pretrained"):
-        return encoder.encode_pretrained, lambda x, lengths: encoder.apply_adapter(x, lengths).transpose(1, 2)
-
-    def whole(features, lengths):
-        encoded, encoded_lengths = encoder(audio_signal=features, length=lengths)
-        return encoded.transpose(1, 2), encoded_lengths
-
-    return whole, lambda x, lengths: x.transpose(1, 2)
+    return encoder.encode_pretrained, lambda x, lengths: encoder.apply_adapter(x, lengths).transpose(1, 2)
 
 
 def new_parameters(model, train_adapter: bool = True) -> list[torch.nn.Parameter]:
     """What the warm start trains: the head, and the encoder's adapter blocks where it has them and they are new."""
-    adapter = getattr(model.encoder, "adapter_parameters", list)() if train_adapter else []
+    adapter = model.encoder.adapter_parameters() if train_adapter else []
     return list(model.decoder.parameters()) + adapter
 
 
@@ -147,15 +140,15 @@ def _log_probs(model, cached: list[torch.Tensor], indices: list[int],
 def greedy_wer(model, cached: CachedOutputs, batch_utterances: int = 32) -> float:
     """Word error rate of the head's greedy CTC transcripts (NeMo's decoding) against the cached texts."""
     hypotheses: list[str] = []
-    was_training = model.decoder.training
-    model.decoder.eval()  # the adapter stays in eval mode throughout (no dropout while warming)
+    was_training = model.decoder.training, model.encoder.adapter.training
+    model.decoder.eval(), model.encoder.adapter.eval()
     with torch.inference_mode():
         for start in range(0, len(cached.outputs), batch_utterances):
             indices = list(range(start, min(start + batch_utterances, len(cached.outputs))))
             log_probs, lengths = _log_probs(model, cached.outputs, indices)
             hyps = model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)
             hypotheses += [h.text if hasattr(h, "text") else str(h) for h in hyps]
-    model.decoder.train(was_training)
+    model.decoder.train(was_training[0]), model.encoder.adapter.train(was_training[1])
     references = [normalize_text(t) for t in cached.texts]
     return jiwer.wer(references, [normalize_text(h) for h in hypotheses])
 
@@ -174,11 +167,12 @@ def train_head(model, cached: CachedOutputs, settings: WarmStartSettings, progre
     window = max(1, settings.steps // 20)
     losses: list[float] = []
     model.decoder.train()
+    model.encoder.adapter.train(settings.train_adapter)  # a kept adapter runs as at inference
+    # the duration-sorted cache cut into batches of neighbours (little padding), each drawn as often as any other
     size = min(settings.batch_utterances, len(cached.outputs))
+    batches = [list(range(first, min(first + size, len(cached.outputs)))) for first in range(0, len(cached.outputs), size)]
     for step in range(settings.steps):
-        # a run of neighbours in the duration-sorted cache: similar lengths, little padding
-        first = generator.randrange(len(cached.outputs) - size + 1)
-        chosen = list(range(first, first + size))
+        chosen = generator.choice(batches)
         log_probs, lengths = _log_probs(model, cached.outputs, chosen, settings.train_adapter)
         target = torch.nn.utils.rnn.pad_sequence([targets[i] for i in chosen], batch_first=True)
         target_lengths = torch.tensor([len(targets[i]) for i in chosen])

@@ -145,8 +145,10 @@ class WhisperEncoder(NeuralModule, Exportable):
         self.register_buffer("positions", torch.zeros(max_positions, d_model))
         self.layers = nn.ModuleList(WhisperBlock(d_model, n_heads, ff_dim, dropout) for _ in range(n_layers))
         self.ln_post = nn.LayerNorm(d_model)
-        self.adapter = nn.ModuleList(WhisperBlock(d_model, n_heads, adapter_ff_dim or ff_dim, dropout)
-                                     for _ in range(adapter_layers))
+        if adapter_ff_dim is not None and adapter_ff_dim < 1:
+            raise ValueError(f"adapter_ff_dim must be >= 1, got {adapter_ff_dim}")
+        self.adapter = nn.ModuleList(WhisperBlock(d_model, n_heads, ff_dim if adapter_ff_dim is None else adapter_ff_dim,
+                                                  dropout) for _ in range(adapter_layers))
         self.adapter_ln = nn.LayerNorm(d_model) if adapter_layers else None
 
     @property

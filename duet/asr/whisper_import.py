@@ -79,7 +79,8 @@ class ImportSettings:
     from_nemo: Path | None = None  # a model of this family already fine-tuned: its encoder, head and tokenizer
     adapter_layers: int = 0
     adapter_ff_dim: int | None = None  # the new blocks' MLP width (None: Whisper's own, 1536)
-    dropout: float = 0.0  # Whisper was trained without dropout: 0.1 more than doubles a warm head's loss
+    dropout: float | None = None  # in the blocks while training; None: 0 for a new import (Whisper was trained
+    # without dropout, and 0.1 more than doubles a warm head's loss), the model's own with from_nemo
 
 
 def check_whisper_encoder(model: CTranslate2Model, path: Path | str = "model.bin") -> None:
@@ -136,13 +137,12 @@ def model_config(tokenizer_dir: Path, adapter_layers: int, dropout: float, adapt
 def build_model(settings: ImportSettings):
     """The NeMo model with Whisper's encoder weights loaded (strict) and a fresh CTC head, or (``from_nemo``) a
     fine-tuned model of this family with new adapter blocks and/or a new head over another tokenizer."""
+    if settings.from_nemo is not None:
+        return _from_fine_tuned(settings)
     # NeMo takes ~20 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import EncDecCTCModelBPE
 
     from duet.asr.whisper_encoder import init_adapter
-
-    if settings.from_nemo is not None:
-        return _from_fine_tuned(settings)
 
     tokenizer_dir = Path(settings.tokenizer_dir)
     _check_tokenizer(tokenizer_dir)
@@ -153,7 +153,8 @@ def build_model(settings: ImportSettings):
         raise WhisperImportError(str(e)) from None
     check_whisper_encoder(ct2, weights)
     duet.nemo_targets.install()
-    cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout, settings.adapter_ff_dim))
+    cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout or 0.0,
+                                           settings.adapter_ff_dim))
     model = EncDecCTCModelBPE(cfg=cfg)
     missing, unexpected = model.encoder.load_state_dict(encoder_state_dict(ct2), strict=False)
     adapter_keys = {k for k in model.encoder.state_dict() if k.startswith(("adapter.", "adapter_ln."))}
@@ -173,9 +174,11 @@ def _check_tokenizer(tokenizer_dir: Path) -> None:
 def _from_fine_tuned(settings: ImportSettings):
     """``settings.from_nemo`` restored, then changed: its encoder rebuilt with ``settings.adapter_layers`` new blocks
     (the pretrained weights kept; the new blocks start near the identity), and/or its head replaced by a new one over
-    ``settings.tokenizer_dir`` (NeMo's ``change_vocabulary``); without a tokenizer its head and tokenizer are kept."""
+    ``settings.tokenizer_dir`` (the recipe's ``match_tokenizer``: NeMo's ``change_vocabulary``, then each new piece's
+    row from the old pieces that spell it); without a tokenizer its head and tokenizer are kept."""
     from nemo.collections.asr.models import ASRModel
 
+    from duet.asr.recipe import match_tokenizer
     from duet.asr.whisper_encoder import WhisperEncoder, init_adapter
 
     path = Path(settings.from_nemo)
@@ -193,7 +196,8 @@ def _from_fine_tuned(settings: ImportSettings):
         with open_dict(model.cfg):
             model.cfg.encoder.adapter_layers = settings.adapter_layers
             model.cfg.encoder.adapter_ff_dim = settings.adapter_ff_dim
-            model.cfg.encoder.dropout = settings.dropout
+            if settings.dropout is not None:
+                model.cfg.encoder.dropout = settings.dropout
             encoder = WhisperEncoder(**{k: v for k, v in model.cfg.encoder.items() if k != "_target_"})
         missing, unexpected = encoder.load_state_dict(model.encoder.state_dict(), strict=False)
         if unexpected or any(not k.startswith(("adapter.", "adapter_ln.")) for k in missing):
@@ -201,5 +205,5 @@ def _from_fine_tuned(settings: ImportSettings):
         init_adapter(encoder)
         model.encoder = encoder
     if settings.tokenizer_dir is not None:
-        model.change_vocabulary(new_tokenizer_dir=str(Path(settings.tokenizer_dir).resolve()), new_tokenizer_type="bpe")
+        match_tokenizer(model, OmegaConf.create({"dir": str(Path(settings.tokenizer_dir).resolve()), "type": "bpe"}))
     return model
