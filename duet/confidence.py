@@ -28,7 +28,7 @@ NOT_UNDERSTOOD_REPLY = "Sorry, I didn't catch that."
 
 #: The utterance confidence below which a transcript counts as not understood (0 turns the check off), for a model
 #: whose decoding file names none (the demo's does: ``duet.demo.DEMO_MIN_CONFIDENCE``; so does the Whisper base's
-#: samples/checkpoints/whisper_tiny_ctc.decoding.json: greedy, 0.5, chosen by the same rule on the same held-in data,
+#: samples/checkpoints/whisper_tiny_ctc.decoding.json: greedy, 0.55, chosen by the same rule on the same held-in data,
 #: RESULTS.md "Low-confidence turns"). Chosen by
 #: ``bench/confidence_threshold.py`` for the FastConformer base checkpoint (samples/checkpoints/fastconformer_tiny_base.nemo,
 #: greedy) on held-in data: the sample's dev-clean (60 utterances) and the 8 dev speakers of speechocean762/train

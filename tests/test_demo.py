@@ -37,12 +37,12 @@ def test_asr_finetune_from_the_whisper_base_learns_the_sample(demo):
     assert summary["encoder_finetune"]["pretrained_parameters"] > 7_000_000  # Whisper's encoder, at its own lr
     assert summary["test_before"]["utterances"] == summary["test_after"]["utterances"] == 80
     # The ASR acceptance: WER on the held-out voices drops. The sample is telephone speech and the base learnt
-    # from wideband speech, so there is something to learn (RESULTS.md, "Demo fine-tune from the Whisper base":
-    # 59.7 % -> 53.1 % in one epoch with the real and pool mixes, 52.9 % with --short's smaller mixes). The training
-    # loss itself is no measure here: the batches mix the sample with real speech the base hears at ~60 % WER, and
-    # the pretrained head starts low.
-    assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.05
-    assert summary["test_after"]["wer"] < 0.57  # a regression guard
+    # from wideband speech (band-limited at times by augmentation), so there is something to learn (RESULTS.md,
+    # "Demo fine-tune from the Whisper base": base v3 39.2 % -> 35.7 % in one epoch, the same with --short's smaller
+    # mixes; base v2 59.7 -> 53.1 %). Two points on 80 utterances are ~10 words. The training loss itself is no
+    # measure here: the batches mix the sample with real speech the base hears at ~50 % WER, and the head starts low.
+    assert summary["test_after"]["wer"] < summary["test_before"]["wer"] - 0.02
+    assert summary["test_after"]["wer"] < 0.45  # a regression guard
 
 
 def test_demo_fine_tune_keeps_what_the_base_hears(demo):
@@ -54,7 +54,7 @@ def test_demo_fine_tune_keeps_what_the_base_hears(demo):
     before, after = ({r["set"]: r for r in json.loads((demo / "demo_generalisation" / name / "generalisation.json")
                                                        .read_text())["rows"]} for name in ("base", "demo_asr"))
     assert before.keys() == after.keys() and {"sample test-clean", "unseen voices"} <= before.keys()
-    assert after["sample test-clean"]["wer"] < before["sample test-clean"]["wer"] - 0.05
+    assert after["sample test-clean"]["wer"] < before["sample test-clean"]["wer"] - 0.02
     # unseen voices +0.65 points from the Whisper base (RESULTS.md, "Demo fine-tune from the Whisper base")
     assert after["unseen voices"]["wer"] < before["unseen voices"]["wer"] + 0.03
     real = [name for name, row in after.items() if row["distance"].startswith("real")]
