@@ -53,13 +53,6 @@ class CachedOutputs:
     audio_seconds: float
 
 
-def _pretrained_part(model):
-    """The encoder's frozen part, (features, lengths) -> ([B, T, D], lengths), and the new part on top of it,
-    ([B, T, D], lengths) -> [B, D, T] (a ``WhisperEncoder``'s adapter blocks; the identity without them)."""
-    encoder = model.encoder
-    return encoder.encode_pretrained, lambda x, lengths: encoder.apply_adapter(x, lengths).transpose(1, 2)
-
-
 def new_parameters(model, train_adapter: bool = True) -> list[torch.nn.Parameter]:
     """What the warm start trains: the head, and the encoder's adapter blocks where it has them and they are new."""
     adapter = model.encoder.adapter_parameters() if train_adapter else []
@@ -94,7 +87,6 @@ def cache_encoder_outputs(model, entries: list[dict], batch_seconds: float = 60.
     outputs: list[torch.Tensor] = []
     texts: list[str] = []
     seconds = 0.0
-    encode, _ = _pretrained_part(model)
     was_training = model.training
     model.eval()
     with torch.inference_mode():
@@ -109,7 +101,7 @@ def cache_encoder_outputs(model, entries: list[dict], batch_seconds: float = 60.
             lengths = torch.tensor([len(a) for a in audio])
             padded = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
             features, feature_lengths = model.preprocessor(input_signal=padded, length=lengths)
-            encoded, encoded_lengths = encode(features, feature_lengths)
+            encoded, encoded_lengths = model.encoder.encode_pretrained(features, feature_lengths)
             for k, entry in enumerate(batch):
                 outputs.append(encoded[k, : encoded_lengths[k]].to(torch.float16).clone())
                 texts.append(entry["text"])
@@ -130,10 +122,9 @@ def _batch(outputs: list[torch.Tensor], indices: list[int]) -> tuple[torch.Tenso
 def _log_probs(model, cached: list[torch.Tensor], indices: list[int],
                train_adapter: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The new part (adapter, then head) over cached frames: CTC log-probabilities [B, T, V] and lengths."""
-    _, adapt = _pretrained_part(model)
     frames, lengths = _batch(cached, indices)
     with torch.set_grad_enabled(torch.is_grad_enabled() and train_adapter):  # a kept adapter costs no backward pass
-        encoded = adapt(frames, lengths)
+        encoded = model.encoder.apply_adapter(frames, lengths).transpose(1, 2)  # [B, D, T] as NeMo's decoders read it
     return model.decoder(encoder_output=encoded), lengths
 
 

@@ -156,13 +156,19 @@ def build_model(settings: ImportSettings):
     cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout or 0.0,
                                            settings.adapter_ff_dim))
     model = EncDecCTCModelBPE(cfg=cfg)
-    missing, unexpected = model.encoder.load_state_dict(encoder_state_dict(ct2), strict=False)
-    adapter_keys = {k for k in model.encoder.state_dict() if k.startswith(("adapter.", "adapter_ln."))}
-    if unexpected or set(missing) - adapter_keys:
-        raise WhisperImportError(f"weights do not fit the encoder: missing {sorted(set(missing) - adapter_keys)}, "
-                                 f"unexpected {sorted(unexpected)}")
+    _load_pretrained(model.encoder, encoder_state_dict(ct2), weights)
     init_adapter(model.encoder)
     return model
+
+
+def _load_pretrained(encoder, state: dict[str, torch.Tensor], source: Path) -> None:
+    """Load Whisper's (or a fine-tuned model's) encoder weights into ``encoder``: every weight but the new adapter's
+    must be there, and nothing else."""
+    missing, unexpected = encoder.load_state_dict(state, strict=False)
+    missing = sorted(k for k in missing if not k.startswith(("adapter.", "adapter_ln.")))
+    if missing or unexpected:
+        raise WhisperImportError(f"{source}: weights do not fit the encoder: missing {missing}, "
+                                 f"unexpected {sorted(unexpected)}")
 
 
 def _check_tokenizer(tokenizer_dir: Path) -> None:
@@ -199,9 +205,7 @@ def _from_fine_tuned(settings: ImportSettings):
             if settings.dropout is not None:
                 model.cfg.encoder.dropout = settings.dropout
             encoder = WhisperEncoder(**{k: v for k, v in model.cfg.encoder.items() if k != "_target_"})
-        missing, unexpected = encoder.load_state_dict(model.encoder.state_dict(), strict=False)
-        if unexpected or any(not k.startswith(("adapter.", "adapter_ln.")) for k in missing):
-            raise WhisperImportError(f"{path}: encoder weights do not fit: missing {missing}, unexpected {unexpected}")
+        _load_pretrained(encoder, model.encoder.state_dict(), path)
         init_adapter(encoder)
         model.encoder = encoder
     if settings.tokenizer_dir is not None:
