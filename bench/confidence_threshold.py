@@ -106,13 +106,15 @@ def score_manifest(model, manifest: Path, batch_size: int) -> list[dict]:
             continue
         words = timed.words if record["hyp"] else None
         rows.append({**record, "confidence": utterance_confidence(words),
+                     # the same without the lexicon check (every word counted as heard), for comparison
+                     "acoustic_confidence": utterance_confidence(words, lexicon=None),
                      # the least sure word, for comparison with the mean the pipeline uses
                      "min_word": min((w.confidence for w in words), default=None) if words else None})
     return rows
 
 
-#: the signals --greedy-too compares, each a row key: the pipeline's first
-SIGNALS = ("confidence", "greedy_confidence", "agreement", "confidence_x_agreement")
+#: the signals compared, each a row key: the pipeline's first; the last three need --greedy-too
+SIGNALS = ("confidence", "acoustic_confidence", "greedy_confidence", "agreement", "confidence_x_agreement")
 
 
 def add_greedy_signals(rows: list[dict], greedy_rows: list[dict]) -> None:
@@ -127,11 +129,11 @@ def add_greedy_signals(rows: list[dict], greedy_rows: list[dict]) -> None:
 
 
 def signal_lines(tune_rows: list[dict], held_out: dict[str, list[dict]], wer_bound: float,
-                 max_right_flagged: float) -> list[str]:
-    """For each of :data:`SIGNALS`: its threshold chosen on ``tune_rows`` by the rule of :func:`choose`, and the
+                 max_right_flagged: float, keys: tuple[str, ...] = SIGNALS) -> list[str]:
+    """For each signal of ``keys``: its threshold chosen on ``tune_rows`` by the rule of :func:`choose`, and the
     shares of the rightly / badly heard it flags there and on each held-out set."""
     lines = []
-    for key in SIGNALS:
+    for key in keys:
         chosen = choose(threshold_table(tune_rows, wer_bound, key), max_right_flagged)
         if chosen is None:
             lines.append(f"{key}: no threshold flags <= {100 * max_right_flagged:g} % of the rightly heard")
@@ -239,9 +241,10 @@ def run(args: argparse.Namespace, settings: DecodingSettings, source: str | None
                 add_greedy_signals(rows, score_manifest(model, manifest, args.batch_size))
             for name, manifest in manifests.items():
                 add_greedy_signals(evaluated[name], score_manifest(model, manifest, args.batch_size))
-    if args.greedy_too:
-        print("\n".join(["signals, each at its own threshold (greedy too):",
-                          *signal_lines(tune_rows, evaluated, args.wer_bound, args.max_right_flagged)]), file=out)
+    keys = SIGNALS if args.greedy_too else SIGNALS[:2]
+    print("\n".join(["signals, each at its own threshold (confidence: the pipeline's; acoustic_confidence: the same "
+                      "without the lexicon check):",
+                      *signal_lines(tune_rows, evaluated, args.wer_bound, args.max_right_flagged, keys)]), file=out)
     if args.out:
         write_text_atomic(args.out, json.dumps({
             "model": str(args.model), "decoding": decoding, "current": current, "wer_bound": args.wer_bound,

@@ -51,6 +51,11 @@ def _wordnet_examples(wordnet_dir: Path) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def all_wordnet_examples(wordnet_dir: Path = WORDNET_DIR) -> tuple[str, ...]:
+    """Every usage example of WordNet (all three parts), in file order; EnglishTextMissing without WordNet."""
+    return _wordnet_examples(Path(wordnet_dir))
+
+
 def wordnet_examples(part: str, limit: int | None = None, wordnet_dir: Path = WORDNET_DIR) -> list[str]:
     """WordNet's usage examples of one part, in file order, at most ``limit`` spread evenly over the part."""
     if part not in PARTS:

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from duet.confidence import DEFAULT_MIN_CONFIDENCE
+
 
 @pytest.fixture(scope="module")
 def bench(repo_root):
@@ -36,16 +38,19 @@ def test_a_run_scores_each_utterance_and_writes_its_choice(bench, micro_model_an
     assert bench.main(["--model", str(nemo_path), "--tune", str(manifest), "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     rows = report["tune"][str(manifest)]
-    assert len(rows) == len(entries) and report["decoding"] == "greedy" and report["current"] == 0.65
+    assert len(rows) == len(entries) and report["decoding"] == "greedy" and report["current"] == DEFAULT_MIN_CONFIDENCE
     assert all(r["confidence"] is None or 0 <= r["confidence"] <= 1 for r in rows)
+    # the lexicon check only lowers a confidence: the acoustic one is the same or higher
+    assert all(r["confidence"] is None or r["acoustic_confidence"] >= r["confidence"] for r in rows)
     assert [row["threshold"] for row in report["table"]] == bench.THRESHOLDS
-    assert "chosen threshold" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "chosen threshold" in printed and "acoustic_confidence at" in printed
 
 
 def test_greedy_signals_read_the_agreement_of_the_two_transcripts(bench):
-    rows = [{"id": "a", "hyp": "turn on the light", "wer": 0.0, "confidence": 0.8},
-            {"id": "b", "hyp": "the cat sat", "wer": 1.0, "confidence": 0.6},
-            {"id": "c", "hyp": "", "wer": 1.0, "confidence": None}]
+    rows = [{"id": "a", "hyp": "turn on the light", "wer": 0.0, "confidence": 0.8, "acoustic_confidence": 0.8},
+            {"id": "b", "hyp": "the cat sat", "wer": 1.0, "confidence": 0.6, "acoustic_confidence": 0.6},
+            {"id": "c", "hyp": "", "wer": 1.0, "confidence": None, "acoustic_confidence": None}]
     greedy = [{"id": "a", "hyp": "turn on the lite", "confidence": 0.7},
               {"id": "b", "hyp": "dhe kat zad on", "confidence": 0.5},
               {"id": "c", "hyp": "mm", "confidence": 0.2}]
