@@ -37,6 +37,7 @@ from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check
                              utterance_confidence)
 from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
 from duet.io import audio_file_problem
+from duet.lexicon import english_words
 from duet.vad import VadSettings, speech_segments
 from slm.generation import GenerationSettings, load_model, respond
 
@@ -225,6 +226,8 @@ class VoicePipeline:
         if settings.stream:
             check_streaming_model(asr_model)
         slm_tokenizer, slm_model = load_model(settings.slm_model)
+        if settings.min_confidence > 0:
+            english_words()  # the confidence's word list, built now rather than on the first turn (about a second)
         pipeline = cls(asr_model, slm_model, slm_tokenizer, settings)
         return pipeline, time.perf_counter() - start
 
