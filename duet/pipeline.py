@@ -226,8 +226,8 @@ class VoicePipeline:
         if settings.stream:
             check_streaming_model(asr_model)
         slm_tokenizer, slm_model = load_model(settings.slm_model)
-        if settings.min_confidence > 0:
-            english_words()  # the confidence's word list, built now rather than on the first turn (about a second)
+        if not settings.stream:  # every offline transcript's confidence reads the word list (streaming has none)
+            english_words()  # built now rather than on the first turn (about a second)
         pipeline = cls(asr_model, slm_model, slm_tokenizer, settings)
         return pipeline, time.perf_counter() - start
 

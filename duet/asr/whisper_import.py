@@ -182,16 +182,17 @@ def _from_fine_tuned(settings: ImportSettings):
     (the pretrained weights kept; the new blocks start near the identity), and/or its head replaced by a new one over
     ``settings.tokenizer_dir`` (the recipe's ``match_tokenizer``: NeMo's ``change_vocabulary``, then each new piece's
     row from the old pieces that spell it); without a tokenizer its head and tokenizer are kept."""
-    # NeMo (and the recipe, which loads Lightning) take ~20 s to import: only the calls that use them pay for it
-    from nemo.collections.asr.models import ASRModel
-    from duet.asr.recipe import match_tokenizer
-    from duet.asr.whisper_encoder import WhisperEncoder, init_adapter
-
     path = Path(settings.from_nemo)
     if not path.is_file():
         raise WhisperImportError(f"{path} not found (a .nemo written by tools/import_whisper.py or fine-tuned from one)")
     if settings.tokenizer_dir is not None:
         _check_tokenizer(Path(settings.tokenizer_dir))
+    # NeMo (and the recipe, which loads Lightning) take ~20 s to import: only the calls that use them pay for it,
+    # after the inputs above are checked
+    from nemo.collections.asr.models import ASRModel
+    from duet.asr.recipe import match_tokenizer
+    from duet.asr.whisper_encoder import WhisperEncoder, init_adapter
+
     duet.nemo_targets.install()
     model = ASRModel.restore_from(str(path), map_location="cpu").float()
     if not isinstance(model.encoder, WhisperEncoder):
