@@ -100,32 +100,12 @@ def test_the_fine_tune_mixes_in_the_bases_pool_and_its_real_speech_where_that_ex
             [str(m) for m in mixes]
         assert set(mixes) <= set(asr.inputs)  # a new pool or real mix trains the model again
         # about the same number of steps either way: fewer passes over the sample when the real mix is there
-        epochs = cli.ASR_EPOCHS["with real mix" if real_root.is_dir() else "without"]
-        assert f"trainer.max_epochs={epochs}" in asr.command
+        kind = "with real mix" if real_root.is_dir() else "without"
+        assert f"trainer.max_epochs={cli.ASR_EPOCHS[kind]}" in asr.command
+        assert f"encoder_finetune.lr_scale={cli.ASR_ENCODER_LR_SCALE[kind]}" in asr.command
     assert cli.ASR_EPOCHS["with real mix"] < cli.ASR_EPOCHS["without"]
-
-
-def test_the_short_demo_runs_the_same_stages_on_less_data(repo_root, tmp_path, monkeypatch):
-    """--short (the slow tier's demo test) changes only how much data the ASR stages read: the same stages, outputs,
-    models and presets, a smaller pool and real mix, and fewer utterances of each set scored before and after."""
-    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
-    monkeypatch.setattr(cli, "REAL_SPEECH", tmp_path)
-    full, short = ({stage.name: stage for stage in cli.stages(size)} for size in (cli.FULL, cli.SHORT))
-    assert list(full) == list(short)
-    assert all(full[name].outputs == short[name].outputs for name in full)
-    changed = {name for name in full if full[name].command != short[name].command}
-    assert changed == {"pool", "realmix", "generalise-base", "generalise"}  # and asr only through its inputs
-    assert cli.SHORT.pool_hours < cli.FULL.pool_hours and cli.SHORT.real_mix_utterances < cli.FULL.real_mix_utterances
-    for name in ("generalise-base", "generalise"):
-        assert "--max-utterances" not in full[name].command
-        assert short[name].command[short[name].command.index("--max-utterances") + 1] == "200"
-    assert full["asr"].inputs == short["asr"].inputs  # the mixes' manifests: rebuilt smaller, so the ASR stage reruns
-    printed = []
-    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
-    assert cli.main(["--short", "--list", "--only", "pool"]) == 0
-    assert "--hours 0.07" in printed[0]
+    # without the real speech in the batches, Whisper's weights move slower: they forget other voices faster
+    assert cli.ASR_ENCODER_LR_SCALE["without"] < cli.ASR_ENCODER_LR_SCALE["with real mix"]
 
 
 def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
@@ -186,7 +166,7 @@ def demo_with_stages(repo_root, tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "EXPERIMENTS", tmp_path / "experiments")
     monkeypatch.setattr(demo, "STAMP_DIR", tmp_path / "experiments" / ".demo_stamps")
     stages = []
-    monkeypatch.setattr(cli, "stages", lambda size=None: stages)
+    monkeypatch.setattr(cli, "stages", lambda: stages)
     return cli, stages
 
 

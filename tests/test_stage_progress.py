@@ -98,8 +98,8 @@ def test_a_long_stage_shows_its_training_progress_on_the_demos_console(repo_root
                "    sys.stdout.write(f'\\rEpoch {(step - 1) // 4}: 50%|#    | {(step - 1) % 4 + 1}/4 [00:01<00:01]')\n"
                "    sys.stdout.flush()\n"
                "    time.sleep(0.5)\n")
-    monkeypatch.setattr(cli, "stages", lambda size=None: [Stage("train", [sys.executable, "-c", trainer], lambda: "trained",
-                                                      epochs=2)])
+    monkeypatch.setattr(cli, "stages", lambda: [Stage("train", [sys.executable, "-c", trainer], lambda: "trained",
+                                                epochs=2)])
     assert cli.main([]) == 0
     out = capfd.readouterr().out
     assert "epoch 1/2, step " in out or "epoch 2/2, step " in out, out
