@@ -1,8 +1,7 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: 8.5 to 12 minutes on 2 cores (three
-runs recorded in RESULTS.md, "The whole demo": 8.4, 11.6 and 8.9 min from scratch in clean clones, the machine lightly
-shared; the SLM's training runs beside the ASR fine-tune, 5-6 minutes for both); longer where other work shares the
-cores.
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 10 minutes on 2 cores (10.0 min
+from scratch in a clean clone on base v4, recorded in RESULTS.md, "The whole demo"; the SLM's training runs beside
+the ASR fine-tune, 7-8 minutes for both); longer where other work shares the cores.
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
