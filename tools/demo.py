@@ -14,7 +14,7 @@ Each stage prints its command, its progress while it runs, and its result in one
 (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
 --verbose shows it live too. The progress is read from that log (duet/stage_progress.py): the ASR fine-tune's
 epoch and step of all its steps, the SLM's step, any other progress bar, with the time left at the stage's own
-pace so far, e.g. "running 1:00: epoch 1/1, step 40/99 (40 %), about 1 min left": redrawn in place on a
+pace so far, e.g. "running 1:00: epoch 1/2, step 40/198 (20 %), about 3 min left": redrawn in place on a
 terminal, a new line every 30 s otherwise (a log file, CI). A failing stage prints the last 20 lines of its log.
 
 Stages, each one of the toolkit's own entry scripts run as a user would:
