@@ -189,7 +189,8 @@ def stages() -> list[Stage]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    names = [stage.name for stage in stages()]
+    by_name = {stage.name: stage for stage in stages()}
+    names = list(by_name)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--only", nargs="+", choices=names, help="run just these stages")
@@ -198,7 +199,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="show each stage's own output live (it always goes to experiments/<stage>/log.txt)")
     args = parser.parse_args(argv)
-    by_name = {stage.name: stage for stage in stages()}
     selected = names[names.index(args.start):] if args.start else args.only or names
 
     if args.list:
