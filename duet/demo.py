@@ -47,8 +47,8 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_{LM_SENTENCES // 1000}k_wordnet_to
 # 5 points worse on dev-clean; it decodes 50 frames a second, four times a FastConformer's, so the beam costs more
 # here). The weights: chosen by bench/decoding_ab.py (beam 8, alpha 0.5-1.4 x beta 1-4) on held-in data of both
 # kinds the pipeline hears, together: the sample's dev-clean (60) and the 86 utterances of the 8 dev speakers of
-# speechocean762/train that the fine-tune's real mix does not hold. Chosen again for the fine-tune of base v4 (alpha
-# 0.5-1.4 x beta 1-6): dev WER 41.2 % greedy -> 23.8 % at alpha 1.1, beta 4 again (0.8/4: 24.5 %; 1.4/4: 25.2 %).
+# speechocean762/train that the fine-tune's real mix does not hold. Chosen again for the fine-tunes of bases v4 and
+# v5 (alpha 0.5-1.4 x beta 1-6): alpha 1.1, beta 4 both times (RESULTS.md).
 # Held out, evaluation only: RESULTS.md, "Demo fine-tune from the Whisper base".
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 8, 1.1, 4.0
 # The low-confidence threshold of the demo's model under that decoding (duet.confidence: words outside the

@@ -1,22 +1,16 @@
 """bench/confidence_threshold.py: the table it chooses a threshold from, the rule, and a run on the micro model."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
 from duet.confidence import DEFAULT_MIN_CONFIDENCE
+from tests.script_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench(repo_root):
-    path = repo_root / "bench" / "confidence_threshold.py"
-    spec = importlib.util.spec_from_file_location("confidence_threshold", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / "bench" / "confidence_threshold.py")
 
 
 def test_the_threshold_flags_few_rightly_heard_utterances_and_the_table_counts_both_kinds(bench):

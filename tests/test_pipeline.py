@@ -774,8 +774,8 @@ def test_the_bundled_whisper_base_has_its_own_threshold():
     fastconformer = resolve_asr_decoding(checkpoints / "fastconformer_tiny_base.nemo", None, {})
     assert whisper.settings.strategy == fastconformer.settings.strategy == "greedy"
     assert fastconformer.min_confidence == DEFAULT_MIN_CONFIDENCE
-    # base v4's, chosen for it (RESULTS.md, "Low-confidence turns"); by chance the FastConformer's default too, so the
-    # file itself is checked: a base bundled without one would fall back to that default unnoticed
+    # bases v4's and v5's, chosen for each (RESULTS.md, "Low-confidence turns"); by chance the FastConformer's default
+    # too, so the file itself is checked: a base bundled without one would fall back to that default unnoticed
     assert read_min_confidence(checkpoints / "whisper_tiny_ctc.decoding.json") == whisper.min_confidence == 0.55
 
 

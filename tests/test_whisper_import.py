@@ -243,12 +243,44 @@ def test_a_fine_tuned_model_gets_a_new_head_over_another_tokenizer(tmp_path, sam
     assert all(torch.equal(model.encoder.state_dict()[k], v) for k, v in adapter_before.items())
 
 
+@pytest.mark.integration
+def test_a_fine_tuned_encoder_moves_back_toward_whispers_weights(tmp_path, sample_tokenizer):
+    """--pretrained-share S: every Whisper weight becomes (1 - S) x the fine-tuned one + S x Whisper's; the adapter
+    blocks and the head stay as they were; S = 1 gives Whisper's own encoder back."""
+    from duet.asr.whisper_import import (ImportSettings, WhisperImportError, build_model, encoder_state_dict,
+                                         mix_pretrained)
+    from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
+
+    whisper = encoder_state_dict(read_ctranslate2(whisper_model_dir() / "model.bin"))
+    base = build_model(ImportSettings(tokenizer_dir=sample_tokenizer, adapter_layers=1))
+    torch.manual_seed(0)
+    with torch.no_grad():  # stands in for fine-tuning: every weight moved
+        for parameter in base.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    tuned = {k: v.clone() for k, v in base.encoder.state_dict().items()}
+    base.save_to(str(tmp_path / "tuned.nemo"))
+    mixed = build_model(ImportSettings(tokenizer_dir=None, from_nemo=tmp_path / "tuned.nemo", pretrained_share=0.25))
+    state = mixed.encoder.state_dict()
+    for name, value in tuned.items():
+        expected = 0.75 * value + 0.25 * whisper[name] if name in whisper else value
+        assert torch.allclose(state[name], expected, atol=1e-6), name
+    assert any(name.startswith("adapter") for name in tuned) and len(whisper) < len(tuned)
+    for name, value in base.decoder.state_dict().items():
+        assert torch.equal(mixed.decoder.state_dict()[name], value), name
+    mix_pretrained(mixed.encoder, whisper, 1.0)
+    assert all(torch.allclose(mixed.encoder.state_dict()[name], value) for name, value in whisper.items())
+    with pytest.raises(WhisperImportError, match="must be in"):
+        mix_pretrained(mixed.encoder, whisper, 0.0)
+
+
 @pytest.mark.integration  # subprocesses: the tool's own checks, before any model is built
 def test_import_tool_refuses_options_that_would_do_nothing(tmp_path, python, repo_root):
     tool = [python, str(repo_root / "tools" / "import_whisper.py"), "--out", str(tmp_path / "m.nemo")]
     base = str(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
-    cases = {("--from-nemo", base): "changes it: --adapter-layers N and/or --tokenizer T",
-             ("--from-nemo", base, "--adapter-layers", "1", "--weights", "w.bin"): "no --weights",
+    cases = {("--from-nemo", base): "give --adapter-layers N, --tokenizer T and/or --pretrained-share S",
+             ("--from-nemo", base, "--adapter-layers", "1", "--weights", "w.bin"): "give it too",
+             ("--from-nemo", base, "--pretrained-share", "1.5"): "--pretrained-share must be in [0, 1], got 1.5",
+             ("--tokenizer", "t", "--pretrained-share", "0.2"): "give --from-nemo M",
              ("--adapter-layers", "1"): "--tokenizer is needed for a new model",
              ("--tokenizer", "t", "--adapter-ff-dim", "8"): "give --adapter-layers N too",
              ("--from-nemo", str(tmp_path / "none.nemo"), "--adapter-layers", "1"): "--from-nemo model not found"}

@@ -79,6 +79,7 @@ ASR_EPOCHS = {"with real mix": 2, "without": 4}
 # 32.8 %; two at 1e-3 took them to 26.1 % (x0.1, unseen voices 4.3 points worse), 27.8 % (x0.05, unseen +2.6) or
 # 29.2 % (x0.02, unseen +1.2, every real set within 2 points). Without the real mix the other voices suffer more:
 # four epochs took the sample to 28.4 % at x0.02 (unseen +2.9), 28.2 % at x0.01 (unseen +2.4); two, 31.1 %.
+# Kept for base v5 (34.0 -> 28.2 % with the real mix, unseen +1.9, every real set within 1.2 points).
 ASR_HEAD_LR = 1e-3
 ASR_ENCODER_LR_SCALE = {"with real mix": 0.02, "without": 0.01}
 # Base-domain data mixed into the fine-tune, so that it keeps what the base knows. With the sample alone, the

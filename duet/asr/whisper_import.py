@@ -81,6 +81,7 @@ class ImportSettings:
     adapter_ff_dim: int | None = None  # the new blocks' MLP width (None: Whisper's own, 1536)
     dropout: float | None = None  # in the blocks while training; None: 0 for a new import (Whisper was trained
     # without dropout, and 0.1 more than doubles a warm head's loss), the model's own with from_nemo
+    pretrained_share: float = 0.0  # with from_nemo: how far Whisper's layers move back toward the pretrained weights
 
 
 def check_whisper_encoder(model: CTranslate2Model, path: Path | str = "model.bin") -> None:
@@ -147,16 +148,12 @@ def build_model(settings: ImportSettings):
     tokenizer_dir = Path(settings.tokenizer_dir)
     _check_tokenizer(tokenizer_dir)
     weights = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
-    try:
-        ct2 = read_ctranslate2(weights)
-    except WhisperWeightsError as e:
-        raise WhisperImportError(str(e)) from None
-    check_whisper_encoder(ct2, weights)
+    pretrained = _pretrained_state(weights)
     duet.nemo_targets.install()
     cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout or 0.0,
                                            settings.adapter_ff_dim))
     model = EncDecCTCModelBPE(cfg=cfg)
-    _load_pretrained(model.encoder, encoder_state_dict(ct2), weights)
+    _load_pretrained(model.encoder, pretrained, weights)
     init_adapter(model.encoder)
     return model
 
@@ -181,12 +178,15 @@ def _from_fine_tuned(settings: ImportSettings):
     """``settings.from_nemo`` restored, then changed: its encoder rebuilt with ``settings.adapter_layers`` new blocks
     (the pretrained weights kept; the new blocks start near the identity), and/or its head replaced by a new one over
     ``settings.tokenizer_dir`` (the recipe's ``match_tokenizer``: NeMo's ``change_vocabulary``, then each new piece's
-    row from the old pieces that spell it); without a tokenizer its head and tokenizer are kept."""
+    row from the old pieces that spell it); without a tokenizer its head and tokenizer are kept. With
+    ``settings.pretrained_share`` its Whisper layers are moved that share back toward Whisper's own weights
+    (:func:`mix_pretrained`; ``settings.weights`` or the package's)."""
     path = Path(settings.from_nemo)
     if not path.is_file():
         raise WhisperImportError(f"{path} not found (a .nemo written by tools/import_whisper.py or fine-tuned from one)")
     if settings.tokenizer_dir is not None:
         _check_tokenizer(Path(settings.tokenizer_dir))
+    pretrained = _pretrained_state(settings.weights) if settings.pretrained_share else None
     # NeMo (and the recipe, which loads Lightning) take ~20 s to import: only the calls that use them pay for it,
     # after the inputs above are checked
     from nemo.collections.asr.models import ASRModel
@@ -209,6 +209,34 @@ def _from_fine_tuned(settings: ImportSettings):
         _load_pretrained(encoder, model.encoder.state_dict(), path)
         init_adapter(encoder)
         model.encoder = encoder
+    if pretrained is not None:
+        mix_pretrained(model.encoder, pretrained, settings.pretrained_share)
     if settings.tokenizer_dir is not None:
         match_tokenizer(model, OmegaConf.create({"dir": str(Path(settings.tokenizer_dir).resolve()), "type": "bpe"}))
     return model
+
+
+def mix_pretrained(encoder, pretrained: dict[str, torch.Tensor], share: float) -> None:
+    """Move a fine-tuned encoder's Whisper layers ``share`` of the way back to Whisper's own weights, in place:
+    ``(1 - share) * fine_tuned + share * pretrained`` (weight-space ensembling, WiSE-FT: Wortsman et al., 2022). The
+    adapter blocks, which Whisper does not have, are left as they are; so is the head."""
+    if not 0 < share <= 1:
+        raise WhisperImportError(f"the pretrained share must be in (0, 1], got {share}")
+    state = encoder.state_dict()
+    missing = sorted(set(pretrained) - set(state))
+    if missing:
+        raise WhisperImportError(f"the encoder lacks Whisper's weights {missing[:3]}")
+    mixed = {name: torch.lerp(state[name].float(), weight.float(), share).to(state[name].dtype)
+             for name, weight in pretrained.items()}
+    encoder.load_state_dict(mixed, strict=False)
+
+
+def _pretrained_state(weights: Path | None) -> dict[str, torch.Tensor]:
+    """Whisper tiny.en's encoder weights under our names, from ``weights`` or the installed package, checked."""
+    path = Path(weights) if weights else whisper_model_dir() / "model.bin"
+    try:
+        ct2 = read_ctranslate2(path)
+    except WhisperWeightsError as e:
+        raise WhisperImportError(str(e)) from None
+    check_whisper_encoder(ct2, path)
+    return encoder_state_dict(ct2)

@@ -209,9 +209,11 @@ def _sox_effects(speaker: Speaker, channel: str) -> list[str]:
     ]
 
 
-def synthesize(speaker: Speaker, text: str, out_flac: str | Path, channel: str = "wideband") -> float:
+def synthesize(speaker: Speaker, text: str, out_flac: str | Path, channel: str = "wideband",
+               min_seconds: float = MIN_SECONDS) -> float:
     """Speak ``text`` with ``speaker`` through ``channel`` into a 16 kHz mono 16-bit FLAC; returns its
-    duration in seconds.
+    duration in seconds. ``min_seconds``: the shortest speech (padding excluded) taken as a clip, lower for one
+    short word.
 
     Raises RuntimeError naming the speaker and file if an engine fails or the clip is empty or silent.
     """
@@ -233,6 +235,6 @@ def synthesize(speaker: Speaker, text: str, out_flac: str | Path, channel: str =
     duration = len(audio) / rate
     if rate != SAMPLE_RATE or audio.ndim != 1:
         raise RuntimeError(f"{out_flac.name}: expected {SAMPLE_RATE} Hz mono, got {rate} Hz shape {audio.shape}")
-    if duration < MIN_SECONDS + 2 * PAD_SECONDS or abs(audio.astype("int32")).max() < 300:
+    if duration < min_seconds + 2 * PAD_SECONDS or abs(audio.astype("int32")).max() < 300:
         raise RuntimeError(f"{out_flac.name}: speaker {speaker.id} produced an empty or silent clip for {text!r}")
     return duration

@@ -1,0 +1,212 @@
+#!/usr/bin/env python
+r"""How close word timestamps come to where the words are: our CTC model against faster-whisper tiny.en.
+
+Usage:
+  python bench/word_times.py                                   # the bundled Whisper base, 40 utterances
+  python bench/word_times.py --model experiments/demo_asr/demo_asr.nemo --utterances 80
+  python bench/word_times.py --model M.nemo --no-whisper       # ours alone
+
+No recording here comes with word boundaries, so the bench makes utterances whose boundaries are known exactly:
+each word of a sentence is synthesised on its own (duet.synth.tts.synthesize, silence trimmed at -50 dB) and the
+words are joined with pauses of --min-pause to --max-pause seconds. Sentences are WordNet's held-out tenth (the
+unseen-voices set's text: no training corpus holds them), voices the held-out identities of that set (none is in
+any training pool). Words spoken one by one are in citation form, not running speech: these figures are about
+timing, on speech easier to cut than a conversation.
+
+Both systems read the same files:
+  ours      the .nemo's greedy transcript with word times (duet.asr.words: NeMo's CTC timestamps)
+  whisper   faster-whisper tiny.en, int8, greedy, word_timestamps=True (its cross-attention alignment)
+Hypothesis words are matched to reference words by difflib over the normalised word sequences; only words
+spelt right are timed. For each system: the share of reference words matched, the median absolute error of word
+starts and ends, their mean signed error (negative: early), the share within 0.1 s and 0.25 s, and the share of
+matched words whose middle lies inside the spoken word. Writes <out>/word_times.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import random
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from faster_whisper import WhisperModel
+
+from duet import SAMPLES_DIR
+from duet.asr.whisper_weights import whisper_model_dir
+from duet.errors import DuetError
+from duet.foundation import EXPERIMENTS
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
+from duet.synth.tts import PAD_SECONDS, SAMPLE_RATE, synthesize, usable
+from duet.synth.voices import unseen_speakers
+from duet.synth.wordnet_text import wordnet_sentences
+from duet.text import normalize_text
+
+DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "whisper_tiny_ctc.nemo"
+EDGE_SECONDS = 0.3  # silence before the first word and after the last
+WITHIN = (0.1, 0.25)  # s: the tolerances reported
+
+
+@dataclass(frozen=True)
+class TimedWord:
+    word: str
+    start: float
+    end: float
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="our .nemo (default: the bundled Whisper base)")
+    parser.add_argument("--utterances", type=int, default=40, help="utterances to build (default 40)")
+    parser.add_argument("--min-words", type=int, default=4, help="shortest sentence in words (default 4)")
+    parser.add_argument("--max-words", type=int, default=12, help="longest sentence in words (default 12)")
+    parser.add_argument("--min-pause", type=float, default=0.05, help="shortest pause between words, s (default 0.05)")
+    parser.add_argument("--max-pause", type=float, default=0.5, help="longest pause between words, s (default 0.5)")
+    parser.add_argument("--seed", type=int, default=0, help="sentences, voices and pauses (default 0)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for both systems (default 2)")
+    parser.add_argument("--no-whisper", action="store_true", help="time ours only")
+    parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "word_times", help="output folder")
+    return parser
+
+
+def build_utterances(out: Path, count: int, min_words: int, max_words: int, min_pause: float, max_pause: float,
+                     seed: int) -> list[tuple[Path, list[TimedWord]]]:
+    """``count`` WAV files of words synthesised one by one and joined by pauses, with each word's true span."""
+    speakers = [s for s in unseen_speakers() if usable(s)]
+    if not speakers:
+        raise DuetError("no held-out TTS voice is installed (tools/setup.sh installs them)")
+    rng = random.Random(seed)
+    sentences = [s for s in wordnet_sentences(held_out=True) if min_words <= len(s.split()) <= max_words]
+    rng.shuffle(sentences)
+    utterances = []
+    with tempfile.TemporaryDirectory(prefix="duet_word_times_") as tmp:
+        for index, sentence in enumerate(sentences[:count]):
+            speaker = speakers[index % len(speakers)]
+            pieces, words, cursor = [np.zeros(round(EDGE_SECONDS * SAMPLE_RATE), np.float32)], [], EDGE_SECONDS
+            for position, word in enumerate(sentence.split()):
+                clip = Path(tmp) / f"{index}_{position}.flac"
+                synthesize(speaker, word, clip, min_seconds=0.0)
+                audio, _ = sf.read(clip, dtype="float32")
+                pad = round(PAD_SECONDS * SAMPLE_RATE)
+                audio = audio[pad: len(audio) - pad]  # synthesize pads the trimmed word with digital silence
+                if position:
+                    pause = rng.uniform(min_pause, max_pause)
+                    pieces.append(np.zeros(round(pause * SAMPLE_RATE), np.float32))
+                    cursor += pause
+                pieces.append(audio)
+                words.append(TimedWord(word, round(cursor, 3), round(cursor + len(audio) / SAMPLE_RATE, 3)))
+                cursor += len(audio) / SAMPLE_RATE
+            pieces.append(np.zeros(round(EDGE_SECONDS * SAMPLE_RATE), np.float32))
+            path = out / f"utt{index:03d}.wav"
+            sf.write(path, np.concatenate(pieces), SAMPLE_RATE)
+            utterances.append((path, words))
+            print(f"\rbuilt {index + 1}/{count} utterances", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return utterances
+
+
+def split_normalised(words: list[TimedWord]) -> list[TimedWord]:
+    """Each word as the normalised words it scores as (a hyphenated word is several; punctuation alone, none)."""
+    return [TimedWord(w, t.start, t.end) for t in words for w in normalize_text(t.word).split()]
+
+
+def timing_errors(reference: list[TimedWord], hypothesis: list[TimedWord]) -> list[tuple[TimedWord, TimedWord]]:
+    """(reference, hypothesis) pairs of the words both spell the same, matched in order."""
+    reference, hypothesis = split_normalised(reference), split_normalised(hypothesis)
+    matcher = difflib.SequenceMatcher(a=[w.word for w in reference], b=[w.word for w in hypothesis], autojunk=False)
+    return [(reference[block.a + i], hypothesis[block.b + i])
+            for block in matcher.get_matching_blocks() for i in range(block.size)]
+
+
+def summarise(pairs: list[tuple[TimedWord, TimedWord]], reference_words: int) -> dict:
+    if not pairs:
+        return {"matched": 0, "reference_words": reference_words}
+    starts = [h.start - r.start for r, h in pairs]
+    ends = [h.end - r.end for r, h in pairs]
+    inside = [r.start <= (h.start + h.end) / 2 <= r.end for r, h in pairs]
+    summary = {"matched": len(pairs), "reference_words": reference_words,
+               "start_median_abs_s": round(statistics.median(map(abs, starts)), 3),
+               "end_median_abs_s": round(statistics.median(map(abs, ends)), 3),
+               "start_mean_s": round(statistics.fmean(starts), 3), "end_mean_s": round(statistics.fmean(ends), 3),
+               "middle_inside": round(sum(inside) / len(pairs), 3)}
+    for tolerance in WITHIN:
+        summary[f"start_within_{tolerance}"] = round(sum(abs(e) <= tolerance for e in starts) / len(pairs), 3)
+        summary[f"end_within_{tolerance}"] = round(sum(abs(e) <= tolerance for e in ends) / len(pairs), 3)
+    return summary
+
+
+def ours(model_path: Path, paths: list[Path], threads: int) -> list[list[TimedWord]]:
+    # NeMo takes ~20 s to import: --help and bad options do not wait for it
+    import torch
+
+    from duet.asr.inference import load_asr_model
+    from duet.asr.words import transcribe_files_with_words
+
+    torch.set_num_threads(threads)
+    model = load_asr_model(model_path, device="cpu")
+    return [[TimedWord(w.word, w.start, w.end) for w in timed.words or []]
+            for timed in transcribe_files_with_words(model, paths)]
+
+
+def whisper(paths: list[Path], threads: int) -> list[list[TimedWord]]:
+    model = WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
+    results = []
+    for path in paths:
+        segments, _ = model.transcribe(str(path), language="en", beam_size=1, temperature=0.0, word_timestamps=True,
+                                       condition_on_previous_text=False, vad_filter=False)
+        results.append([TimedWord(w.word, w.start, w.end) for s in segments for w in s.words or []])
+    return results
+
+
+def report(name: str, summary: dict) -> str:
+    if not summary["matched"]:
+        return f"{name:8s} no word matched of {summary['reference_words']}"
+    return (f"{name:8s} matched {summary['matched']}/{summary['reference_words']}  "
+            f"start |err| median {summary['start_median_abs_s']:.3f} s (mean {summary['start_mean_s']:+.3f}), "
+            f"within 0.1/0.25 s {summary['start_within_0.1']:.0%}/{summary['start_within_0.25']:.0%}  "
+            f"end |err| median {summary['end_median_abs_s']:.3f} s (mean {summary['end_mean_s']:+.3f}), "
+            f"within {summary['end_within_0.1']:.0%}/{summary['end_within_0.25']:.0%}  "
+            f"middle inside the word {summary['middle_inside']:.0%}")
+
+
+@cli
+def main(argv=None) -> int:
+    args = get_parser().parse_args(argv)
+    if not args.model.is_file():
+        raise DuetError(f"model file not found: {args.model}")
+    if not 1 <= args.min_words <= args.max_words:
+        raise DuetError(f"--min-words {args.min_words} / --max-words {args.max_words}: need 1 <= min <= max")
+    if not 0 <= args.min_pause <= args.max_pause:
+        raise DuetError(f"--min-pause {args.min_pause} / --max-pause {args.max_pause}: need 0 <= min <= max")
+    audio_dir = args.out / "audio"
+    audio_dir.mkdir(parents=True, exist_ok=True)
+    utterances = build_utterances(audio_dir, args.utterances, args.min_words, args.max_words, args.min_pause,
+                                  args.max_pause, args.seed)
+    paths = [path for path, _ in utterances]
+    reference_words = sum(len(split_normalised(words)) for _, words in utterances)
+    systems = {"ours": lambda: ours(args.model, paths, args.threads)}
+    if not args.no_whisper:
+        systems["whisper"] = lambda: whisper(paths, args.threads)
+    results = {}
+    for name, run in systems.items():
+        hypotheses = run()
+        pairs = [pair for (_, reference), hypothesis in zip(utterances, hypotheses)
+                 for pair in timing_errors(reference, hypothesis)]
+        results[name] = summarise(pairs, reference_words)
+        print(report(name, results[name]))
+    write_text_atomic(args.out / "word_times.json", json.dumps(
+        {"model": str(args.model), "utterances": len(utterances), "settings": {k: str(v) for k, v in vars(args).items()},
+         "results": results}, indent=2) + "\n")
+    print(f"word_times: {len(utterances)} utterances, {reference_words} words -> {args.out / 'word_times.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
