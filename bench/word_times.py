@@ -19,7 +19,8 @@ Both systems read the same files:
 Hypothesis words are matched to reference words by difflib over the normalised word sequences; only words
 spelt right are timed. For each system: the share of reference words matched, the median absolute error of word
 starts and ends, their mean signed error (negative: early), the share within 0.1 s and 0.25 s, and the share of
-matched words whose middle lies inside the spoken word. Writes <out>/word_times.json.
+matched words whose middle lies inside the spoken word. Writes <out>/word_times.json. NeMo's log lines go to --log
+(experiments/logs/word_times.log) unless --verbose shows them.
 """
 
 from __future__ import annotations
@@ -36,14 +37,18 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import torch
 from faster_whisper import WhisperModel
 
 from duet import SAMPLES_DIR
+from duet.asr.inference import load_asr_model
 from duet.asr.whisper_weights import whisper_model_dir
+from duet.asr.words import transcribe_files_with_words
+from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
-from duet.foundation.files import write_text_atomic
+from duet.foundation.files import library_output_to, write_text_atomic
 from duet.synth.tts import PAD_SECONDS, SAMPLE_RATE, synthesize, usable
 from duet.synth.voices import unseen_speakers
 from duet.synth.wordnet_text import wordnet_sentences
@@ -73,6 +78,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for both systems (default 2)")
     parser.add_argument("--no-whisper", action="store_true", help="time ours only")
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "word_times", help="output folder")
+    add_log_arguments(parser, "word_times")
     return parser
 
 
@@ -143,12 +149,6 @@ def summarise(pairs: list[tuple[TimedWord, TimedWord]], reference_words: int) ->
 
 
 def ours(model_path: Path, paths: list[Path], threads: int) -> list[list[TimedWord]]:
-    # NeMo takes ~20 s to import: --help and bad options do not wait for it
-    import torch
-
-    from duet.asr.inference import load_asr_model
-    from duet.asr.words import transcribe_files_with_words
-
     torch.set_num_threads(threads)
     model = load_asr_model(model_path, device="cpu")
     return [[TimedWord(w.word, w.start, w.end) for w in timed.words or []]
@@ -195,12 +195,15 @@ def main(argv=None) -> int:
     if not args.no_whisper:
         systems["whisper"] = lambda: whisper(paths, args.threads)
     results = {}
-    for name, run in systems.items():
-        hypotheses = run()
-        pairs = [pair for (_, reference), hypothesis in zip(utterances, hypotheses)
-                 for pair in timing_errors(reference, hypothesis)]
-        results[name] = summarise(pairs, reference_words)
-        print(report(name, results[name]))
+    if not args.verbose:
+        print(f"word_times: NeMo's log lines: {args.log} (--verbose shows them)", file=sys.stderr)
+    with library_output_to(log_target(args)) as (out, _):
+        for name, run in systems.items():
+            hypotheses = run()
+            pairs = [pair for (_, reference), hypothesis in zip(utterances, hypotheses)
+                     for pair in timing_errors(reference, hypothesis)]
+            results[name] = summarise(pairs, reference_words)
+            print(report(name, results[name]), file=out, flush=True)
     write_text_atomic(args.out / "word_times.json", json.dumps(
         {"model": str(args.model), "utterances": len(utterances), "settings": {k: str(v) for k, v in vars(args).items()},
          "results": results}, indent=2) + "\n")
