@@ -54,10 +54,10 @@ PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 8, 1.1, 4.0
 # The low-confidence threshold of the demo's model under that decoding (duet.confidence: words outside the
 # lexicon count 0; beam search + LM gives lower word confidences than greedy, so the base's own threshold does not
 # fit it). Chosen by bench/confidence_threshold.py on the same held-in data as the weights: the highest threshold
-# flagging at most 10 % of the utterances it heard right (WER <= 0.25): 0.45 flags 5.7 % of those and 23.7 % of the
-# badly heard (0.50: 11.5 % and 35.6 %). Held out, evaluation only: speechocean762/test 19.6 % flagged (12 of the
-# 229 it heard right, 98 of the 331 it heard badly), read_sentences 20.6 % (1 of 26; 28 of 115), common_voice
-# 45.0 % (2 of 15; 43 of 85). Re-choose it when the base checkpoint, the recipe or the LM changes.
+# flagging at most 10 % of the utterances it heard right (WER <= 0.25); for the fine-tune of base v5, 0.45 flags 4.6 %
+# of those and 22.0 % of the badly heard (0.50: 11.5 % and 37.3 %). Held out, evaluation only: speechocean762/test
+# 18.2 % flagged (13 of the 237 it heard right, 89 of the 323 it heard badly), read_sentences 21.3 % (1 of 32; 29 of
+# 109), common_voice 41.0 % (3 of 16; 38 of 84). Re-choose it when the base checkpoint, the recipe or the LM changes.
 DEMO_MIN_CONFIDENCE = 0.45
 # ... both saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
 DEMO_DECODING = decoding_file_for(DEMO_ASR_MODEL)
@@ -65,6 +65,17 @@ DEMO_DECODING = decoding_file_for(DEMO_ASR_MODEL)
 DEMO_GENERALISATION = EXPERIMENTS / "demo_generalisation"
 #: How much worse (WER points) the fine-tune may make a real-speech set before the demo flags it.
 REAL_SET_TOLERANCE = 2.0
+
+
+@dataclass(frozen=True)
+class AsrFineTune:
+    """How the demo fine-tunes the base (tools/demo.py's stage "asr"): passes over the sample's 520 training
+    utterances + the mixes, the CTC head's learning rate, and how fast Whisper's pretrained weights move beside it
+    (a share of the head's rate)."""
+
+    epochs: int
+    head_lr: float
+    encoder_lr_scale: float
 
 
 @dataclass

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
-                       DEMO_SLM_MODEL, EXPERIMENTS, LM_ORDER, LM_SENTENCES, BackgroundRun, Stage,
+                       DEMO_SLM_MODEL, AsrFineTune, EXPERIMENTS, LM_ORDER, LM_SENTENCES, BackgroundRun, Stage,
                        asr_summary, demo_decoding, generalisation_summary, log_tail, next_steps, pipeline_summary,
                        shown, slm_summary, threads_beside, write_demo_decoding)
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
@@ -71,17 +71,16 @@ from duet.foundation.files import read_jsonl, write_jsonl_atomic
 # less real speech: RESULTS.md, "Whisper base"). Its own tokenizer is kept: a new one would throw its trained CTC
 # head away, so the demo trains no tokenizer (tools/train_tokenizer.py makes one for a new model).
 BASE_CHECKPOINT = SAMPLES_DIR / "checkpoints" / "whisper_tiny_ctc.nemo"
-# Passes over the sample's 520 training utterances + the mixes, in steps of 16 utterances: 99 steps an epoch with
-# the real mix, 51 without it. The pretrained encoder needs few (RESULTS.md, "Demo fine-tune from the Whisper base").
-ASR_EPOCHS = {"with real mix": 2, "without": 4}
-# The CTC head's learning rate, and how fast Whisper's pretrained weights move beside it. Base v4 already hears the
-# sample's held-out voices at 32.4 %: one epoch at whisper_tiny_finetune.yaml's 3e-4 (encoder x0.1) left them at
-# 32.8 %; two at 1e-3 took them to 26.1 % (x0.1, unseen voices 4.3 points worse), 27.8 % (x0.05, unseen +2.6) or
-# 29.2 % (x0.02, unseen +1.2, every real set within 2 points). Without the real mix the other voices suffer more:
-# four epochs took the sample to 28.4 % at x0.02 (unseen +2.9), 28.2 % at x0.01 (unseen +2.4); two, 31.1 %.
-# Kept for base v5 (34.0 -> 28.2 % with the real mix, unseen +1.9, every real set within 1.2 points).
-ASR_HEAD_LR = 1e-3
-ASR_ENCODER_LR_SCALE = {"with real mix": 0.02, "without": 0.01}
+# The fine-tune's passes (steps of 16 utterances: 99 an epoch with the real mix, 51 without it) and learning rates.
+# Chosen on base v4, which already heard the sample's held-out voices at 32.4 %: one epoch at
+# whisper_tiny_finetune.yaml's 3e-4 (encoder x0.1) left them at 32.8 %; two at 1e-3 took them to 26.1 % (x0.1, unseen
+# voices 4.3 points worse), 27.8 % (x0.05, unseen +2.6) or 29.2 % (x0.02, unseen +1.2, every real set within 2
+# points). Kept for base v5: 34.0 -> 28.2 %, unseen +1.9, every real set within 1.2 points. Without the real mix the
+# other voices suffer more, and the head's rate decides how much: from v5, four epochs at x0.01 took the sample to
+# 27.0 % at 1e-3 (unseen +3.1; at x0.005 +3.6; three epochs 28.2 %, +3.5; two 30.1 %, +3.0) and 28.4 % at 5e-4
+# (unseen +1.1) (RESULTS.md, "Demo fine-tune from the Whisper base").
+ASR_FINE_TUNE = {"with real mix": AsrFineTune(epochs=2, head_lr=1e-3, encoder_lr_scale=0.02),
+                 "without": AsrFineTune(epochs=4, head_lr=5e-4, encoder_lr_scale=0.01)}
 # Base-domain data mixed into the fine-tune, so that it keeps what the base knows. With the sample alone, the
 # fine-tune from base v8 made the held-out real sets worse by up to 11.5 WER points (speechocean762/test) and
 # unseen voices by 7.7; with 260 real utterances by 4.1 and 4.8; with 780 real + the base's synthetic pool, at
@@ -125,7 +124,7 @@ def stages() -> list[Stage]:
     # the base's own synthetic pool and, where it exists, its real speech, mixed into the fine-tune
     train_manifests = [MANIFESTS["train-clean"], POOL_MIX] + ([REAL_MIX] if REAL_SPEECH.is_dir() else [])
     mixes = "with real mix" if REAL_SPEECH.is_dir() else "without"
-    epochs, encoder_lr_scale = ASR_EPOCHS[mixes], ASR_ENCODER_LR_SCALE[mixes]
+    fine_tune = ASR_FINE_TUNE[mixes]
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -146,14 +145,14 @@ def stages() -> list[Stage]:
         Stage("asr", [py, "nemo_recipes/finetune_ctc.py", "--config-name", "whisper_tiny_finetune",
                       f"name={DEMO_ASR_MODEL.stem}",
                       f"exp_manager.exp_dir={EXPERIMENTS}", f"init_from_nemo_model={BASE_CHECKPOINT}",
-                      f"model.optim.lr={ASR_HEAD_LR}", f"encoder_finetune.lr_scale={encoder_lr_scale}",
+                      f"model.optim.lr={fine_tune.head_lr}", f"encoder_finetune.lr_scale={fine_tune.encoder_lr_scale}",
                       f"model.train_ds.manifest_filepath='{','.join(str(m) for m in train_manifests)}'",
                       f"model.validation_ds.manifest_filepath={MANIFESTS['dev-clean']}",
                       f"model.test_ds.manifest_filepath={MANIFESTS['test-clean']}",
-                      f"trainer.max_epochs={epochs}"],
+                      f"trainer.max_epochs={fine_tune.epochs}"],
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, *MANIFESTS.values(), *train_manifests[1:]],
-              outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir, epochs=epochs),
+              outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir, epochs=fine_tune.epochs),
         Stage("lmtext", [py, "tools/make_lm_text.py", "--source", "corpus", "wordnet", "--sentences",
                          str(LM_SENTENCES), "--out", str(DEMO_LM_TEXT)],
               lambda: f"{DEMO_LM_TEXT.relative_to(REPO_ROOT)} ({len(DEMO_LM_TEXT.read_text().splitlines())} sentences: "
