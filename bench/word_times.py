@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import soundfile as sf
@@ -57,6 +60,7 @@ from duet.text import normalize_text
 DEFAULT_MODEL = SAMPLES_DIR / "checkpoints" / "whisper_tiny_ctc.nemo"
 EDGE_SECONDS = 0.3  # silence before the first word and after the last
 WITHIN = (0.1, 0.25)  # s: the tolerances reported
+MAX_SECONDS = 30  # Whisper's window (and the Whisper base's longest input)
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-words", type=int, default=12, help="longest sentence in words (default 12)")
     parser.add_argument("--min-pause", type=float, default=0.05, help="shortest pause between words, s (default 0.05)")
     parser.add_argument("--max-pause", type=float, default=0.5, help="longest pause between words, s (default 0.5)")
-    parser.add_argument("--seed", type=int, default=0, help="sentences, voices and pauses (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="which sentences, and the pauses (default 0)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for both systems (default 2)")
     parser.add_argument("--no-whisper", action="store_true", help="time ours only")
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "word_times", help="output folder")
@@ -83,38 +87,48 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def build_utterances(out: Path, count: int, min_words: int, max_words: int, min_pause: float, max_pause: float,
-                     seed: int) -> list[tuple[Path, list[TimedWord]]]:
-    """``count`` WAV files of words synthesised one by one and joined by pauses, with each word's true span."""
+                     seed: int, progress: TextIO = sys.stderr) -> list[tuple[Path, list[TimedWord]]]:
+    """``count`` WAV files of words synthesised one by one and joined by pauses, with each word's true span; the
+    voices of the unseen-voices set take turns, the sentences and pauses are drawn with ``seed``. A line on
+    ``progress`` counts them."""
     speakers = [s for s in unseen_speakers() if usable(s)]
     if not speakers:
         raise DuetError("no held-out TTS voice is installed (tools/setup.sh installs them)")
     rng = random.Random(seed)
     sentences = [s for s in wordnet_sentences(held_out=True) if min_words <= len(s.split()) <= max_words]
+    if len(sentences) < count:
+        raise DuetError(f"only {len(sentences)} held-out sentences have {min_words}-{max_words} words; "
+                        f"asked for {count} utterances")
     rng.shuffle(sentences)
+    pad, edge = round(PAD_SECONDS * SAMPLE_RATE), np.zeros(round(EDGE_SECONDS * SAMPLE_RATE), np.float32)
     utterances = []
     with tempfile.TemporaryDirectory(prefix="duet_word_times_") as tmp:
         for index, sentence in enumerate(sentences[:count]):
             speaker = speakers[index % len(speakers)]
-            pieces, words, cursor = [np.zeros(round(EDGE_SECONDS * SAMPLE_RATE), np.float32)], [], EDGE_SECONDS
+            pieces, words, cursor = [edge], [], len(edge)  # cursor in samples: no rounding adds up
             for position, word in enumerate(sentence.split()):
                 clip = Path(tmp) / f"{index}_{position}.flac"
                 synthesize(speaker, word, clip, min_seconds=0.0)
                 audio, _ = sf.read(clip, dtype="float32")
-                pad = round(PAD_SECONDS * SAMPLE_RATE)
-                audio = audio[pad: len(audio) - pad]  # synthesize pads the trimmed word with digital silence
+                # synthesize trims the word at -50 dB and pads it with digital silence: cut exactly that
+                if audio[:pad].any() or audio[len(audio) - pad:].any():
+                    raise RuntimeError(f"{clip.name}: speech inside synthesize's padding ({speaker.describe()})")
+                audio = audio[pad: len(audio) - pad]
                 if position:
-                    pause = rng.uniform(min_pause, max_pause)
-                    pieces.append(np.zeros(round(pause * SAMPLE_RATE), np.float32))
-                    cursor += pause
+                    pieces.append(np.zeros(round(rng.uniform(min_pause, max_pause) * SAMPLE_RATE), np.float32))
+                    cursor += len(pieces[-1])
                 pieces.append(audio)
-                words.append(TimedWord(word, round(cursor, 3), round(cursor + len(audio) / SAMPLE_RATE, 3)))
-                cursor += len(audio) / SAMPLE_RATE
-            pieces.append(np.zeros(round(EDGE_SECONDS * SAMPLE_RATE), np.float32))
+                words.append(TimedWord(word, round(cursor / SAMPLE_RATE, 3), round((cursor + len(audio)) / SAMPLE_RATE, 3)))
+                cursor += len(audio)
+            pieces.append(edge)
+            if cursor + len(edge) > MAX_SECONDS * SAMPLE_RATE:
+                raise DuetError(f"utterance {index} is {(cursor + len(edge)) / SAMPLE_RATE:.1f} s long, over Whisper's "
+                                f"{MAX_SECONDS} s: lower --max-words or --max-pause")
             path = out / f"utt{index:03d}.wav"
             sf.write(path, np.concatenate(pieces), SAMPLE_RATE)
             utterances.append((path, words))
-            print(f"\rbuilt {index + 1}/{count} utterances", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+            print(f"\rbuilt {index + 1}/{count} utterances", end="", file=progress, flush=True)
+    print(file=progress)
     return utterances
 
 
@@ -148,15 +162,12 @@ def summarise(pairs: list[tuple[TimedWord, TimedWord]], reference_words: int) ->
     return summary
 
 
-def ours(model_path: Path, paths: list[Path], threads: int) -> list[list[TimedWord]]:
-    torch.set_num_threads(threads)
-    model = load_asr_model(model_path, device="cpu")
+def ours(model, paths: list[Path]) -> list[list[TimedWord]]:
     return [[TimedWord(w.word, w.start, w.end) for w in timed.words or []]
             for timed in transcribe_files_with_words(model, paths)]
 
 
-def whisper(paths: list[Path], threads: int) -> list[list[TimedWord]]:
-    model = WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
+def whisper(model: WhisperModel, paths: list[Path]) -> list[list[TimedWord]]:
     results = []
     for path in paths:
         segments, _ = model.transcribe(str(path), language="en", beam_size=1, temperature=0.0, word_timestamps=True,
@@ -185,21 +196,27 @@ def main(argv=None) -> int:
         raise DuetError(f"--min-words {args.min_words} / --max-words {args.max_words}: need 1 <= min <= max")
     if not 0 <= args.min_pause <= args.max_pause:
         raise DuetError(f"--min-pause {args.min_pause} / --max-pause {args.max_pause}: need 0 <= min <= max")
-    audio_dir = args.out / "audio"
-    audio_dir.mkdir(parents=True, exist_ok=True)
-    utterances = build_utterances(audio_dir, args.utterances, args.min_words, args.max_words, args.min_pause,
-                                  args.max_pause, args.seed)
-    paths = [path for path, _ in utterances]
-    reference_words = sum(len(split_normalised(words)) for _, words in utterances)
-    systems = {"ours": lambda: ours(args.model, paths, args.threads)}
-    if not args.no_whisper:
-        systems["whisper"] = lambda: whisper(paths, args.threads)
-    results = {}
+    if args.utterances < 1 or args.threads < 1:
+        raise DuetError(f"--utterances and --threads must be >= 1, got {args.utterances} and {args.threads}")
     if not args.verbose:
         print(f"word_times: NeMo's log lines: {args.log} (--verbose shows them)", file=sys.stderr)
-    with library_output_to(log_target(args)) as (out, _):
+    results = {}
+    with library_output_to(log_target(args)) as (out, err):
+        # both models load before any speech is made: a file that does not restore costs nothing
+        torch.set_num_threads(args.threads)
+        systems = {"ours": functools.partial(ours, load_asr_model(args.model, device="cpu"))}
+        if not args.no_whisper:
+            systems["whisper"] = functools.partial(whisper, WhisperModel(
+                str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=args.threads))
+        audio_dir = args.out / "audio"
+        shutil.rmtree(audio_dir, ignore_errors=True)  # no file of an earlier, longer run is left beside these
+        audio_dir.mkdir(parents=True)
+        utterances = build_utterances(audio_dir, args.utterances, args.min_words, args.max_words, args.min_pause,
+                                      args.max_pause, args.seed, progress=err)
+        paths = [path for path, _ in utterances]
+        reference_words = sum(len(split_normalised(words)) for _, words in utterances)
         for name, run in systems.items():
-            hypotheses = run()
+            hypotheses = run(paths)
             pairs = [pair for (_, reference), hypothesis in zip(utterances, hypotheses)
                      for pair in timing_errors(reference, hypothesis)]
             results[name] = summarise(pairs, reference_words)

@@ -271,6 +271,10 @@ def test_a_fine_tuned_encoder_moves_back_toward_whispers_weights(tmp_path, sampl
     assert all(torch.allclose(mixed.encoder.state_dict()[name], value) for name, value in whisper.items())
     with pytest.raises(WhisperImportError, match="must be in"):
         mix_pretrained(mixed.encoder, whisper, 0.0)
+    with pytest.raises(WhisperImportError, match=r"encoder's conv1.bias is \(384,\), Whisper's \(3,\)"):
+        mix_pretrained(mixed.encoder, {**whisper, "conv1.bias": torch.zeros(3)}, 0.5)
+    with pytest.raises(WhisperImportError, match="give from_nemo"):
+        build_model(ImportSettings(tokenizer_dir=sample_tokenizer, pretrained_share=0.5))
 
 
 @pytest.mark.integration  # subprocesses: the tool's own checks, before any model is built

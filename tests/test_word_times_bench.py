@@ -58,3 +58,14 @@ def test_bad_options_are_one_line_errors(bench, tmp_path, capsys):
     assert bench.main(["--model", str(model), "--min-pause", "0.5", "--max-pause", "0.1", "--out", str(tmp_path)]) == 2
     assert "--min-pause 0.5 / --max-pause 0.1" in capsys.readouterr().err
     assert not (tmp_path / "word_times.json").exists()
+
+
+@pytest.mark.integration  # synthesises speech with the held-out TTS voices
+def test_an_utterance_past_whispers_window_or_too_few_sentences_is_named(bench, tmp_path):
+    from duet.errors import DuetError
+
+    with pytest.raises(DuetError, match="asked for 1000000 utterances"):
+        bench.build_utterances(tmp_path, count=10**6, min_words=4, max_words=12, min_pause=0.1, max_pause=0.2, seed=0)
+    with pytest.raises(DuetError, match="over Whisper's 30 s: lower --max-words or --max-pause"):
+        bench.build_utterances(tmp_path, count=1, min_words=5, max_words=5, min_pause=9, max_pause=9, seed=0)
+    assert not list(tmp_path.iterdir())  # nothing half-made is left

@@ -140,6 +140,8 @@ def build_model(settings: ImportSettings):
     fine-tuned model of this family with new adapter blocks and/or a new head over another tokenizer."""
     if settings.from_nemo is not None:
         return _from_fine_tuned(settings)
+    if settings.pretrained_share:
+        raise WhisperImportError("a pretrained share mixes a fine-tuned model with Whisper's weights: give from_nemo")
     # NeMo takes ~20 s to import: only the calls that use it pay for it
     from nemo.collections.asr.models import EncDecCTCModelBPE
 
@@ -186,6 +188,7 @@ def _from_fine_tuned(settings: ImportSettings):
         raise WhisperImportError(f"{path} not found (a .nemo written by tools/import_whisper.py or fine-tuned from one)")
     if settings.tokenizer_dir is not None:
         _check_tokenizer(Path(settings.tokenizer_dir))
+    _check_share(settings.pretrained_share, allow_zero=True)
     pretrained = _pretrained_state(settings.weights) if settings.pretrained_share else None
     # NeMo (and the recipe, which loads Lightning) take ~20 s to import: only the calls that use them pay for it,
     # after the inputs above are checked
@@ -220,15 +223,23 @@ def mix_pretrained(encoder, pretrained: dict[str, torch.Tensor], share: float) -
     """Move a fine-tuned encoder's Whisper layers ``share`` of the way back to Whisper's own weights, in place:
     ``(1 - share) * fine_tuned + share * pretrained`` (weight-space ensembling, WiSE-FT: Wortsman et al., 2022). The
     adapter blocks, which Whisper does not have, are left as they are; so is the head."""
-    if not 0 < share <= 1:
-        raise WhisperImportError(f"the pretrained share must be in (0, 1], got {share}")
+    _check_share(share, allow_zero=False)
     state = encoder.state_dict()
     missing = sorted(set(pretrained) - set(state))
     if missing:
         raise WhisperImportError(f"the encoder lacks Whisper's weights {missing[:3]}")
+    unlike = sorted(name for name, weight in pretrained.items() if weight.shape != state[name].shape)
+    if unlike:
+        raise WhisperImportError(f"the encoder's {unlike[0]} is {tuple(state[unlike[0]].shape)}, Whisper's "
+                                 f"{tuple(pretrained[unlike[0]].shape)}")
     mixed = {name: torch.lerp(state[name].float(), weight.float(), share).to(state[name].dtype)
              for name, weight in pretrained.items()}
     encoder.load_state_dict(mixed, strict=False)
+
+
+def _check_share(share: float, allow_zero: bool) -> None:
+    if not (0 <= share <= 1 if allow_zero else 0 < share <= 1):
+        raise WhisperImportError(f"the pretrained share must be in {'[0' if allow_zero else '(0'}, 1], got {share}")
 
 
 def _pretrained_state(weights: Path | None) -> dict[str, torch.Tensor]:
