@@ -1,18 +1,15 @@
 """Pure helpers of bench/asr_speed.py (timings are never asserted)."""
 
-import importlib.util
 import sys
 
 import pytest
 
+from tests.script_helpers import load_script
+
 
 @pytest.fixture(scope="module")
 def bench(repo_root):
-    spec = importlib.util.spec_from_file_location("asr_speed", repo_root / "bench" / "asr_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / "bench" / "asr_speed.py")
 
 
 def test_throughput_counts_padding_over_all_batch_samples(bench):

@@ -20,6 +20,7 @@ from duet.asr.progressive import (  # noqa: E402
 from duet.asr.resmha import ResidualAttentionConformerEncoder  # noqa: E402
 from duet.asr.variants import VARIANTS, convert_checkpoint, hydra_overrides  # noqa: E402
 from duet.tokenizer import train_tokenizer  # noqa: E402
+from tests.script_helpers import load_script  # noqa: E402
 
 TINY_ENCODER = dict(feat_in=80, n_layers=3, d_model=32, n_heads=4, ff_expansion_factor=2, conv_kernel_size=9,
                     subsampling="dw_striding", subsampling_factor=8, subsampling_conv_channels=16,
@@ -270,12 +271,7 @@ def test_variant_configs_compose_and_keep_the_parameter_count(repo_root):
 # --- the A/B script ---------------------------------------------------------------------------------
 
 def _load_ab_script(repo_root):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("asr_variants_ab", repo_root / "bench" / "asr_variants_ab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / "bench" / "asr_variants_ab.py")
 
 
 def _sample_inputs(manifests: dict, tokenizer) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -12,6 +11,7 @@ import pytest
 
 import duet.demo as demo
 from duet.demo import Stage
+from tests.script_helpers import load_script
 
 
 @pytest.fixture(autouse=True)
@@ -68,9 +68,7 @@ def test_a_changed_command_or_a_missing_output_reruns_the_stage(tmp_path, monkey
 
 
 def test_demo_runs_the_stages_asked_for(repo_root, capsys):
-    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     names = [stage.name for stage in cli.stages()]
 
     def listed(*argv):
@@ -86,9 +84,7 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
 
 def test_the_fine_tune_mixes_in_the_bases_pool_and_its_real_speech_where_that_exists(repo_root, tmp_path,
                                                                                    monkeypatch):
-    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     for real_root, mixes in ((tmp_path, [cli.POOL_MIX, cli.REAL_MIX]), (tmp_path / "missing", [cli.POOL_MIX])):
         monkeypatch.setattr(cli, "REAL_SPEECH", real_root)
         stages = {stage.name: stage for stage in cli.stages()}
@@ -135,9 +131,7 @@ def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
 def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tmp_path, monkeypatch):
     from duet.decoding_file import read_decoding_file, read_min_confidence
 
-    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     stage = next(s for s in cli.stages() if s.name == "pipeline")
     assert not {"--asr-decoding", "--lm", "--beam-size"} & set(stage.command)  # tools/pipeline.py reads the file
     assert demo.DEMO_DECODING in stage.outputs and stage.settings["asr_decoding"]["strategy"] == "beam_lm"
@@ -163,9 +157,7 @@ def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tm
 @pytest.fixture
 def demo_with_stages(repo_root, tmp_path, monkeypatch):
     """tools/demo.py with its stages replaced by ``stages`` (set by the test) and its outputs in tmp_path."""
-    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     monkeypatch.setattr(demo, "EXPERIMENTS", tmp_path / "experiments")
     monkeypatch.setattr(demo, "STAMP_DIR", tmp_path / "experiments" / ".demo_stamps")
     stages = []

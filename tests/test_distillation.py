@@ -15,6 +15,7 @@ from duet.asr import distillation, recipe  # noqa: E402
 from duet.asr.distillation import DistillationError, DistillationSettings, TeacherTargets  # noqa: E402
 from tests.asr_helpers import build_micro_model, compose_config, train_tokenizer, write_manifest  # noqa: E402
 from tests.audio_fixtures import write_tone  # noqa: E402
+from tests.script_helpers import load_script  # noqa: E402
 
 TEXTS = ["turn on the light", "play some music", "what time is it", "set a timer", "call my mother", "stop"]
 
@@ -239,13 +240,7 @@ def test_a_one_layer_student_learns_from_a_one_layer_teacher(generated, student_
 def test_the_ab_bench_gives_both_arms_one_config_but_the_teacher(repo_root, tmp_path):
     """What bench/distillation_ab.py passes the recipe: the same student, steps and data for both arms (its --train
     manifests as the Lhotse sources with their shares), only distillation.teacher differs."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("distillation_ab", repo_root / "bench" / "distillation_ab.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench
-    spec.loader.exec_module(bench)
+    bench = load_script(repo_root / "bench" / "distillation_ab.py")
     train = [tmp_path / "a.json", tmp_path / "b.json"]
     args = bench.get_parser().parse_args(["--steps", "7", "--train", *map(str, train), "--train-weights", "0.7", "0.3",
                                           "--out", str(tmp_path / "ab"), "--", "distillation.weight=1.0"])

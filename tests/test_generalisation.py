@@ -4,7 +4,6 @@ bench/asr_generalisation.py on tiny generated sets (no ../shared needed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import shutil
@@ -18,15 +17,13 @@ from duet.synth import voices, wordnet_text
 from duet.synth.tts import speaker_catalogue
 from tests.asr_helpers import compose_config
 from tests.audio_fixtures import write_chapter, write_tone
+from tests.script_helpers import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("asr_generalisation", REPO / "bench" / "asr_generalisation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "asr_generalisation.py")
 
 
 # ---------------------------------------------------------------- voice pool and exclusion rule

@@ -1,25 +1,19 @@
 """slm.generation: one set of language-model decoding defaults, the same flags in every script that generates,
 and a bad value refused by name."""
 
-import importlib.util
-import sys
 from dataclasses import fields
 
 import pytest
 
 from slm.generation import GenerationSettings, GenerationSettingsError, flag, generation_settings_from_args
+from tests.script_helpers import load_script
 
 # each script's parser, with the positional arguments it needs to parse
 SCRIPTS = {"slm/generate.py": ["model", "hi"], "tools/pipeline.py": ["a.flac"], "bench/pipeline_latency.py": []}
 
 
 def script_module(repo_root, script):
-    name = "generation_flags_" + script.replace("/", "_").removesuffix(".py")
-    spec = importlib.util.spec_from_file_location(name, repo_root / script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / script, "generation_flags_" + script.replace("/", "_").removesuffix(".py"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

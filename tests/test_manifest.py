@@ -17,12 +17,9 @@ from duet.manifest import (ManifestOptions, build_split_manifest, find_splits, r
                            write_manifest)
 from duet.foundation.files import atomic_path, read_jsonl
 from tests.audio_fixtures import write_chapter, write_tone
+from tests.script_helpers import load_script
 
-import importlib.util
-
-_spec = importlib.util.spec_from_file_location("make_manifest", Path(__file__).parent.parent / "tools/make_manifest.py")
-make_manifest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_manifest)
+make_manifest = load_script(Path(__file__).parent.parent / "tools/make_manifest.py")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ the micro model exported once, its transcripts against PyTorch's, greedy and bea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -17,16 +16,10 @@ from duet.asr.onnx_engine import GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, Onnx
 from duet.errors import AsrInputError
 from duet.text import normalize_text
 from tests.asr_helpers import transcripts_with
+from tests.script_helpers import load_script
 from tests.test_pipeline import cli, fake_slm, speech_file  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def load_script(relative: str):
-    spec = importlib.util.spec_from_file_location(Path(relative).stem + "_cli", REPO / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +159,7 @@ def test_missing_export_corrupt_graph_and_missing_model_are_one_line_errors(micr
 
 
 def test_export_cli_errors_name_the_path(tmp_path, capsys):
-    export = load_script("tools/export_onnx.py")
+    export = load_script(REPO / "tools/export_onnx.py", "export_onnx_cli")
     assert export.main([str(tmp_path / "none.nemo")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("export_onnx: error: ") and str(tmp_path / "none.nemo") in err
@@ -184,7 +177,7 @@ def test_export_refuses_a_folder_that_is_not_an_export(micro_export, tmp_path):
 
 
 def test_evaluate_cli_engine_onnx_scores_like_torch(micro_model_and_manifest, micro_export, tmp_path, capsys):
-    evaluate_ctc = load_script("nemo_recipes/evaluate_ctc.py")
+    evaluate_ctc = load_script(REPO / "nemo_recipes/evaluate_ctc.py", "evaluate_ctc_cli")
     model, _, manifest, entries = micro_model_and_manifest
     nemo, _ = micro_export
     out = tmp_path / "out"

@@ -26,6 +26,7 @@ from duet.cli_args import given_decoding_values
 from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
 from duet.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
 from duet.synth.conversation import room_noise, speech_range
+from tests.script_helpers import load_script
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -257,12 +258,7 @@ def test_is_silent_threshold():
 @pytest.fixture
 def cli():
     """tools/pipeline.py as a module (its main() runs in this process)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pipeline_cli", Path(__file__).parent.parent / "tools/pipeline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).parent.parent / "tools/pipeline.py", "pipeline_cli")
 
 
 @pytest.fixture

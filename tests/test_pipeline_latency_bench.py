@@ -1,20 +1,16 @@
 """bench/pipeline_latency.py: its option checks and the helpers behind the table (timings are never asserted)."""
 
-import importlib.util
-import sys
 from types import SimpleNamespace
 
 import pytest
 import soundfile
 
+from tests.script_helpers import load_script
+
 
 @pytest.fixture(scope="module")
 def bench(repo_root):
-    spec = importlib.util.spec_from_file_location("pipeline_latency", repo_root / "bench" / "pipeline_latency.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / "bench" / "pipeline_latency.py")
 
 
 @pytest.mark.parametrize("option, message", [

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from tests.asr_helpers import REPO, build_micro_model, sample_utterances, train_tokenizer
+from tests.script_helpers import load_script
 
 
 def load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "tools" / f"{name}.py")
 
 
 def test_features_from_a_saved_model_use_its_own_spec_augmentation(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import sys
 
@@ -12,6 +11,7 @@ import duet.demo as demo
 import duet.stage_progress as stage_progress
 from duet.demo import Stage
 from duet.stage_progress import ConsoleProgress, LogProgress, duration
+from tests.script_helpers import load_script
 
 
 def lightning_bar(epoch: int, step: int, per_epoch: int) -> str:
@@ -87,9 +87,7 @@ def test_off_a_terminal_a_progress_line_is_printed_every_interval(tmp_path):
 def test_a_long_stage_shows_its_training_progress_on_the_demos_console(repo_root, tmp_path, monkeypatch, capfd):
     """The demo itself, its console not a terminal: a stage that trains (prints a Lightning bar to its log) gets
     lines that name its epoch and step while it runs."""
-    spec = importlib.util.spec_from_file_location("demo_cli", repo_root / "tools" / "demo.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     monkeypatch.setattr(demo, "EXPERIMENTS", tmp_path / "experiments")
     monkeypatch.setattr(demo, "STAMP_DIR", tmp_path / "experiments" / ".demo_stamps")
     monkeypatch.setattr(stage_progress, "PLAIN_EVERY_S", 1.0)

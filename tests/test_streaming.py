@@ -27,6 +27,7 @@ from duet.asr.streaming import (  # noqa: E402
 )
 from tests.asr_helpers import TINY_STREAMING, build_ctc_model  # noqa: E402
 from tests.audio_fixtures import write_tone  # noqa: E402
+from tests.script_helpers import load_script  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,11 +138,7 @@ def test_offline_checkpoint_converts_to_a_streaming_model_with_its_weights(model
 
 
 def test_convert_cli_writes_a_streaming_model_and_names_a_missing_file(model, tmp_path, capsys, repo_root):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("convert_to_streaming", repo_root / "tools" / "convert_to_streaming.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script(repo_root / "tools" / "convert_to_streaming.py")
     offline_model = build_ctc_model("fastconformer_small", model.cfg.tokenizer.dir, TINY_STREAMING, seed=2)
     offline_model.save_to(str(tmp_path / "offline.nemo"))
     assert cli.main([str(tmp_path / "offline.nemo"), str(tmp_path / "streaming.nemo"), "--att-context-size", "40", "3"]) == 0
