@@ -1,4 +1,5 @@
-"""How far a running demo stage has got, read from the log its command writes, and the console line that says so.
+"""How far a running demo stage has got, read from the log its command writes, and the console line that says so;
+and the count a long-running tool prints as it goes (:func:`count_printer`).
 
 A stage's command writes everything it prints to ``experiments/<stage>/log.txt`` (``duet.demo``), so the demo
 learns its progress from there, without the command's cooperation:
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 # Lightning's training bar: "Epoch 3:  45%|...| 45/99 [" (the epoch counts from 0)
 TRAIN_BAR = re.compile(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
@@ -185,3 +187,12 @@ class ConsoleProgress:
     def clear(self) -> None:
         if self.terminal and self._width:
             print("\r" + " " * self._width + "\r", end="", file=self.out, flush=True)
+
+
+def count_printer(every: int, unit: str) -> Callable[[int, int], None]:
+    """A progress callback ``(done, total)`` for a tool working through items: prints ``  <done>/<total> <unit>``
+    on stderr every ``every`` items and at the last, so a long run shows it is moving."""
+    def progress(done: int, total: int) -> None:
+        if done % every == 0 or done == total:
+            print(f"  {done}/{total} {unit}", file=sys.stderr, flush=True)
+    return progress

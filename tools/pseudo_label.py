@@ -35,6 +35,10 @@ from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, 
 from duet.errors import DuetError
 from duet.foundation.errors import cli
 from duet.foundation.files import read_jsonl, write_jsonl_atomic, write_text_atomic
+from duet.stage_progress import count_printer
+
+
+_PROGRESS = count_printer(25, "files")
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -53,18 +57,13 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(done: int, total: int) -> None:
-    if done % 25 == 0 or done == total:
-        print(f"  {done}/{total} files", file=sys.stderr, flush=True)
-
-
 def measure(args) -> int:
     if not args.measure_on.is_file():
         raise DuetError(f"--measure-on: manifest not found: {args.measure_on}")
     records = read_jsonl(args.measure_on)
     teacher = make_teacher(args.teacher, args.threads)
     labels = label_files([Path(r["audio_filepath"]) for r in records], teacher, args.min_duration,
-                         args.max_duration, _progress)
+                         args.max_duration, _PROGRESS)
     rows = confidence_table(labels, [r["text"] for r in records])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomic(args.out, ({**r, "teacher_text": lb.teacher_text, "hypothesis": lb.text,
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = PseudoLabelSettings(audio=tuple(args.audio), out=args.out, teacher=args.teacher,
                                    min_confidence=args.min_confidence, min_duration=args.min_duration,
                                    max_duration=args.max_duration, threads=args.threads)
-    summary = pseudo_label(settings, _progress)
+    summary = pseudo_label(settings, _PROGRESS)
     print(f"pseudo_label: kept {summary['kept']} of {summary['files']} files ({summary['kept_hours']:.2f} h) in "
           f"{time.time() - start:.0f} s -> {summary['manifest']}; skipped list {summary['skipped_list']}")
     return 0
