@@ -78,7 +78,8 @@ BASE_CHECKPOINT = SAMPLES_DIR / "checkpoints" / "whisper_tiny_ctc.nemo"
 # points). Kept for base v5: 34.0 -> 28.2 %, unseen +1.9, every real set within 1.2 points. Without the real mix the
 # other voices suffer more, and the head's rate decides how much: from v5, four epochs at x0.01 took the sample to
 # 27.0 % at 1e-3 (unseen +3.1; at x0.005 +3.6; three epochs 28.2 %, +3.5; two 30.1 %, +3.0) and 28.4 % at 5e-4
-# (unseen +1.1) (RESULTS.md, "Demo fine-tune from the Whisper base").
+# (unseen +1.1). Both kept for base v6: 37.1 -> 29.5 % (unseen +1.9), without the real mix 29.9 % (unseen +2.0)
+# (RESULTS.md, "Demo fine-tune from the Whisper base").
 ASR_FINE_TUNE = {"with real mix": AsrFineTune(epochs=2, head_lr=1e-3, encoder_lr_scale=0.02),
                  "without": AsrFineTune(epochs=4, head_lr=5e-4, encoder_lr_scale=0.01)}
 # Base-domain data mixed into the fine-tune, so that it keeps what the base knows. With the sample alone, the
