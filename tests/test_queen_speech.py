@@ -104,7 +104,7 @@ def test_an_undecodable_line_is_skipped_and_named(tmp_path, capsys):
     path.write_bytes(_container({"010001P1.SB": _mp3(1.0, 300), "010002P1.SB": b"\0" * 10}))
     assert TOOL.main([str(path), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
-    assert "skipped 010002P1.SB: cannot decode it" in captured.err
+    assert "skipped 010002P1.SB: " in captured.err  # with libsndfile's reason
     assert "1 lines in 1 files" in captured.out
     assert [p.name for p in (tmp_path / "out").rglob("*.flac")] == ["010001P1.flac"]
 
@@ -112,5 +112,52 @@ def test_an_undecodable_line_is_skipped_and_named(tmp_path, capsys):
 def test_tool_refuses_a_join_past_whispers_window(container, tmp_path, capsys):
     assert TOOL.main([str(container), "--out", str(tmp_path / "out"), "--join-seconds", "31"]) == 2
     assert "--join-seconds must lie in [0, 29]" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
     assert TOOL.main([str(tmp_path / "missing.1c"), "--out", str(tmp_path / "out")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_entries_past_the_end_or_with_odd_names_are_refused(tmp_path):
+    good = _container({"010001P1.SB": _mp3(1.0, 300)})
+    past = bytearray(good)
+    past[15 + 17:15 + 21] = (len(good) * 2).to_bytes(4, "big")  # the entry's size
+    with pytest.raises(DuetError, match="entry 010001P1.SB runs past the end of the file"):
+        qs.read_table(bytes(past), "past.1c")
+    with pytest.raises(DuetError, match="'../../X.SB' is not a game file name"):
+        qs.read_table(_container({"../../X.SB": _mp3(0.5, 300)}), "odd.1c")
+
+
+def test_a_folder_made_with_other_settings_is_refused(container, tmp_path):
+    out = tmp_path / "audio"
+    qs.extract(container, out, join_seconds=5)
+    with pytest.raises(DuetError, match="holds files made with other settings"):
+        qs.extract(container, out)  # a file a line would label the joined lines twice
+    assert qs.extract(container, out, join_seconds=5)[:2] == (2, 3)  # the same settings go on
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(DuetError, match="a_file: exists and is not a folder"):
+        qs.extract(container, a_file)
+
+
+def test_progress_reaches_the_last_line_when_it_cannot_be_decoded(tmp_path):
+    path = tmp_path / "queen.1c"
+    path.write_bytes(_container({"010001P1.SB": _mp3(1.0, 300), "010002P1.SB": b"\0" * 10}))
+    seen = []
+    files, lines, _, failed = qs.extract(path, tmp_path / "out", progress=lambda *counts: seen.append(counts))
+    assert (files, lines) == (1, 1) and failed[0].startswith("010002P1.SB: ")
+    assert seen == [(1, 2), (2, 2)]
+
+
+def test_count_printer_prints_every_n_and_the_last(capsys):
+    from duet.stage_progress import count_printer
+
+    progress = count_printer(2, "files")
+    for done in range(1, 6):
+        progress(done, 5)
+    assert capsys.readouterr().err.splitlines() == ["  2/5 files", "  4/5 files", "  5/5 files"]
+
+
+def test_tool_without_the_debian_package_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(TOOL, "DEBIAN_CONTAINER", tmp_path / "not_installed" / "queen.1c")
+    assert TOOL.main(["--out", str(tmp_path / "out")]) == 2
+    assert "install the Debian package flight-of-the-amazon-queen" in capsys.readouterr().err

@@ -12,9 +12,8 @@ Usage:
   python tools/pseudo_label.py data/fotaq/audio --out data/fotaq/pseudo.json
 
 The lines are MP3 at 11,025 Hz inside the game's container; they are resampled to the 16 kHz the models read
-(what lies above 5.5 kHz stays empty). Game content (C) 1995 John Passfield and Steven Stamatiadis, under the
-Flight of the Amazon Queen licence (free redistribution; modified versions marked as such); credit it wherever
-a model learnt from it.
+(what lies above 5.5 kHz stays empty). The folder keeps the settings it was made with and refuses others. The
+game's content is not ours: its credit and licence are in README.md, "Credits and licences of the data".
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from duet.errors import DuetError
 from duet.foundation.errors import cli
-from duet.queen_speech import DEBIAN_CONTAINER, extract
+from duet.queen_speech import DEBIAN_CONTAINER, MAX_JOIN_SECONDS, extract
 from duet.stage_progress import count_printer
 
 
@@ -39,8 +38,9 @@ def get_parser() -> argparse.ArgumentParser:
                         help=f"the game's queen.1c (default: where the Debian package installs it, {DEBIAN_CONTAINER})")
     parser.add_argument("--out", type=Path, required=True, help="folder for the FLAC files")
     parser.add_argument("--join-seconds", type=float, default=0.0,
-                        help="join consecutive lines of a scene into files up to this long (default 0: a file a "
-                             "line); Whisper reads 30 s per pass whatever the length, so 20 labels ~8x faster")
+                        help=f"join consecutive lines of a scene into files up to this long, at most "
+                             f"{MAX_JOIN_SECONDS:g} (default 0: a file a line); Whisper reads 30 s per pass whatever "
+                             f"the length, so 20 labels ~8x faster")
     return parser
 
 
@@ -48,13 +48,14 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     start = time.time()
-    if not 0 <= args.join_seconds <= 29:
-        raise DuetError(f"--join-seconds must lie in [0, 29] (Whisper's window is 30 s), not {args.join_seconds}")
+    if args.container == DEBIAN_CONTAINER and not DEBIAN_CONTAINER.is_file():
+        raise DuetError(f"{DEBIAN_CONTAINER} not found: install the Debian package flight-of-the-amazon-queen, or "
+                        f"unpack it and name its queen.1c (see --help)")
     files, lines, seconds, failed = extract(args.container, args.out, join_seconds=args.join_seconds,
                                             progress=_PROGRESS)
-    for name in failed:
-        print(f"extract_queen_speech: skipped {name}: cannot decode it", file=sys.stderr)
-    print(f"extract_queen_speech: {lines} lines in {files} files, {seconds / 3600:.2f} h -> {args.out} "
+    for problem in failed:
+        print(f"extract_queen_speech: skipped {problem}", file=sys.stderr)
+    print(f"extract_queen_speech: {lines} lines in {files} files, {seconds / 3600:.2f} h of speech -> {args.out} "
           f"({len(failed)} skipped) in {time.time() - start:.0f} s")
     return 0
 
