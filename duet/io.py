@@ -1,12 +1,14 @@
-"""Audio files on disk: the expansion of audio folders into files, the check that an audio file can be read, and
-paths as a user would type them. (The file helpers every tool shares are ``duet.foundation.files``.)"""
+"""Audio files on disk: the expansion of audio folders into files, the check that an audio file can be read, reading
+one as mono samples at a rate, and paths as a user would type them. (The file helpers every tool shares are ``duet.foundation.files``.)"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import BinaryIO, Iterable
 
+import librosa
+import numpy as np
 import soundfile as sf
 
 from duet.errors import AsrInputError
@@ -62,3 +64,12 @@ def audio_file_problem(path: str | Path) -> str | None:
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
         return f"cannot read audio {path}: {e}"
     return None
+
+
+def read_mono(source: str | BinaryIO, sample_rate: int) -> np.ndarray:
+    """The audio of a file path or an open binary file as mono float32 at ``sample_rate`` (channels averaged,
+    resampled with librosa when the rate differs). What libsndfile cannot read raises its own error
+    (``sf.LibsndfileError``, a ``RuntimeError``, or ``OSError``): the caller names the item."""
+    audio, rate = sf.read(source, dtype="float32", always_2d=True)
+    audio = audio.mean(axis=1)
+    return audio if rate == sample_rate else librosa.resample(audio, orig_sr=rate, target_sr=sample_rate)

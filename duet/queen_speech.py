@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import librosa
 import numpy as np
 import soundfile as sf
 
 from duet.errors import DuetError
 from duet.foundation.files import atomic_path, write_text_atomic
+from duet.io import read_mono
 
 #: Where the Debian package installs the container.
 DEBIAN_CONTAINER = Path("/usr/share/scummvm/flight-of-the-amazon-queen/queen.1c")
@@ -85,14 +85,12 @@ def decode_line(data: bytes, entry: Entry, sample_rate: int) -> np.ndarray:
     """One voice line as mono float32 at ``sample_rate``; one libsndfile cannot decode is a ``DuetError`` with its
     reason."""
     try:
-        audio, rate = sf.read(io.BytesIO(data[entry.offset:entry.offset + entry.size]), dtype="float32",
-                              always_2d=True)
+        audio = read_mono(io.BytesIO(data[entry.offset:entry.offset + entry.size]), sample_rate)
     except RuntimeError as e:  # sf.LibsndfileError is one
         raise DuetError(f"cannot decode {entry.name}: {e}") from None
     if not len(audio):
         raise DuetError(f"cannot decode {entry.name}: no audio in it")
-    audio = audio.mean(axis=1)
-    return audio if rate == sample_rate else librosa.resample(audio, orig_sr=rate, target_sr=sample_rate)
+    return audio
 
 
 def _stem(entry: Entry) -> str:
@@ -157,8 +155,8 @@ def extract(container: Path, out_dir: Path, sample_rate: int = 16000, join_secon
         if not group:
             return
         path = line_path(out_dir, group[0][0], len(group))
-        audio = np.concatenate([part for i, (_, a) in enumerate(group) for part in ((gap, a) if i else (a,))])
         if not path.exists():
+            audio = np.concatenate([part for i, (_, a) in enumerate(group) for part in ((gap, a) if i else (a,))])
             try:
                 with atomic_path(path) as tmp:
                     sf.write(str(tmp), audio, sample_rate, format="FLAC", subtype="PCM_16")

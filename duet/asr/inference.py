@@ -24,7 +24,6 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import librosa
 import numpy as np
 import soundfile as sf
 import torch
@@ -33,6 +32,7 @@ from tqdm import tqdm
 from duet.asr.batching import OfflineBatching, check_workers
 from duet.errors import AsrInputError
 from duet.foundation.errors import first_line
+from duet.io import read_mono
 
 __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_budget", "cpu_workers", "decode_texts",
            "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",
@@ -82,13 +82,9 @@ def quantize_linear_int8(model):
 def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     """Read an audio file as mono float32 at ``sample_rate`` (resampled with librosa when it differs)."""
     try:
-        audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        return read_mono(str(path), sample_rate)
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
         raise AsrInputError(f"cannot read audio {path}: {e}") from None
-    audio = audio.mean(axis=1)
-    if sr != sample_rate:
-        audio = librosa.resample(audio, orig_sr=sr, target_sr=sample_rate)
-    return audio
 
 
 #: Utterances per chunk of the convolution front end on CPU (:func:`set_front_end_chunking`).
