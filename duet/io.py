@@ -4,6 +4,7 @@ one as mono samples at a rate, and paths as a user would type them. (The file he
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
@@ -66,10 +67,22 @@ def audio_file_problem(path: str | Path) -> str | None:
     return None
 
 
-def read_mono(source: str | BinaryIO, sample_rate: int) -> np.ndarray:
+@dataclass(frozen=True)
+class RawPcm:
+    """How to read headerless samples: libsndfile's RAW format needs the rate, channels and sample type given."""
+
+    sample_rate: int
+    subtype: str  # libsndfile's name, e.g. "PCM_U8", "PCM_16"
+    channels: int = 1
+
+
+def read_mono(source: str | BinaryIO, sample_rate: int, raw: RawPcm | None = None) -> np.ndarray:
     """The audio of a file path or an open binary file as mono float32 at ``sample_rate`` (channels averaged,
-    resampled with librosa when the rate differs). What libsndfile cannot read raises its own error
-    (``sf.LibsndfileError``, a ``RuntimeError``, or ``OSError``): the caller names the item."""
-    audio, rate = sf.read(source, dtype="float32", always_2d=True)
+    resampled with librosa when the rate differs); ``raw`` reads headerless samples of that kind. What libsndfile
+    cannot read raises its own error (``sf.LibsndfileError``, a ``RuntimeError``, or ``OSError``): the caller
+    names the item."""
+    header = {} if raw is None else {"format": "RAW", "samplerate": raw.sample_rate, "subtype": raw.subtype,
+                                     "channels": raw.channels}
+    audio, rate = sf.read(source, dtype="float32", always_2d=True, **header)
     audio = audio.mean(axis=1)
     return audio if rate == sample_rate else librosa.resample(audio, orig_sr=rate, target_sr=sample_rate)

@@ -1,4 +1,5 @@
-"""tools/extract_queen_speech.py: the game's voice lines (MP3 inside a QTBL container) as 16 kHz FLAC files."""
+"""tools/extract_game_speech.py: the voice lines of two Debian games (MP3 inside Flight of the Amazon Queen's QTBL
+container, Drascula's raw 8-bit files) as 16 kHz FLAC files."""
 
 import io
 import struct
@@ -8,12 +9,18 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from duet import drascula_speech as ds
+from duet import game_speech as gs
 from duet import queen_speech as qs
 from duet.errors import DuetError
 from tests.script_helpers import load_script
 
-TOOL = load_script(Path(__file__).resolve().parents[1] / "tools" / "extract_queen_speech.py")
+TOOL = load_script(Path(__file__).resolve().parents[1] / "tools" / "extract_game_speech.py")
 RATE = 11025
+
+
+def _counts(report: gs.ExtractReport) -> tuple[int, int]:
+    return report.files, report.lines
 
 
 def _mp3(seconds: float, freq: float) -> bytes:
@@ -50,8 +57,8 @@ def test_table_and_voice_lines(container):
 
 def test_a_file_a_line_at_16_khz(container, tmp_path):
     out = tmp_path / "audio"
-    files, lines, seconds, failed = qs.extract(container, out)
-    assert (files, lines, failed) == (3, 3, [])
+    report = qs.extract(container, out)
+    assert (report.files, report.lines, report.failed) == (3, 3, [])
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.flac"))
     assert written == ["01/010001J1.flac", "01/010001P1.flac", "02/020003P2.flac"]
     info = sf.info(str(out / "01" / "010001J1.flac"))
@@ -59,19 +66,19 @@ def test_a_file_a_line_at_16_khz(container, tmp_path):
     audio, rate = sf.read(str(out / "01" / "010001J1.flac"))
     spectrum = np.abs(np.fft.rfft(audio))
     assert abs(np.argmax(spectrum) * rate / len(audio) - 500) < 10  # the tone survives decoding and resampling
-    assert abs(seconds - 3.3) < 0.2
+    assert abs(report.speech_seconds - 3.3) < 0.2
 
 
 def test_lines_of_one_scene_are_joined_up_to_the_length(container, tmp_path):
     out = tmp_path / "joined"
-    files, lines, seconds, failed = qs.extract(container, out, join_seconds=5)
+    report = qs.extract(container, out, join_seconds=5)
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.flac"))
     assert written == ["01/010001P1+1.flac", "02/020003P2.flac"]  # scene 02 is never joined to scene 01
-    assert (files, lines) == (2, 3)
+    assert (report.files, report.lines) == (2, 3)
     joined = sf.info(str(out / "01" / "010001P1+1.flac")).duration
-    assert abs(joined - (1.0 + qs.JOIN_GAP + 1.5)) < 0.15
+    assert abs(joined - (1.0 + gs.JOIN_GAP + 1.5)) < 0.15
     out2 = tmp_path / "short"
-    assert qs.extract(container, out2, join_seconds=2)[:2] == (3, 3)  # 1.0 + gap + 1.5 > 2: not joined
+    assert _counts(qs.extract(container, out2, join_seconds=2)) == (3, 3)  # 1.0 + gap + 1.5 > 2: not joined
 
 
 def test_an_interrupted_run_keeps_what_is_there(container, tmp_path):
@@ -79,7 +86,7 @@ def test_an_interrupted_run_keeps_what_is_there(container, tmp_path):
     qs.extract(container, out)
     kept = out / "01" / "010001P1.flac"
     kept.write_bytes(b"left as it was")
-    assert qs.extract(container, out)[:2] == (3, 3)
+    assert _counts(qs.extract(container, out)) == (3, 3)
     assert kept.read_bytes() == b"left as it was"
 
 
@@ -102,7 +109,7 @@ def test_bad_containers_are_named(tmp_path):
 def test_an_undecodable_line_is_skipped_and_named(tmp_path, capsys):
     path = tmp_path / "queen.1c"
     path.write_bytes(_container({"010001P1.SB": _mp3(1.0, 300), "010002P1.SB": b"\0" * 10}))
-    assert TOOL.main([str(path), "--out", str(tmp_path / "out")]) == 0
+    assert TOOL.main(["queen", str(path), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     assert "skipped 010002P1.SB: " in captured.err  # with libsndfile's reason
     assert "1 lines in 1 files" in captured.out
@@ -110,10 +117,10 @@ def test_an_undecodable_line_is_skipped_and_named(tmp_path, capsys):
 
 
 def test_tool_refuses_a_join_past_whispers_window(container, tmp_path, capsys):
-    assert TOOL.main([str(container), "--out", str(tmp_path / "out"), "--join-seconds", "31"]) == 2
+    assert TOOL.main(["queen", str(container), "--out", str(tmp_path / "out"), "--join-seconds", "31"]) == 2
     assert "--join-seconds must lie in [0, 29]" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    assert TOOL.main([str(tmp_path / "missing.1c"), "--out", str(tmp_path / "out")]) == 2
+    assert TOOL.main(["queen", str(tmp_path / "missing.1c"), "--out", str(tmp_path / "out")]) == 2
     assert "cannot read" in capsys.readouterr().err
 
 
@@ -132,7 +139,7 @@ def test_a_folder_made_with_other_settings_is_refused(container, tmp_path):
     qs.extract(container, out, join_seconds=5)
     with pytest.raises(DuetError, match="holds files made with other settings"):
         qs.extract(container, out)  # a file a line would label the joined lines twice
-    assert qs.extract(container, out, join_seconds=5)[:2] == (2, 3)  # the same settings go on
+    assert _counts(qs.extract(container, out, join_seconds=5)) == (2, 3)  # the same settings go on
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     with pytest.raises(DuetError, match="a_file: exists and is not a folder"):
@@ -143,8 +150,8 @@ def test_progress_reaches_the_last_line_when_it_cannot_be_decoded(tmp_path):
     path = tmp_path / "queen.1c"
     path.write_bytes(_container({"010001P1.SB": _mp3(1.0, 300), "010002P1.SB": b"\0" * 10}))
     seen = []
-    files, lines, _, failed = qs.extract(path, tmp_path / "out", progress=lambda *counts: seen.append(counts))
-    assert (files, lines) == (1, 1) and failed[0].startswith("010002P1.SB: ")
+    report = qs.extract(path, tmp_path / "out", progress=lambda *counts: seen.append(counts))
+    assert _counts(report) == (1, 1) and report.failed[0].startswith("010002P1.SB: ")
     assert seen == [(1, 2), (2, 2)]
 
 
@@ -157,7 +164,83 @@ def test_count_printer_prints_every_n_and_the_last(capsys):
     assert capsys.readouterr().err.splitlines() == ["  2/5 files", "  4/5 files", "  5/5 files"]
 
 
-def test_tool_without_the_debian_package_says_how_to_get_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(TOOL, "DEBIAN_CONTAINER", tmp_path / "not_installed" / "queen.1c")
-    assert TOOL.main(["--out", str(tmp_path / "out")]) == 2
-    assert "install the Debian package flight-of-the-amazon-queen" in capsys.readouterr().err
+@pytest.mark.parametrize("game, package", [("queen", "flight-of-the-amazon-queen"), ("drascula", "drascula")])
+def test_tool_without_the_debian_package_says_how_to_get_it(game, package, tmp_path, capsys, monkeypatch):
+    reader, _, name = TOOL.GAMES[game]
+    monkeypatch.setitem(TOOL.GAMES, game, (reader, tmp_path / "not_installed", name))
+    assert TOOL.main([game, "--out", str(tmp_path / "out")]) == 2
+    assert f"install the Debian package {package}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+
+def _als(seconds: float, freq: float) -> bytes:
+    """Drascula's samples: unsigned 8-bit, 11,025 Hz, no header."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    return np.round(128 + 60 * np.sin(2 * np.pi * freq * t)).astype(np.uint8).tobytes()
+
+
+@pytest.fixture()
+def drascula_folder(tmp_path):
+    folder = tmp_path / "en"
+    folder.mkdir()
+    (folder / "10.ALS").write_bytes(_als(1.0, 400))
+    (folder / "9.ALS").write_bytes(_als(0.5, 300))
+    (folder / "D40.ALS").write_bytes(_als(1.2, 600))
+    (folder / "VB2.als").write_bytes(_als(0.7, 800))
+    (folder / "1.ALG").write_bytes(b"not a voice file")
+    return folder
+
+
+def test_drascula_lines_by_speaker_and_number(drascula_folder, tmp_path):
+    lines = ds.voice_lines(drascula_folder)
+    assert [(line.scene, line.name) for line in lines] == [("hero", "9"), ("hero", "10"), ("D", "D40"), ("VB", "VB2")]
+    out = tmp_path / "audio"
+    report = ds.extract(drascula_folder, out)
+    assert (report.files, report.lines, report.failed) == (4, 4, [])
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.flac"))
+    assert written == ["D/D40.flac", "VB/VB2.flac", "hero/10.flac", "hero/9.flac"]
+    audio, rate = sf.read(str(out / "D" / "D40.flac"))
+    assert rate == 16000 and abs(len(audio) / rate - 1.2) < 0.01
+    spectrum = np.abs(np.fft.rfft(audio))
+    assert abs(np.argmax(spectrum) * rate / len(audio) - 600) < 10  # unsigned samples read as a centred tone
+    assert abs(np.mean(audio)) < 0.01
+    assert abs(report.speech_seconds - 3.4) < 0.02
+
+
+def test_drascula_joins_within_one_speaker(drascula_folder, tmp_path):
+    out = tmp_path / "joined"
+    report = ds.extract(drascula_folder, out, join_seconds=10)
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.flac"))
+    assert written == ["D/D40.flac", "VB/VB2.flac", "hero/9+1.flac"]
+    assert _counts(report) == (3, 4)
+
+
+def test_drascula_bad_folders_and_files_are_named(tmp_path, drascula_folder):
+    with pytest.raises(DuetError, match="missing: not a folder"):
+        ds.extract(tmp_path / "missing", tmp_path / "out")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DuetError, match="empty: holds no Drascula voice files"):
+        ds.extract(empty, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    (drascula_folder / "11.ALS").write_bytes(b"")
+    report = ds.extract(drascula_folder, tmp_path / "out")
+    assert report.failed == ["11: no audio in it"] and _counts(report) == (4, 4)
+
+
+def test_two_games_never_share_a_folder(container, drascula_folder, tmp_path):
+    out = tmp_path / "audio"
+    qs.extract(container, out)
+    with pytest.raises(DuetError, match="holds files made with other settings"):
+        ds.extract(drascula_folder, out)
+
+
+def test_tool_extracts_drascula(drascula_folder, tmp_path, capsys):
+    assert TOOL.main(["drascula", str(drascula_folder), "--out", str(tmp_path / "out")]) == 0
+    assert "4 lines in 4 files" in capsys.readouterr().out
+
+
+def test_a_line_whose_name_is_not_a_file_name_is_refused():
+    with pytest.raises(DuetError, match="voice line name '../x' is not a game file name"):
+        gs.VoiceLine("../x", "hero", lambda rate: np.zeros(1))
