@@ -1,8 +1,9 @@
 """The voice lines of *Drascula: The Vampire Strikes Back* (Debian main: ``drascula``) as audio files.
 
-The English edition holds ~49 min of voice-acted dialogue by about a dozen voices, one headerless file per line in
+The English edition holds ~48 min of voice-acted dialogue by about a dozen voices, one headerless file per line in
 its ``en`` folder: ``<speaker><number>.ALS`` (``259.ALS`` the hero, ``D40.ALS``, ``VB12.ALS``, ... the other
-characters), unsigned 8-bit mono samples at 11,025 Hz. The transcripts live in the engine's text tables
+characters), unsigned 8-bit mono samples at 11,025 Hz; the same folder's ``S<n>.ALS`` and ``F<n>.ALS`` are sound
+effects, left out. The transcripts live in the engine's text tables
 (``drascula.dat``), which this reader does not parse: label the lines with ``tools/pseudo_label.py`` like any
 untranscribed audio. Writing them: ``duet.game_speech``.
 
@@ -23,18 +24,20 @@ from duet.io import RawPcm, read_mono
 DEBIAN_FOLDER = Path("/usr/share/scummvm/drascula/en")
 #: The samples of every voice file.
 SAMPLES = RawPcm(sample_rate=11025, subtype="PCM_U8")
-# The speaker's letters (none for the hero), then the line's number in that speaker's table.
-_VOICE_FILE = re.compile(r"([A-Z]{0,3})([0-9]{1,4})\.ALS", re.IGNORECASE)
+# The speaker's letters (none for the hero), then the line's number in that speaker's table. S<n>.ALS are the
+# engine's sound effects (it plays them as "s%i.als") and F<n>.ALS hold no speech either: neither is a voice line.
+_VOICE_FILE = re.compile(r"(|B|BJ|D|E|I|L|P|T|VB)([0-9]{1,4})\.ALS", re.IGNORECASE)
 # The folder of the hero's lines, which carry no speaker letters.
 _HERO = "hero"
 
 
 def decode_file(path: Path, sample_rate: int):
-    """One voice file as mono float32 at ``sample_rate``; one that cannot be read is a ``DuetError`` with the reason."""
+    """One voice file as mono float32 at ``sample_rate``; one that cannot be read is a ``DuetError``
+    "<file>: <reason>"."""
     try:
         return read_mono(str(path), sample_rate, raw=SAMPLES)
     except (RuntimeError, OSError) as e:  # sf.LibsndfileError is a RuntimeError
-        raise DuetError(f"cannot decode {path.name}: {e}") from None
+        raise DuetError(f"{path.name}: {e}") from None
 
 
 def voice_lines(folder: Path) -> list[VoiceLine]:
@@ -53,7 +56,8 @@ def voice_lines(folder: Path) -> list[VoiceLine]:
     found.sort(key=lambda item: item[:2])
 
     def line(speaker: str, path: Path) -> VoiceLine:
-        return VoiceLine(path.stem.upper(), speaker or _HERO, lambda sample_rate: decode_file(path, sample_rate))
+        return VoiceLine(path.stem.upper(), speaker or _HERO, path.name,
+                         lambda sample_rate: decode_file(path, sample_rate))
 
     return [line(speaker, path) for speaker, _, path in found]
 

@@ -38,12 +38,13 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_]{1,16}")
 
 @dataclass(frozen=True)
 class VoiceLine:
-    """One spoken line: its name in the game (without suffix), the scene it belongs to (lines are joined within a
-    scene only, and a scene is a folder), and how to read it as mono float32 at a given rate (a ``DuetError``
-    naming the line when it cannot be decoded)."""
+    """One spoken line: its name (the output file's), the scene it belongs to (lines are joined within a scene only,
+    and a scene is a folder), the item it comes from as the game names it (in messages), and how to read it as mono
+    float32 at a given rate -- raising a ``DuetError`` "<item>: <reason>" when it cannot be decoded."""
 
     name: str
     scene: str
+    item: str
     read: Callable[[int], np.ndarray]
 
     def __post_init__(self) -> None:
@@ -57,7 +58,7 @@ class ExtractReport:
     files: int  # written now or already there
     lines: int  # voice lines inside them
     speech_seconds: float  # their audio, the joins' gaps not counted
-    failed: list[str]  # "<line>: <reason>" for each line that could not be decoded
+    failed: list[str]  # "<item>: <reason>" for each line that could not be decoded
 
 
 def line_path(out_dir: Path, first: VoiceLine, joined: int = 1) -> Path:
@@ -113,8 +114,8 @@ def write_lines(lines: Sequence[VoiceLine], out_dir: Path, source: str, sample_r
             try:
                 with atomic_path(path) as tmp:
                     sf.write(str(tmp), audio, sample_rate, format="FLAC", subtype="PCM_16")
-            except OSError as e:
-                raise DuetError(f"cannot write {path}: {e.strerror or e}") from None
+            except (OSError, RuntimeError) as e:  # a full disk reaches libsndfile as sf.LibsndfileError
+                raise DuetError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
         files, written_lines = files + 1, written_lines + len(group)
         speech_samples += sum(len(a) for _, a in group)
         group.clear()
@@ -126,9 +127,9 @@ def write_lines(lines: Sequence[VoiceLine], out_dir: Path, source: str, sample_r
         try:
             audio = line.read(sample_rate)
             if not len(audio):
-                raise DuetError(f"cannot decode {line.name}: no audio in it")
+                raise DuetError(f"{line.item}: no audio in it")
         except DuetError as e:
-            failed.append(str(e).removeprefix("cannot decode "))
+            failed.append(str(e))
             audio = None
         if audio is not None:
             if group and (group[0][0].scene != line.scene or length(group + [(line, audio)]) > join_seconds):

@@ -13,7 +13,6 @@ The game's content and its licence: README.md, "Credits and licences of the data
 from __future__ import annotations
 
 import io
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ _MAGIC = b"QTBL"
 _COUNT_AT = 13
 _ENTRY = struct.Struct(">12sBII")  # name, bundle, offset, size
 _VOICE_SUFFIX = ".SB"
-# A voice line's name: it becomes a file name under the output folder, so nothing else is accepted.
-_VOICE_NAME = re.compile(r"[A-Z0-9_]{1,8}\.SB")
 
 
 @dataclass(frozen=True)
@@ -59,8 +56,6 @@ def read_table(data: bytes, source: str = "queen.1c") -> list[Entry]:
         entry = Entry(name.rstrip(b"\0").decode("ascii", "replace"), offset, size)
         if offset + size > len(data):
             raise DuetError(f"{source}: entry {entry.name} runs past the end of the file")
-        if entry.name.upper().endswith(_VOICE_SUFFIX) and not _VOICE_NAME.fullmatch(entry.name):
-            raise DuetError(f"{source}: voice line name {entry.name!r} is not a game file name (corrupt table?)")
         entries.append(entry)
     return entries
 
@@ -71,21 +66,18 @@ def voice_lines(entries: list[Entry]) -> list[Entry]:
 
 
 def decode_line(data: bytes, entry: Entry, sample_rate: int) -> np.ndarray:
-    """One voice line as mono float32 at ``sample_rate``; one libsndfile cannot decode is a ``DuetError`` with its
-    reason."""
+    """One voice line as mono float32 at ``sample_rate``; one libsndfile cannot decode is a ``DuetError``
+    "<entry>: <reason>"."""
     try:
-        audio = read_mono(io.BytesIO(data[entry.offset:entry.offset + entry.size]), sample_rate)
+        return read_mono(io.BytesIO(data[entry.offset:entry.offset + entry.size]), sample_rate)
     except RuntimeError as e:  # sf.LibsndfileError is one
-        raise DuetError(f"cannot decode {entry.name}: {e}") from None
-    if not len(audio):
-        raise DuetError(f"cannot decode {entry.name}: no audio in it")
-    return audio
+        raise DuetError(f"{entry.name}: {e}") from None
 
 
 def voice_line(data: bytes, entry: Entry) -> VoiceLine:
     """``entry`` as a line to write: its scene is its name's first two characters (the game's room)."""
     stem = entry.name.rsplit(".", 1)[0]
-    return VoiceLine(stem, stem[:2], lambda sample_rate: decode_line(data, entry, sample_rate))
+    return VoiceLine(stem, stem[:2], entry.name, lambda sample_rate: decode_line(data, entry, sample_rate))
 
 
 def extract(container: Path, out_dir: Path, sample_rate: int = 16000, join_seconds: float = 0.0,
@@ -99,5 +91,8 @@ def extract(container: Path, out_dir: Path, sample_rate: int = 16000, join_secon
     lines = voice_lines(read_table(data, str(container)))
     if not lines:
         raise DuetError(f"{container}: holds no voice lines (*{_VOICE_SUFFIX} entries)")
-    return write_lines([voice_line(data, e) for e in lines], out_dir, "flight-of-the-amazon-queen", sample_rate,
-                       join_seconds, progress)
+    try:
+        named = [voice_line(data, e) for e in lines]
+    except DuetError as e:  # a name that cannot be a file name: a corrupt table
+        raise DuetError(f"{container}: {e}") from None
+    return write_lines(named, out_dir, "flight-of-the-amazon-queen", sample_rate, join_seconds, progress)

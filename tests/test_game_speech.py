@@ -130,8 +130,11 @@ def test_entries_past_the_end_or_with_odd_names_are_refused(tmp_path):
     past[15 + 17:15 + 21] = (len(good) * 2).to_bytes(4, "big")  # the entry's size
     with pytest.raises(DuetError, match="entry 010001P1.SB runs past the end of the file"):
         qs.read_table(bytes(past), "past.1c")
-    with pytest.raises(DuetError, match="'../../X.SB' is not a game file name"):
-        qs.read_table(_container({"../../X.SB": _mp3(0.5, 300)}), "odd.1c")
+    odd = tmp_path / "odd.1c"
+    odd.write_bytes(_container({"../../X.SB": _mp3(0.5, 300)}))
+    with pytest.raises(DuetError, match="odd.1c: voice line name '../../X' is not a game file name"):
+        qs.extract(odd, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_folder_made_with_other_settings_is_refused(container, tmp_path):
@@ -189,6 +192,8 @@ def drascula_folder(tmp_path):
     (folder / "D40.ALS").write_bytes(_als(1.2, 600))
     (folder / "VB2.als").write_bytes(_als(0.7, 800))
     (folder / "1.ALG").write_bytes(b"not a voice file")
+    (folder / "S3.ALS").write_bytes(_als(0.4, 900))  # the engine's sound effects, not speech
+    (folder / "F1.ALS").write_bytes(_als(0.4, 900))
     return folder
 
 
@@ -226,7 +231,7 @@ def test_drascula_bad_folders_and_files_are_named(tmp_path, drascula_folder):
     assert not (tmp_path / "out").exists()
     (drascula_folder / "11.ALS").write_bytes(b"")
     report = ds.extract(drascula_folder, tmp_path / "out")
-    assert report.failed == ["11: no audio in it"] and _counts(report) == (4, 4)
+    assert report.failed == ["11.ALS: no audio in it"] and _counts(report) == (4, 4)
 
 
 def test_two_games_never_share_a_folder(container, drascula_folder, tmp_path):
@@ -243,4 +248,14 @@ def test_tool_extracts_drascula(drascula_folder, tmp_path, capsys):
 
 def test_a_line_whose_name_is_not_a_file_name_is_refused():
     with pytest.raises(DuetError, match="voice line name '../x' is not a game file name"):
-        gs.VoiceLine("../x", "hero", lambda rate: np.zeros(1))
+        gs.VoiceLine("../x", "hero", "../x.ALS", lambda rate: np.zeros(1))
+
+
+def test_a_write_that_libsndfile_refuses_is_one_line(drascula_folder, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise sf.LibsndfileError(1, "System error.")  # what a full disk looks like from libsndfile
+
+    monkeypatch.setattr(gs.sf, "write", refuse)
+    with pytest.raises(DuetError, match=r"cannot write .*9\.flac: .*System error"):
+        ds.extract(drascula_folder, tmp_path / "out")
+    assert not list((tmp_path / "out").rglob("*.flac"))
