@@ -330,6 +330,23 @@ def test_wordnet_lm_text_adds_training_transcripts_and_never_a_held_out_or_exclu
     assert missing.returncode == 2 and f"manifest not found: {tmp_path / 'none.json'}" in missing.stderr
 
 
+def test_manifest_times_repeats_the_transcripts_only(tmp_path, python):
+    """--manifest-times weighs the transcripts against the generated text; an excluded sentence stays out."""
+    train, dev = tmp_path / "train.json", tmp_path / "dev.json"
+    train.write_text("".join(json.dumps({"audio_filepath": f"{i}.flac", "duration": 1.0, "text": text}) + "\n"
+                             for i, text in enumerate(["The Orange Kite Flew Over Our School", "the dev sentence"])))
+    dev.write_text(json.dumps({"audio_filepath": "d.flac", "duration": 1.0, "text": "the dev sentence"}) + "\n")
+    out = tmp_path / "lm.txt"
+    result = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--sentences", "20", "--manifest",
+                             str(train), "--manifest-times", "3", "--exclude", str(dev), "--out", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().splitlines() == corpus.lm_text(20) + ["the orange kite flew over our school"] * 3
+    zero = subprocess.run([python, str(ENTRY.parent / "make_lm_text.py"), "--manifest", str(train), "--manifest-times",
+                           "0", "--out", str(out)], capture_output=True, text=True)
+    assert zero.returncode == 2 and "--manifest-times must be positive, got 0" in zero.stderr
+
+
 def test_english_text_for_replay_is_wordnets_estimate_part_as_written(tmp_path, python):
     """tools/make_english_text.py: never a sentence of the dev or test tenths the SLM's perplexity is scored on."""
     from duet.english_text import part_of, wordnet_examples

@@ -25,7 +25,7 @@ def demo(repo_root, python):
     result = subprocess.run([python, "tools/demo.py"], cwd=repo_root, capture_output=True, text=True,
                             timeout=2400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    stages = 11 if REAL_SPEECH.is_dir() else 10  # realmix runs only where ../shared/real_speech exists
+    stages = 12 if REAL_SPEECH.is_dir() else 10  # realmix and realtext run only where ../shared/real_speech exists
     assert f"demo: {stages} stage(s) done" in result.stdout
     return repo_root / "experiments"
 

@@ -107,6 +107,24 @@ def test_the_fine_tune_mixes_in_the_bases_pool_and_its_real_speech_where_that_ex
     assert without.encoder_lr_scale < with_real.encoder_lr_scale and without.head_lr < with_real.head_lr
 
 
+def test_the_lms_text_holds_the_real_transcripts_outside_the_tuning_speakers_where_they_exist(repo_root, tmp_path,
+                                                                                            monkeypatch):
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
+    for real_root in (tmp_path, tmp_path / "missing"):
+        monkeypatch.setattr(cli, "REAL_SPEECH", real_root)
+        stages = {stage.name: stage for stage in cli.stages()}
+        lmtext = stages["lmtext"].command
+        assert ("realtext" in stages) == ("--manifest" in lmtext) == real_root.is_dir()
+        if real_root.is_dir():
+            realtext = stages["realtext"].command
+            # the speakers the pipeline's weights are chosen on stay out of the LM's text
+            assert realtext[realtext.index("--dev-speakers") + 1] == str(cli.REAL_TEXT_DEV_SPEAKERS)
+            assert lmtext[lmtext.index("--manifest") + 1] == str(cli.REAL_TEXT)
+            assert lmtext[lmtext.index("--exclude") + 1] == str(cli.REAL_TEXT_DEV)
+            assert {cli.REAL_TEXT, cli.REAL_TEXT_DEV} <= set(stages["lmtext"].inputs)  # new transcripts, new LM
+            assert list(stages).index("realtext") < list(stages).index("lmtext")
+
+
 def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
     from duet.demo import generalisation_summary
 

@@ -27,8 +27,10 @@ Stages, each one of the toolkit's own entry scripts run as a user would:
   asr        fine-tune the bundled Whisper base (samples/checkpoints/whisper_tiny_ctc.nemo: Whisper tiny.en's
              pretrained encoder + a CTC head, its own tokenizer kept) on the sample's telephone speech + the pool
              (+ the real mix); WER on the held-out test-clean voices before -> after
+  realtext   (only where ../shared/real_speech exists) speechocean762/train's transcripts, its 8 dev speakers apart
   lmtext     100,000 in-domain sentences from the corpus's text generator (never a dev/test sentence), then
-             WordNet's ~37,000 examples of everyday English (for real speech)
+             WordNet's ~37,000 examples of everyday English (for real speech), then (where ../shared/real_speech
+             exists) speechocean762/train's transcripts outside its dev speakers, four times over
   lm         a token 6-gram LM (KenLM) on that text over the base's tokenizer, for beam search in the pipeline
   slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after. It needs
              nothing the stages before it make and trains on one thread, so it starts with the demo and runs beside
@@ -56,9 +58,9 @@ from pathlib import Path
 
 from duet import SAMPLES_DIR
 from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
-                       DEMO_SLM_MODEL, AsrFineTune, EXPERIMENTS, LM_ORDER, LM_SENTENCES, BackgroundRun, Stage,
-                       asr_summary, demo_decoding, generalisation_summary, log_tail, next_steps, pipeline_summary,
-                       shown, slm_summary, threads_beside, write_demo_decoding)
+                       DEMO_SLM_MODEL, AsrFineTune, EXPERIMENTS, LM_ORDER, LM_SENTENCES, LM_TRANSCRIPT_TIMES,
+                       BackgroundRun, Stage, asr_summary, demo_decoding, generalisation_summary, log_tail, next_steps,
+                       pipeline_summary, shown, slm_summary, threads_beside, write_demo_decoding)
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.stage_progress import ConsoleProgress, LogProgress
 from duet.synth.corpus import bundled_sample_kinds
@@ -97,6 +99,12 @@ POOL_HOURS = 0.2
 POOL_MIX = EXPERIMENTS / "demo_poolmix" / "train-clean.json"
 REAL_MIX = EXPERIMENTS / "demo_realmix" / "train.json"
 REAL_MIX_UTTERANCES = 780
+# The LM's real text, where ../shared/real_speech exists: speechocean762/train split by speaker like the base's
+# own training manifests (tools/make_manifest.py --dev-speakers 8): the transcripts of train.train.json go into the
+# LM's text, and no sentence of train.dev.json, the speakers the pipeline's weights are chosen on.
+REAL_TEXT_DIR = EXPERIMENTS / "demo_realtext"
+REAL_TEXT, REAL_TEXT_DEV = REAL_TEXT_DIR / "train.train.json", REAL_TEXT_DIR / "train.dev.json"
+REAL_TEXT_DEV_SPEAKERS = 8
 # the held-out assistant requests the pipeline stage answers (written by its prepare step)
 REQUESTS = EXPERIMENTS / "demo_pipeline" / "requests.json"
 MANIFESTS = {split: REPO_ROOT / "manifests" / f"{split}.json" for split in ("train-clean", "dev-clean", "test-clean")}
@@ -126,6 +134,8 @@ def stages() -> list[Stage]:
     train_manifests = [MANIFESTS["train-clean"], POOL_MIX] + ([REAL_MIX] if REAL_SPEECH.is_dir() else [])
     mixes = "with real mix" if REAL_SPEECH.is_dir() else "without"
     fine_tune = ASR_FINE_TUNE[mixes]
+    lm_real_text = (["--manifest", str(REAL_TEXT), "--manifest-times", str(LM_TRANSCRIPT_TIMES),
+                     "--exclude", str(REAL_TEXT_DEV)] if REAL_SPEECH.is_dir() else [])
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -154,12 +164,20 @@ def stages() -> list[Stage]:
               lambda: asr_summary(asr_dir / "finetune_summary.json"),
               inputs=[BASE_CHECKPOINT, *MANIFESTS.values(), *train_manifests[1:]],
               outputs=[DEMO_ASR_MODEL, asr_dir / "finetune_summary.json"], run_dir=asr_dir, epochs=fine_tune.epochs),
+        *([Stage("realtext", [py, "tools/make_manifest.py", "--data-root", str(REAL_SPEECH / "speechocean762"),
+                              "--splits", "train", "--out-dir", str(REAL_TEXT_DIR),
+                              "--dev-speakers", str(REAL_TEXT_DEV_SPEAKERS)],
+                 lambda: f"{len(read_jsonl(REAL_TEXT))} transcripts of speechocean762/train for the LM's text "
+                         f"({len(read_jsonl(REAL_TEXT_DEV))} of its {REAL_TEXT_DEV_SPEAKERS} dev speakers kept out)")]
+          if REAL_SPEECH.is_dir() else []),
         Stage("lmtext", [py, "tools/make_lm_text.py", "--source", "corpus", "wordnet", "--sentences",
-                         str(LM_SENTENCES), "--out", str(DEMO_LM_TEXT)],
+                         str(LM_SENTENCES), *lm_real_text, "--out", str(DEMO_LM_TEXT)],
               lambda: f"{DEMO_LM_TEXT.relative_to(REPO_ROOT)} ({len(DEMO_LM_TEXT.read_text().splitlines())} sentences: "
-                      f"{LM_SENTENCES} of the corpus's, then WordNet's)",
+                      f"{LM_SENTENCES} of the corpus's, then WordNet's"
+                      + (f", then speechocean762/train's transcripts x{LM_TRANSCRIPT_TIMES})" if lm_real_text else ")"),
               inputs=[REPO_ROOT / "duet" / "synth" / name for name in ("corpus_text.py", "corpus.py", "wordnet_text.py")]
-              + [REPO_ROOT / "tools" / "make_lm_text.py"], outputs=[DEMO_LM_TEXT]),
+              + [REPO_ROOT / "tools" / "make_lm_text.py"] + ([REAL_TEXT, REAL_TEXT_DEV] if lm_real_text else []),
+              outputs=[DEMO_LM_TEXT]),
         # over the base's tokenizer, which the fine-tune keeps
         Stage("lm", [py, "tools/train_ngram_lm.py", "--unit", "token", "--tokenizer", str(BASE_CHECKPOINT),
                      "--order", str(LM_ORDER), "--text", str(DEMO_LM_TEXT), "--out", str(DEMO_LM)],

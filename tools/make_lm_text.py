@@ -10,18 +10,22 @@ Usage:
   python tools/make_lm_text.py --source wordnet --manifest data/speechocean762/train.train.json \
       --exclude data/speechocean762/train.dev.json --out data/lm_text_wordnet.txt
 
-  # both: the corpus's sentences, then WordNet's (the demo's LM text)
+  # both: the corpus's sentences, then WordNet's (the demo's LM text without ../shared/real_speech) ...
   python tools/make_lm_text.py --source corpus wordnet
+  # ... and with it: speechocean762/train's transcripts four times, none of its dev speakers' (tools/demo.py)
+  python tools/make_lm_text.py --source corpus wordnet --manifest experiments/demo_realtext/train.train.json \
+      --manifest-times 4 --exclude experiments/demo_realtext/train.dev.json
 
 --source corpus (default): the embedded default's stand-in for LibriSpeech's LM corpus (book text of the kind
 the transcripts come from, without the test books): the templates and word lists of duet/synth/corpus_text.py
 with their own seed stream, never a sentence of the sample's dev-clean or test-clean; --sentences of them.
 --source wordnet: the ~37,000 usage examples of WordNet 3.0 (Debian wordnet-base) outside its held-out tenth,
 as transcripts (duet/synth/wordnet_text.py), for real speech rather than the sample's domain; --sentences does
-not apply to them. Both sources may be named: their sentences in that order. Either way --manifest adds the transcripts of NeMo manifests (training sets only), and no sentence of
-an --exclude manifest (the dev set the LM weights are tuned on) nor of a held-out set of ../shared/real_speech
-is written. One lower-case sentence per line, numbers in words; written to a temporary file and renamed into
-place.
+not apply to them. Both sources may be named: their sentences in that order. Either way --manifest adds the
+transcripts of NeMo manifests (training sets only; --manifest-times N writes each one N times, so that a few
+thousand transcripts of how people talk weigh against 100,000 generated sentences), and no sentence of an --exclude
+manifest (the dev set the LM weights are tuned on) nor of a held-out set of ../shared/real_speech is written.
+One lower-case sentence per line, numbers in words; written to a temporary file and renamed into place.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source", nargs="+", choices=SOURCES, default=["corpus"],
                         help="the synthetic corpus's generator (default), WordNet's everyday English, or both")
     parser.add_argument("--manifest", nargs="+", type=Path, default=[], help="add these manifests' transcripts")
+    parser.add_argument("--manifest-times", type=int, default=1,
+                        help="write each --manifest transcript this many times: weighs a few thousand in-domain "
+                             "transcripts against the generated sentences (default 1)")
     parser.add_argument("--exclude", nargs="+", type=Path, default=[],
                         help="manifests none of whose sentences may be written (e.g. the tuning dev set)")
     parser.add_argument("--sentences", type=int, default=100_000,
@@ -64,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if args.sentences < 1:
         raise DuetError(f"--sentences must be positive, got {args.sentences}")
+    if args.manifest_times < 1:
+        raise DuetError(f"--manifest-times must be positive, got {args.manifest_times}")
     n = args.sentences
     sources = list(dict.fromkeys(args.source))  # each once, in the order given
     named = "_".join("wordnet" if source == "wordnet" else f"{n // 1000}k" if n % 1000 == 0 else str(n)
@@ -83,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     generated = [sentence for source in sources
                  for sentence in (wordnet_sentences(held_out=False) if source == "wordnet" else lm_text(n, args.seed))]
     excluded = {normalize_text(t) for t in never}
-    texts = [t for t in generated + added if normalize_text(t) not in excluded]
+    texts = [t for t in generated + added * args.manifest_times if normalize_text(t) not in excluded]
     try:
         write_text_atomic(out, "\n".join(texts) + "\n")
     except OSError as e:
