@@ -401,24 +401,32 @@ WHISPER_WINDOW_SAMPLES = 480_000  # Whisper's encoder always reads 30 s at 16 kH
 AUDIO_CHOICES = ("speech", "silence")
 
 
+class WhisperAudioEncoder:
+    """Whisper's log-mel front end and encoder with the weights of ``model``, built once and called per waveform."""
+
+    def __init__(self, model: CTranslate2Model):
+        # NeMo takes ~20 s to import: only the calls that use it pay for it
+        from duet.asr.whisper_encoder import WhisperEncoder, WhisperLogMelPreprocessor
+
+        self.encoder, self.features = WhisperEncoder().eval(), WhisperLogMelPreprocessor().eval()
+        self.encoder.load_state_dict(encoder_state_dict(model))
+
+    @torch.no_grad()
+    def __call__(self, waveform: np.ndarray, pad: bool = True) -> torch.Tensor:
+        """The encoder output [1, S, d_model] for a 16 kHz waveform: padded (or cut) to 30 s as Whisper's own front
+        end does (S = 1500), or (``pad=False``) of the waveform's own length, up to 30 s."""
+        samples = torch.as_tensor(np.asarray(waveform, dtype=np.float32)[:WHISPER_WINDOW_SAMPLES])
+        audio = torch.zeros(1, WHISPER_WINDOW_SAMPLES if pad else max(len(samples), 1))
+        audio[0, : len(samples)] = samples
+        mel, mel_length = self.features(input_signal=audio, length=torch.tensor([audio.shape[1]]))
+        return self.encoder(audio_signal=mel, length=mel_length)[0].transpose(1, 2)
+
+
 def audio_encodings(model: CTranslate2Model, waveforms: Iterable[np.ndarray]) -> list[torch.Tensor]:
     """Whisper's encoder output [1, 1500, d_model] for each 16 kHz waveform, padded (or cut) to 30 s as Whisper's
     own front end does."""
-    # NeMo takes ~20 s to import: only the calls that use it pay for it
-    from duet.asr.whisper_encoder import WhisperEncoder, WhisperLogMelPreprocessor
-
-    encoder, features = WhisperEncoder().eval(), WhisperLogMelPreprocessor().eval()
-    encoder.load_state_dict(encoder_state_dict(model))
-    length = torch.tensor([WHISPER_WINDOW_SAMPLES])
-    encodings = []
-    with torch.no_grad():
-        for waveform in waveforms:
-            audio = torch.zeros(1, WHISPER_WINDOW_SAMPLES)
-            samples = torch.as_tensor(np.asarray(waveform, dtype=np.float32)[:WHISPER_WINDOW_SAMPLES])
-            audio[0, : len(samples)] = samples
-            mel, mel_length = features(input_signal=audio, length=length)
-            encodings.append(encoder(audio_signal=mel, length=mel_length)[0].transpose(1, 2))
-    return encodings
+    encode = WhisperAudioEncoder(model)
+    return [encode(waveform) for waveform in waveforms]
 
 
 def sample_clips(count: int, root: Path = SAMPLES_DIR / "LibriSpeech" / "train-clean") -> list[tuple[Path, str]]:

@@ -101,8 +101,9 @@ def _lm_for_beam_batch(path: str, model) -> str:
     return str(nemo_token_lm(lm, vocab_size))
 
 
-def decoding_config(model, settings: DecodingSettings):
-    """The model's decoding config with ``settings`` applied (a copy; the model is not touched)."""
+def decoding_config(model, settings: DecodingSettings, n_best: bool = False):
+    """The model's decoding config with ``settings`` applied (a copy; the model is not touched). ``n_best``: a beam
+    search returns every beam's hypothesis per utterance (NeMo's ``NBestHypotheses``), not only the best."""
     settings.validate()
     cfg = copy.deepcopy(model.cfg.decoding)
     with open_dict(cfg):
@@ -112,7 +113,7 @@ def decoding_config(model, settings: DecodingSettings):
         cfg.strategy = "beam_batch"
         cfg.beam = OmegaConf.merge(cfg.get("beam") or {}, {
             "beam_size": settings.beam_size,
-            "return_best_hypothesis": True,
+            "return_best_hypothesis": not n_best,
             "beam_threshold": settings.beam_threshold,
             "beam_beta": settings.beta,
             "ngram_lm_model": _lm_for_beam_batch(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
