@@ -18,7 +18,7 @@ own tokenizer, so the one LM fits both). The language model decodes as tools/pip
 (slm.generation: --strategy, --max-new-tokens, --repetition-penalty, ...). Targets from the issue: <= 0.5 s to the transcript, <= 1 s to the whole tiny-model answer.
 
   python bench/pipeline_latency.py --asr-decoding beam_lm --beam-size 8 \
-      --lm experiments/demo_lm/lm_text_100k_token6.arpa --alpha 1.1 --beta 4
+      --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4
 """
 
 from __future__ import annotations

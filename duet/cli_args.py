@@ -21,7 +21,8 @@ from duet.foundation import EXPERIMENTS, REPO_ROOT
 
 # The number/path options of add_decoding_arguments: DecodingSettings field -> flag (the argparse attribute is the
 # field's name). Which of them each strategy reads is duet.asr.decoding.STRATEGY_FIELDS.
-DECODING_FLAGS = {"beam_size": "--beam-size", "ngram_lm": "--lm", "alpha": "--alpha", "beta": "--beta"}
+DECODING_FLAGS = {"beam_size": "--beam-size", "ngram_lm": "--lm", "alpha": "--alpha", "beta": "--beta",
+                  "whisper_weight": "--whisper-weight"}
 # Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
 LOG_DIR = EXPERIMENTS / "logs"
 # OfflineBatching field -> its flag (the argparse attribute is the field's name); each script adds the fields it uses.
@@ -68,7 +69,8 @@ def describe_decoding_source(args: argparse.Namespace, strategy_flag: str = "--d
 def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str = "--decoding",
                            strategy_default: str | None = None) -> None:
     """The CTC decoding options of an entry script: ``strategy_flag`` (greedy/beam/beam_lm), ``--beam-size``,
-    ``--lm``, ``--alpha``, ``--beta``. Unset numbers stay ``None`` so that ``DecodingSettings`` holds the defaults.
+    ``--lm``, ``--alpha``, ``--beta``, ``--whisper-weight``. Unset numbers stay ``None`` so that
+    ``DecodingSettings`` holds the defaults.
     ``strategy_default`` describes a default the script resolves itself: the strategy is then ``None`` when
     the flag is left out."""
     d = DecodingSettings
@@ -83,6 +85,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str =
     group.add_argument("--alpha", type=float, default=None, help=f"LM weight, beam_lm only (default: {d.alpha:g})")
     group.add_argument("--beta", type=float, default=None,
                        help=f"bonus per emitted token, beam and beam_lm (default: {d.beta:g})")
+    group.add_argument("--whisper-weight", type=float, default=None,
+                       help="Whisper tiny.en's decoder rescores the beam's candidates with the audio, its "
+                            "log-likelihood at this weight, beam and beam_lm (default: 0, off; ~0.1 s an utterance)")
 
 
 def given_decoding_values(args: argparse.Namespace) -> dict:

@@ -5,10 +5,12 @@ The demo writes one beside its fine-tuned model (beam search with its token LM, 
 tuned for them); ``tools/pipeline.py`` reads the one beside whatever model it is given, when no decoding
 option says otherwise. The file::
 
-    {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_100k_token6.arpa", "alpha": 0.8, "beta": 4}
+    {"strategy": "beam_lm", "beam_size": 8, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
+     "whisper_weight": 0.25}
 
 ``lm`` is relative to the file's folder, so the folder can be moved or copied with the LM beside it.
-Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``. An optional
+Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``
+(``whisper_weight``: Whisper's decoder rescoring the beam's candidates, off when absent). An optional
 ``"min_confidence"`` (0..1) is the low-confidence threshold chosen for this model under this decoding
 (``bench/confidence_threshold.py``; confidences depend on both, beam search + LM giving lower ones than greedy):
 the pipeline uses it whenever it decodes as the file says, instead of ``duet.confidence.DEFAULT_MIN_CONFIDENCE``.
@@ -27,7 +29,8 @@ from duet.foundation.files import write_text_atomic
 DECODING_FILE_NAME = "decoding.json"
 # the file's keys and the DecodingSettings fields they fill; a strategy's file holds the fields it reads
 # (duet.asr.decoding.STRATEGY_FIELDS): one it would ignore is refused, never dropped silently
-KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta"}
+KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta",
+        "whisper_weight": "whisper_weight"}
 FILE_KEY = {field: key for key, field in KEYS.items()}
 # the optional key every strategy may have: the model's low-confidence threshold under this decoding
 THRESHOLD_KEY = "min_confidence"
@@ -61,6 +64,8 @@ def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings,
     path = Path(path)
     record = {"strategy": settings.strategy}
     for field, value in settings.used_values().items():
+        if field == "whisper_weight" and not value:
+            continue  # off, the default: a file without it says the same
         record[FILE_KEY[field]] = os.path.relpath(Path(value).resolve(), path.parent.resolve()) \
             if field == "ngram_lm" else value
     if min_confidence is not None:
@@ -107,7 +112,8 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
     if record.get("strategy") not in STRATEGIES:
         raise DecodingFileError(f"{path}: 'strategy' must be one of {', '.join(STRATEGIES)}, "
                                 f"got {record.get('strategy')!r}")
-    for key, kind, low in (("beam_size", int, 1), ("alpha", (int, float), 0), ("beta", (int, float), None)):
+    for key, kind, low in (("beam_size", int, 1), ("alpha", (int, float), 0), ("beta", (int, float), None),
+                           ("whisper_weight", (int, float), 0)):
         value = record.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
                                   or (low is not None and value < low)):

@@ -47,15 +47,18 @@ LM_SENTENCES, LM_ORDER, LM_TRANSCRIPT_TIMES = 100_000, 6, 4
 DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / "lm_text.txt"
 DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_token{LM_ORDER}.arpa"
 # Beam width, LM weight and per-token bonus of the pipeline's beam search with DEMO_LM, for the demo's fine-tune of
-# the Whisper base. The width: beam 8 reached the LM's best at 71x real time against beam 16's 57x (beam 4 was
-# 5 points worse on dev-clean; it decodes 50 frames a second, four times a FastConformer's, so the beam costs more
-# here). The weights: chosen by bench/decoding_ab.py (beam 8, alpha 0.5-1.4 x beta 1-4) on held-in data of both
-# kinds the pipeline hears, together: the sample's dev-clean (60) and the 86 utterances of the 8 dev speakers of
-# speechocean762/train that the fine-tune's real mix does not hold. Chosen again for the fine-tunes of bases v4, v5
-# and v6 and for the LM with speechocean762/train's transcripts (alpha 0.5-1.4 x beta 1-6): alpha 1.1, beta 4 each
-# time (RESULTS.md).
-# Held out, evaluation only: RESULTS.md, "Demo fine-tune from the Whisper base".
-PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 8, 1.1, 4.0
+# the Whisper base, and the weight of Whisper tiny.en's decoder rescoring the beam's candidates (duet.whisper_rescoring,
+# each utterance's audio at its own length). The LM weights: chosen by bench/decoding_ab.py (beam 8, alpha 0.5-1.4 x
+# beta 1-6) on held-in data of both kinds the pipeline hears, together: the sample's dev-clean (60) and the 86
+# utterances of the 8 dev speakers of speechocean762/train that the fine-tune's real mix does not hold; alpha 1.1,
+# beta 4 for the fine-tunes of bases v4, v5 and v6 and for the LM with speechocean762/train's transcripts. The width
+# and Whisper's weight: chosen by bench/whisper_rescoring.py on the same held-in data. Without rescoring beam 8 was
+# as good as 16 (16 only adds candidates the LM ranks lower); with it, 16 gives Whisper more to choose from:
+# beam 8 at 0.25 (0-3 tried) 21.38 %, beam 16 at 0.5 (0-1 tried) 20.13 %. Whisper writes numbers in digits and so
+# scores the sample's spelled-out numbers poorly: a higher weight trades them away. The cost: a 5 s clip's transcript
+# in about 0.4 s on one thread against beam 8's 0.25 s without Whisper (bench/pipeline_latency.py).
+# Held out, evaluation only: RESULTS.md, "Whisper's decoder rescoring the beam's n-best".
+PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA, PIPELINE_WHISPER_WEIGHT = 16, 1.1, 4.0, 0.5
 # The low-confidence threshold of the demo's model under that decoding (duet.confidence: words outside the
 # lexicon count 0; beam search + LM gives lower word confidences than greedy, so the base's own threshold does not
 # fit it). Chosen by bench/confidence_threshold.py on the same held-in data as the weights: the highest threshold
@@ -274,9 +277,10 @@ def log_tail(path: Path, lines: int = 20) -> list[str]:
 
 
 def demo_decoding() -> DecodingSettings:
-    """The pipeline's ASR decoding for the demo's model: beam search with DEMO_LM at the tuned width and weights."""
+    """The pipeline's ASR decoding for the demo's model: beam search with DEMO_LM at the tuned width and weights,
+    its candidates rescored by Whisper's decoder."""
     return DecodingSettings("beam_lm", beam_size=PIPELINE_BEAM, ngram_lm=str(DEMO_LM), alpha=PIPELINE_ALPHA,
-                            beta=PIPELINE_BETA)
+                            beta=PIPELINE_BETA, whisper_weight=PIPELINE_WHISPER_WEIGHT)
 
 
 def write_demo_decoding() -> None:

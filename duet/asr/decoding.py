@@ -10,8 +10,13 @@ NeMo's other LM strategies need packages that are not usable here: ``beam`` need
 ``ctc_decoders`` (not on PyPI for Python 3.11), ``flashlight`` needs ``flashlight-text``, and
 ``pyctcdecode`` (word LM) pins ``numpy<2`` which conflicts with the rest of the environment.
 
+A ``whisper_weight`` adds Whisper tiny.en's decoder judging the beam's candidates with the audio
+(``duet.whisper_rescoring``): the beam keeps its n-best and the model carries the rescoring beside NeMo's decoding
+(``duet.asr.inference.rescoring_of``), which the decode paths below ask for each utterance's transcript.
+
 After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.inference`` (which calls
-``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe``. Entry scripts take
+``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe`` (which knows nothing of the
+rescoring: with a ``whisper_weight`` it returns each utterance's n-best, unrescored). Entry scripts take
 the settings as options through ``duet.cli_args`` (``nemo_recipes/evaluate_ctc.py --decoding``,
 ``tools/pipeline.py --asr-decoding``), and a model's saved choice through ``duet.decoding_file``.
 """
@@ -27,15 +32,18 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.inference import audio_length, decode_texts, load_audio
-from duet.ngram import nemo_token_lm, read_lm_info
+from duet.asr.inference import RESCORING_ATTRIBUTE, audio_length, decode_texts, load_audio, rescoring_of
 from duet.errors import DuetError
+from duet.ngram import nemo_token_lm, read_lm_info
+from duet.whisper_gpt2 import WhisperGpt2Error
+from duet.whisper_rescoring import BeamRescoring, WhisperRescorer
 
 log = logging.getLogger(__name__)
 
 # The settings each strategy reads, the one table of them: the command line (duet.cli_args) and decoding.json
 # (duet.decoding_file) refuse a value the chosen strategy would ignore, and decoding.json saves these alone.
-STRATEGY_FIELDS = {"greedy": (), "beam": ("beam_size", "beta"), "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha")}
+STRATEGY_FIELDS = {"greedy": (), "beam": ("beam_size", "beta", "whisper_weight"),
+                   "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_weight")}
 STRATEGIES = tuple(STRATEGY_FIELDS)
 
 
@@ -53,6 +61,9 @@ class DecodingSettings:
     alpha: float = 0.5  # LM weight (natural-log LM score times alpha)
     beta: float = 0.0  # bonus per emitted token; counters the LM's bias towards short outputs
     beam_threshold: float = 20.0  # hypotheses this far (log-prob) below the best are pruned
+    # Whisper tiny.en's decoder rescores the beam's n-best (duet.whisper_rescoring): each candidate's beam score plus
+    # this weight times Whisper's log-likelihood of it given the audio; 0 keeps the beam's own choice
+    whisper_weight: float = 0.0
 
     def validate(self) -> None:
         """Raise ``DecodingInputError`` for an unknown strategy, a beam narrower than 1 or beam_lm without an LM
@@ -63,6 +74,8 @@ class DecodingSettings:
             raise DecodingInputError(f"beam_size must be >= 1, got {self.beam_size}")
         if self.strategy == "beam_lm" and not self.ngram_lm:
             raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
+        if not self.whisper_weight >= 0:  # NaN too
+            raise DecodingInputError(f"whisper_weight must be >= 0, got {self.whisper_weight}")
 
     def used_values(self) -> dict:
         """The values this strategy reads (``STRATEGY_FIELDS``), by field name."""
@@ -71,9 +84,10 @@ class DecodingSettings:
     def describe(self) -> str:
         if self.strategy == "greedy":
             return "greedy"
+        rescored = f"+Whisper(w={self.whisper_weight:g})" if self.whisper_weight else ""
         if self.strategy == "beam":
-            return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "")
-        return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})"
+            return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "") + rescored
+        return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})" + rescored
 
 
 def ignored_fields(strategy: str, given) -> list[str]:
@@ -128,11 +142,28 @@ def decoding_config(model, settings: DecodingSettings, n_best: bool = False):
 
 
 def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> DecodingSettings:
-    """Switch ``model`` (a NeMo CTC model) to ``settings`` (or ``DecodingSettings(**kwargs)``) in place."""
+    """Switch ``model`` (a NeMo CTC model, or its ONNX export) to ``settings`` (or ``DecodingSettings(**kwargs)``) in
+    place; with a ``whisper_weight`` the beam keeps its n-best and the model carries Whisper's rescoring of it."""
     settings = settings or DecodingSettings(**kwargs)
-    model.change_decoding_strategy(decoding_config(model, settings), verbose=False)
+    rescoring = None
+    if settings.whisper_weight and settings.strategy != "greedy":
+        settings.validate()
+        rescoring = _whisper_rescoring(settings.whisper_weight, getattr(model, RESCORING_ATTRIBUTE, None))
+    model.change_decoding_strategy(decoding_config(model, settings, n_best=rescoring is not None), verbose=False)
+    setattr(model, RESCORING_ATTRIBUTE, rescoring)
     log.info("decoding: %s", settings.describe())
     return settings
+
+
+def _whisper_rescoring(weight: float, current):
+    """Whisper's rescoring at ``weight``, reusing the rescorer ``current`` holds (its weights take seconds to read)."""
+    if current is not None:
+        return BeamRescoring(current.rescorer, weight)
+    try:
+        # each utterance's own length: 30 s windows cost six times as much for 0.8 point (RESULTS.md, "rescoring")
+        return BeamRescoring(WhisperRescorer(pad_to_30s=False), weight)
+    except WhisperGpt2Error as e:
+        raise DecodingInputError(f"whisper_weight needs Whisper tiny.en's weights: {e}") from None
 
 
 @dataclass
@@ -141,6 +172,8 @@ class CachedLogProbs:
 
     batches: list[tuple[list[int], "torch.Tensor", "torch.Tensor"]]  # (file indices, log_probs, lengths)
     n_files: int
+    paths: list[str] | None = None  # the files, read again where a decoding rescores with the audio
+    sample_rate: int = 16000
 
 
 def compute_log_probs(model, paths, batch_size: int = OfflineBatching.batch_size) -> CachedLogProbs:
@@ -162,13 +195,16 @@ def compute_log_probs(model, paths, batch_size: int = OfflineBatching.batch_size
                 signal[row, : len(audios[i])] = torch.from_numpy(audios[i])
             log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device), input_signal_length=lengths.to(device))
             batches.append((batch, log_probs, encoded_len))
-    return CachedLogProbs(batches=batches, n_files=len(paths))
+    return CachedLogProbs(batches=batches, n_files=len(paths), paths=[str(p) for p in paths], sample_rate=sample_rate)
 
 
 def decode_log_probs(model, cached: CachedLogProbs) -> list[str]:
-    """Transcripts of cached log-probabilities with the model's current decoding, in input order."""
+    """Transcripts of cached log-probabilities with the model's current decoding, in input order (a decoding that
+    rescores with the audio reads each batch's files again)."""
     texts = [""] * cached.n_files
+    rescored = rescoring_of(model) is not None and cached.paths is not None
     for batch, log_probs, lengths in cached.batches:
-        for i, text in zip(batch, decode_texts(model, log_probs, lengths)):
+        audios = [load_audio(cached.paths[i], cached.sample_rate) for i in batch] if rescored else None
+        for i, text in zip(batch, decode_texts(model, log_probs, lengths, audios)):
             texts[i] = text
     return texts

@@ -6,7 +6,8 @@ convolution front end runs channels-last two utterances at a time (``set_front_e
 batches go to one-thread worker processes (``cpu_workers``) instead of splitting every small operation
 between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
 Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
-chose beam search) — is the model's own NeMo code. An ONNX export (``duet.asr.onnx_engine``) goes through
+chose beam search) — is the model's own NeMo code; where the decoding rescores the beam's n-best with Whisper's
+decoder (:func:`rescoring_of`), each batch's audio goes to the decoding beside its log-probabilities. An ONNX export (``duet.asr.onnx_engine``) goes through
 the same batching, its whole batches shared among ``workers`` threads of this process, each running a
 one-thread ONNX Runtime session (smaller batches where each thread would get fewer than
 ``BATCHES_PER_THREAD``); one batch, or ``workers`` 1, runs on the engine's own session (torch's thread count
@@ -35,13 +36,19 @@ from duet.foundation.errors import first_line
 from duet.io import read_mono
 
 __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_budget", "cpu_workers", "decode_texts",
-           "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8", "set_front_end_chunking",
+           "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8",
+           "rescoring_of", "set_front_end_chunking",
            "transcribe_audio", "transcribe_files"]
 
-#: Turns one padded batch's CTC log-probabilities ``(model, log_probs [B, T, V], lengths [B])`` into one result per
-#: utterance (picklable: forked workers send them back); :func:`decode_texts` by default, words and times in
-#: ``duet.asr.words``.
-BatchDecoder = Callable[[Any, "torch.Tensor", "torch.Tensor"], list]
+#: Turns one padded batch's CTC log-probabilities ``(model, log_probs [B, T, V], lengths [B], audios)`` into one
+#: result per utterance (picklable: forked workers send them back); :func:`decode_texts` by default, words and times
+#: in ``duet.asr.words``. ``audios`` are the batch's waveforms, in the same order (None where a path has none: cached
+#: log-probabilities); a decoding that rescores with the audio (:func:`rescoring_of`) needs them.
+BatchDecoder = Callable[[Any, "torch.Tensor", "torch.Tensor", "Sequence[np.ndarray] | None"], list]
+
+#: The attribute of a model that holds its beam's rescoring (``duet.whisper_rescoring.BeamRescoring``), set and
+#: cleared by ``duet.asr.decoding.set_decoding`` beside NeMo's decoding: NeMo's decoding object never sees the audio
+RESCORING_ATTRIBUTE = "duet_rescoring"
 
 #: An exported engine's decoding threads get at least this many batches each (smaller batches where needed), so
 #: that they finish together: the last batch of one is otherwise the other's idle time.
@@ -271,8 +278,12 @@ def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np
     At most two batches per thread are in flight, so memory holds a few batches of log-probs, never all."""
     engine = model.one_thread()
 
+    # the audio stays with its log-probs only where the decoding reads it (Whisper rescoring)
+    keep_audio = rescoring_of(model) is not None
+
     def log_probs(batch):
-        return batch, *engine.log_probs([read(i) for i in batch])
+        audios = [read(i) for i in batch]
+        return batch, *engine.log_probs(audios), audios if keep_audio else None
 
     pending_batches = iter(batches)
     with ThreadPoolExecutor(threads) as pool, tqdm(total=len(batches), desc="transcribe", unit="batch",
@@ -282,8 +293,8 @@ def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np
             while running:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    batch, batch_log_probs, lengths = future.result()  # a thread's exception is raised here
-                    for i, result in zip(batch, decode(model, batch_log_probs, lengths)):
+                    batch, batch_log_probs, lengths, audios = future.result()  # a thread's exception is raised here
+                    for i, result in zip(batch, decode(model, batch_log_probs, lengths, audios)):
                         texts[i] = result
                     bar.update()
                     running |= {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 1)}
@@ -330,7 +341,7 @@ def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], rea
 def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> list:
     """One padded batch through the model (or an exported engine's ``log_probs``) and ``decode``."""
     if hasattr(model, "log_probs"):
-        return decode(model, *model.log_probs(audios))
+        return decode(model, *model.log_probs(audios), audios)
     device = next(model.parameters()).device
     with torch.inference_mode():
         if device.type == "cpu":
@@ -338,11 +349,20 @@ def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> 
         signal, lengths = pad_batch(audios)
         log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
                                                   input_signal_length=lengths.to(device))
-        return decode(model, log_probs, encoded_len)
+        return decode(model, log_probs, encoded_len, audios)
 
 
-def decode_texts(model, log_probs: "torch.Tensor", lengths: "torch.Tensor") -> list[str]:
+def rescoring_of(model):
+    """The rescoring of ``model``'s beam that ``set_decoding`` set (``duet.whisper_rescoring.BeamRescoring``: its
+    ``best(model, log_probs, lengths, audios)`` gives each utterance's chosen candidate), or None."""
+    return getattr(model, RESCORING_ATTRIBUTE, None)
+
+
+def decode_texts(model, log_probs: "torch.Tensor", lengths: "torch.Tensor",
+                 audios: "Sequence[np.ndarray] | None" = None) -> list[str]:
     """The transcripts of one batch with the model's current CTC decoding (the default :data:`BatchDecoder`)."""
+    if (rescoring := rescoring_of(model)) is not None:
+        return [candidate.text for candidate in rescoring.best(model, log_probs, lengths, audios)]
     hyps = model.decoding.ctc_decoder_predictions_tensor(blank_past_end(log_probs, lengths, model.decoding.blank_id),
                                                          decoder_lengths=lengths)
     return [hypothesis_text(hyp) for hyp in hyps]

@@ -23,7 +23,8 @@ tokens, but of the *aligned* token's probability rather than the frame's best on
 the same number (a beam transcript equal to greedy's gets greedy's words, times and confidences), and where the
 beam (its LM) wrote a token the acoustic model did not prefer, the word reads unsure (down to 0: below a uniform
 distribution's probability the formula goes negative, clipped) instead of borrowing the confidence of the token it
-replaced. The model's decoding is not touched: the word decoding is a second NeMo decoding object, greedy, built
+replaced. Where the decoding rescores the beam's n-best with Whisper's decoder (``duet.whisper_rescoring``), the
+candidate it chose is the one aligned, so its words keep times and confidences. The model's decoding is not touched: the word decoding is a second NeMo decoding object, greedy, built
 from the model's decoding config.
 """
 
@@ -40,7 +41,7 @@ import torch
 from omegaconf import OmegaConf
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.inference import blank_past_end, transcribe_audio, transcribe_files
+from duet.asr.inference import blank_past_end, rescoring_of, transcribe_audio, transcribe_files
 
 __all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
 
@@ -97,19 +98,24 @@ def word_decoding(model):
     return CTCDecoding(decoding_cfg=cfg, vocabulary=copy.deepcopy(model.decoder.vocabulary))
 
 
-def decode_timed(model, log_probs, lengths, decoding) -> list[TimedTranscript]:
+def decode_timed(model, log_probs, lengths, audios=None, *, decoding) -> list[TimedTranscript]:
     """One batch as :class:`TimedTranscript` with the model's decoding (a ``duet.asr.inference.BatchDecoder`` once
-    ``decoding``, :func:`word_decoding`, is bound): greedy's words from NeMo, beam search's force-aligned."""
+    ``decoding``, :func:`word_decoding`, is bound): greedy's words from NeMo, beam search's force-aligned (the
+    candidate Whisper's rescoring chose, where the decoding rescores: ``audios`` are then needed)."""
     # NeMo takes ~21 s to import (a loaded model has paid it already; importing this module must not)
     from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
     if words_supported(model):
         texts = None
     else:
-        beams = model.decoding.ctc_decoder_predictions_tensor(blank_past_end(log_probs, lengths, decoding.blank_id),
-                                                              decoder_lengths=lengths, return_hypotheses=True)
-        texts = [hyp.text for hyp in beams]
-        log_probs = aligned_log_probs(log_probs, lengths, [hyp.y_sequence for hyp in beams], decoding.blank_id)
+        if (rescoring := rescoring_of(model)) is not None:
+            chosen = rescoring.best(model, log_probs, lengths, audios)
+            texts, tokens = [c.text for c in chosen], [c.tokens for c in chosen]
+        else:
+            beams = model.decoding.ctc_decoder_predictions_tensor(
+                blank_past_end(log_probs, lengths, decoding.blank_id), decoder_lengths=lengths, return_hypotheses=True)
+            texts, tokens = [hyp.text for hyp in beams], [hyp.y_sequence for hyp in beams]
+        log_probs = aligned_log_probs(log_probs, lengths, tokens, decoding.blank_id)
     hyps = decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
     hyps = process_timestamp_outputs(hyps, model.encoder.subsampling_factor, model.cfg.preprocessor.window_stride)
     timed = [_timed(hyp) for hyp in hyps]
