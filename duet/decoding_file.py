@@ -5,8 +5,8 @@ The demo writes one beside its fine-tuned model (beam search with its token LM, 
 tuned for them); ``tools/pipeline.py`` reads the one beside whatever model it is given, when no decoding
 option says otherwise. The file::
 
-    {"strategy": "beam_lm", "beam_size": 8, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
-     "whisper_weight": 0.25}
+    {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
+     "whisper_weight": 0.5}
 
 ``lm`` is relative to the file's folder, so the folder can be moved or copied with the LM beside it.
 Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``
@@ -19,6 +19,7 @@ the pipeline uses it whenever it decodes as the file says, instead of ``duet.con
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -115,9 +116,10 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
     for key, kind, low in (("beam_size", int, 1), ("alpha", (int, float), 0), ("beta", (int, float), None),
                            ("whisper_weight", (int, float), 0)):
         value = record.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool) or not math.isfinite(value)
                                   or (low is not None and value < low)):
-            rule = f"a number >= {low}" if low is not None else "a number"
+            number = "a number" if kind is int else "a finite number"
+            rule = f"{number} >= {low}" if low is not None else number
             raise DecodingFileError(f"{path}: {key!r} must be {rule}, got {value!r}")
     ignored = sorted(FILE_KEY[field] for field in ignored_fields(record["strategy"],
                                                                  [KEYS[key] for key in record if key != "strategy"]))

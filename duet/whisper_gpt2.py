@@ -159,8 +159,9 @@ def decoder_weights(model: CTranslate2Model) -> dict[str, torch.Tensor]:
 class WhisperTextDecoder(nn.Module):
     """Whisper's decoder in plain PyTorch (inference only), its cross-attention chosen per call.
 
-    ``forward(ids, encodings=...)`` attends to audio encodings [B, S, D] as Whisper does; ``constants=`` [L, D]
-    adds a fixed vector per block instead (the GPT-2 this module converts to); neither drops cross-attention.
+    ``forward(ids, encodings=...)`` attends to audio encodings [B, S, D] (or [1, S, D] for every row) as Whisper
+    does; ``constants=`` [L, D] adds a fixed vector per block instead (the GPT-2 this module converts to); neither
+    drops cross-attention.
     """
 
     def __init__(self, weights: dict[str, torch.Tensor], shape: DecoderShape):
@@ -201,7 +202,7 @@ class WhisperTextDecoder(nn.Module):
     def hidden_states(self, ids: torch.Tensor, encodings: torch.Tensor | None = None,
                       encoding_mask: torch.Tensor | None = None, constants: torch.Tensor | None = None,
                       first_position: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """:meth:`forward` up to the final layer norm: hidden states [B, T, D] (without the output layer, whose
+        """:meth:`forward` through the final layer norm: hidden states [B, T, D] (without the output layer, whose
         vocabulary-wide product costs most where only some positions are wanted) and the cross-attention outputs."""
         if encodings is not None and constants is not None:
             raise ValueError("give encodings or constants, not both")
@@ -420,9 +421,10 @@ class WhisperAudioEncoder:
 
     def __init__(self, model: CTranslate2Model):
         # NeMo takes ~20 s to import: only the calls that use it pay for it
-        from duet.asr.whisper_encoder import WhisperEncoder, WhisperLogMelPreprocessor
+        from duet.asr.whisper_encoder import SAMPLE_RATE, WhisperEncoder, WhisperLogMelPreprocessor
 
         self.encoder, self.features = WhisperEncoder().eval(), WhisperLogMelPreprocessor().eval()
+        self.sample_rate = SAMPLE_RATE  # what the waveforms must be sampled at
         self.encoder.load_state_dict(encoder_state_dict(model))
 
     @torch.no_grad()

@@ -31,8 +31,8 @@ import torch
 
 from duet.asr.inference import blank_past_end, hypothesis_text
 from duet.asr.whisper_weights import WhisperWeightsError, read_ctranslate2, whisper_model_dir
-from duet.whisper_gpt2 import (END_OF_TEXT, WHISPER_PREFIX, WhisperAudioEncoder, WhisperGpt2Error, WhisperTextDecoder,
-                               decoder_shape, decoder_weights, gpt2_tokenizer)
+from duet.whisper_gpt2 import (END_OF_TEXT, WHISPER_PREFIX, WHISPER_WINDOW_SAMPLES, WhisperAudioEncoder,
+                               WhisperGpt2Error, WhisperTextDecoder, decoder_shape, decoder_weights, gpt2_tokenizer)
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ class WhisperRescorer:
     """Whisper tiny.en's encoder and decoder, scoring candidate transcripts of 16 kHz audio."""
 
     def __init__(self, weights: str | Path | None = None, pad_to_30s: bool = True):
-        path = Path(weights) if weights else whisper_model_dir() / "model.bin"
         try:
+            path = Path(weights) if weights else whisper_model_dir() / "model.bin"
             self.model = read_ctranslate2(path)
         except WhisperWeightsError as e:
             raise WhisperGpt2Error(str(e)) from None
@@ -115,9 +115,13 @@ class WhisperRescorer:
         return scores
 
     def choose(self, waveform: np.ndarray, candidates: Sequence[Candidate], weight: float) -> Candidate:
-        """The candidate with the best combined score (:data:`NOTHING_HEARD` when there is none)."""
+        """The candidate with the best combined score (:data:`NOTHING_HEARD` when there is none); the beam's own
+        first choice for audio longer than Whisper's 30 s window, which Whisper would judge by its first 30 s alone
+        (the pipeline cuts recordings into shorter pieces)."""
         if not candidates:
             return NOTHING_HEARD
+        if len(waveform) > WHISPER_WINDOW_SAMPLES:
+            return candidates[0]
         whisper = self.log_likelihoods(waveform, [c.text for c in candidates]) if weight else [0.0] * len(candidates)
         return candidates[best_index(candidates, whisper, weight)]
 

@@ -19,8 +19,8 @@ Usage:
       --lm experiments/lm/train-clean_token6.arpa --alpha 0.3 --beta 2.0
   # ... its candidates rescored by Whisper tiny.en's decoder, which reads the audio (the demo pipeline's decoding)
   python nemo_recipes/evaluate_ctc.py --model experiments/demo_asr/demo_asr.nemo \
-      --manifest manifests/test-clean.json --decoding beam_lm --beam-size 8 \
-      --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --whisper-weight 0.25
+      --manifest manifests/test-clean.json --decoding beam_lm --beam-size 16 \
+      --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --whisper-weight 0.5
 
   # ONNX Runtime on the export of tools/export_onnx.py (base_onnx/ beside base.nemo), here its int8 graph
   python nemo_recipes/evaluate_ctc.py --model base.nemo --engine onnx --int8 --manifest manifests/test-clean.json

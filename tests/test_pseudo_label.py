@@ -86,3 +86,36 @@ def test_a_nemo_teacher_labels_real_files(micro_model_and_manifest, tmp_path):
     assert len(labels) == 3 and all(0.0 <= lb.confidence <= 1.0 for lb in labels)
     pl.apply_rule(labels, 1.01)  # nothing is surer than certain: every file is dropped, each with its reason
     assert all(lb.skipped for lb in labels)
+
+
+@pytest.mark.integration
+def test_the_tool_with_a_nemo_teacher_writes_what_its_rule_keeps_and_why_it_skipped_the_rest(
+        micro_model_and_manifest, tmp_path):
+    """The whole run (pseudo_label, as tools/pseudo_label.py calls it) with a .nemo teacher on a folder of speech, a
+    generated clip too short to label and a corrupt file; the threshold set where the teacher's confidences split."""
+    import shutil
+
+    _, nemo_path, _, entries = micro_model_and_manifest
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    for i, entry in enumerate(entries[:4]):
+        shutil.copy(entry["audio_filepath"], audio / f"speech{i}.flac")
+    write_clip(audio / "blip.wav", 0.2)
+    (audio / "broken.flac").write_bytes(b"not audio")
+    teacher = pl.NemoTeacher(nemo_path)
+    heard = [lb for lb in pl.label_files(sorted(audio.glob("speech*.flac")), teacher, 0.5, 30.0) if lb.skipped is None]
+    assert heard, "the micro teacher wrote nothing for any clip"
+    threshold = max(lb.confidence for lb in heard) - 1e-6  # the surest clip passes, the less sure do not
+    out = tmp_path / "out" / "pseudo.json"
+    summary = pl.pseudo_label(pl.PseudoLabelSettings(audio=(audio,), out=out, teacher=str(nemo_path),
+                                                     min_confidence=threshold))
+    kept = read_jsonl(out)
+    assert len(kept) >= 1 and all(r["text"] and r["teacher_confidence"] >= threshold for r in kept)
+    rows = [line.split("\t") for line in out.with_suffix(".skipped.tsv").read_text().splitlines()[1:]]
+    reasons = {path.rsplit("/", 1)[-1]: reason for path, reason, *_ in rows}
+    assert reasons["blip.wav"].startswith("duration 0.20 s outside")
+    assert reasons["broken.flac"].startswith("unreadable audio")
+    speech_reasons = [r for name, r in reasons.items() if name.startswith("speech")]
+    assert all(r.startswith("confidence ") or r == "empty transcript" for r in speech_reasons)
+    assert len(kept) + len(speech_reasons) == 4
+    assert summary["kept"] == len(kept) and summary["skipped"] == len(rows) == 6 - len(kept)

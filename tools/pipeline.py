@@ -31,8 +31,8 @@ says otherwise, is read from the ASR model's decoding file, if there is one: <st
 decoding.json in its folder; the demo writes one beside its model (beam search with the demo's token LM at the
 width and weights tuned on held-in data, Whisper tiny.en's decoder rescoring the beam's candidates, and the
 model's low-confidence threshold):
-  {"strategy": "beam_lm", "beam_size": 8, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
-   "whisper_weight": 0.25, "min_confidence": 0.45}
+  {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
+   "whisper_weight": 0.5, "min_confidence": 0.45}
 ("lm" is relative to the file's folder). Options given replace its values, --asr-decoding greedy or --lm
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;

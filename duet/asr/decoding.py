@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from duet.asr.batching import OfflineBatching
 from duet.asr.inference import RESCORING_ATTRIBUTE, audio_length, decode_texts, load_audio, rescoring_of
 from duet.errors import DuetError
 from duet.ngram import nemo_token_lm, read_lm_info
+from duet.asr.whisper_weights import WhisperWeightsError
 from duet.whisper_gpt2 import WhisperGpt2Error
 from duet.whisper_rescoring import BeamRescoring, WhisperRescorer
 
@@ -66,16 +68,19 @@ class DecodingSettings:
     whisper_weight: float = 0.0
 
     def validate(self) -> None:
-        """Raise ``DecodingInputError`` for an unknown strategy, a beam narrower than 1 or beam_lm without an LM
-        (whether the LM fits a model is checked when it is applied: :func:`decoding_config`)."""
+        """Raise ``DecodingInputError`` for an unknown strategy, a beam narrower than 1, beam_lm without an LM, or a
+        whisper_weight that is negative, not finite or given to greedy decoding (whether the LM fits a model is
+        checked when it is applied: :func:`decoding_config`)."""
         if self.strategy not in STRATEGIES:
             raise DecodingInputError(f"unknown decoding strategy {self.strategy!r}; choose from {STRATEGIES}")
         if self.beam_size < 1:
             raise DecodingInputError(f"beam_size must be >= 1, got {self.beam_size}")
         if self.strategy == "beam_lm" and not self.ngram_lm:
             raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
-        if not self.whisper_weight >= 0:  # NaN too
-            raise DecodingInputError(f"whisper_weight must be >= 0, got {self.whisper_weight}")
+        if not (self.whisper_weight >= 0 and math.isfinite(self.whisper_weight)):  # NaN fails both
+            raise DecodingInputError(f"whisper_weight must be a finite number >= 0, got {self.whisper_weight}")
+        if self.whisper_weight and self.strategy == "greedy":
+            raise DecodingInputError("whisper_weight rescores a beam's candidates: use strategy beam or beam_lm")
 
     def used_values(self) -> dict:
         """The values this strategy reads (``STRATEGY_FIELDS``), by field name."""
@@ -145,10 +150,13 @@ def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> D
     """Switch ``model`` (a NeMo CTC model, or its ONNX export) to ``settings`` (or ``DecodingSettings(**kwargs)``) in
     place; with a ``whisper_weight`` the beam keeps its n-best and the model carries Whisper's rescoring of it."""
     settings = settings or DecodingSettings(**kwargs)
+    settings.validate()
     rescoring = None
-    if settings.whisper_weight and settings.strategy != "greedy":
-        settings.validate()
+    if settings.whisper_weight:
         rescoring = _whisper_rescoring(settings.whisper_weight, getattr(model, RESCORING_ATTRIBUTE, None))
+        if int(model.cfg.sample_rate) != rescoring.rescorer.encode.sample_rate:
+            raise DecodingInputError(f"whisper_weight: Whisper hears {rescoring.rescorer.encode.sample_rate} Hz audio, "
+                                     f"the model {model.cfg.sample_rate} Hz")
     model.change_decoding_strategy(decoding_config(model, settings, n_best=rescoring is not None), verbose=False)
     setattr(model, RESCORING_ATTRIBUTE, rescoring)
     log.info("decoding: %s", settings.describe())
@@ -162,7 +170,7 @@ def _whisper_rescoring(weight: float, current):
     try:
         # each utterance's own length: 30 s windows cost six times as much for 0.8 point (RESULTS.md, "rescoring")
         return BeamRescoring(WhisperRescorer(pad_to_30s=False), weight)
-    except WhisperGpt2Error as e:
+    except (WhisperGpt2Error, WhisperWeightsError) as e:
         raise DecodingInputError(f"whisper_weight needs Whisper tiny.en's weights: {e}") from None
 
 

@@ -7,11 +7,11 @@ batches go to one-thread worker processes (``cpu_workers``) instead of splitting
 between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
 Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
 chose beam search) — is the model's own NeMo code; where the decoding rescores the beam's n-best with Whisper's
-decoder (:func:`rescoring_of`), each batch's audio goes to the decoding beside its log-probabilities. An ONNX export (``duet.asr.onnx_engine``) goes through
-the same batching, its whole batches shared among ``workers`` threads of this process, each running a
-one-thread ONNX Runtime session (smaller batches where each thread would get fewer than
-``BATCHES_PER_THREAD``); one batch, or ``workers`` 1, runs on the engine's own session (torch's thread count
-of intra-op threads).
+decoder (:func:`rescoring_of`), each batch's audio goes to the decoding beside its log-probabilities. An ONNX
+export (``duet.asr.onnx_engine``) goes through the same batching, its whole batches shared among ``workers``
+threads of this process, each running a one-thread ONNX Runtime session (smaller batches where each thread would
+get fewer than ``BATCHES_PER_THREAD``); one batch, or ``workers`` 1, runs on the engine's own session (torch's
+thread count of intra-op threads).
 Scoring the transcripts: ``duet.asr.scoring``.
 """
 
