@@ -29,6 +29,7 @@ from duet.errors import AsrInputError
 from duet.io import shown_path
 from duet.foundation import REPO_ROOT
 from duet.foundation.files import numbered_jsonl, write_jsonl_atomic
+from duet.foundation.spelling import spell_numbers
 
 #: Where tools/make_manifest.py writes <split>.json by default (from the bundled sample: {train,dev,test}-clean)
 MANIFEST_DIR = REPO_ROOT / "manifests"
@@ -79,8 +80,9 @@ class SplitManifest:
 
 
 def normalize_transcript(text: str) -> str:
-    """LibriSpeech transcripts are upper case; NeMo manifests here are lower case, single-spaced."""
-    return " ".join(text.lower().split())
+    """LibriSpeech transcripts are upper case; NeMo manifests here are lower case, single-spaced, with numbers spelt
+    as they are read (a user's "IN 1455" -> "in fourteen fifty five": the recogniser writes no digits)."""
+    return " ".join(spell_numbers(text).lower().split())
 
 
 def _natural_key(utt_id: str) -> list:

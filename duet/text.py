@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from duet.foundation.spelling import spell_numbers
+
 # Anything that is neither a word character (Unicode letters, digits, underscore), white space nor an
 # apostrophe becomes a space: "well-known" -> "well known", "don't" stays, "10" and "café" stay.
 _NOT_KEPT = re.compile(r"[^\w\s']")
@@ -23,3 +25,10 @@ def normalize_text(text: str) -> str:
     instructions, which it also compares in spelled-out form: see tests/test_text.py.)
     """
     return " ".join(_NOT_KEPT.sub(" ", text.lower()).split())
+
+
+def normalize_spoken(text: str) -> str:
+    """:func:`normalize_text` of ``text`` with its numbers spelt the way they are read ("in 1455" -> "in fourteen
+    fifty five", :func:`duet.foundation.spelling.spell_numbers`): the one normaliser of transcripts as speech, for
+    labels (pseudo-labels, manifests), the LM's text and scoring."""
+    return normalize_text(spell_numbers(text))

@@ -12,9 +12,8 @@ from duet.foundation.files import read_jsonl
 
 def test_numbers_are_spelt_as_read():
     assert pl.manifest_text("Chapter 22. It cost 1,250 dollars in 1999!") == (
-        "chapter twenty two it cost one thousand two hundred and fifty dollars in one thousand nine hundred and "
-        "ninety nine")
-    assert pl.manifest_text("Call 007 now") == "call 007 now"  # a code: no single reading, kept (and dropped later)
+        "chapter twenty two it cost one thousand two hundred and fifty dollars in nineteen ninety nine")
+    assert pl.manifest_text("Call 007 now") == "call zero zero seven now"  # a code: read digit by digit
 
 
 class FakeTeacher:
@@ -38,7 +37,7 @@ def write_clip(path, seconds, rate=16000):
 def test_rule_keeps_the_confident_and_lists_every_other_file_with_its_reason(tmp_path, monkeypatch):
     audio = tmp_path / "audio"
     audio.mkdir()
-    clips = {"sure": 1.0, "unsure": 1.5, "empty": 2.0, "digits": 2.5, "short": 0.2}
+    clips = {"sure": 1.0, "unsure": 1.5, "empty": 2.0, "code": 2.5, "short": 0.2}
     for name, seconds in clips.items():
         write_clip(audio / f"{name}.wav", seconds)
     (audio / "broken.flac").write_bytes(b"not audio")
@@ -48,16 +47,15 @@ def test_rule_keeps_the_confident_and_lists_every_other_file_with_its_reason(tmp
     out = tmp_path / "out" / "pseudo.json"
     summary = pl.pseudo_label(pl.PseudoLabelSettings(audio=(audio,), out=out, min_confidence=0.6))
     kept = read_jsonl(out)
-    assert [r["text"] for r in kept] == ["set a timer for five minutes"]
-    assert kept[0]["duration"] == 1.0 and kept[0]["teacher_confidence"] == 0.91
+    assert [r["text"] for r in kept] == ["call zero zero seven", "set a timer for five minutes"]  # in file order
+    assert kept[1]["duration"] == 1.0 and kept[1]["teacher_confidence"] == 0.91
     rows = dict(line.split("\t")[:2] for line in out.with_suffix(".skipped.tsv").read_text().splitlines()[1:])
     reasons = {name.rsplit("/", 1)[-1]: reason for name, reason in rows.items()}
     assert reasons["unsure.wav"] == "confidence 0.410 < 0.6"
     assert reasons["empty.wav"] == "empty transcript"
-    assert reasons["digits.wav"].startswith("a number that cannot be spelt")
     assert reasons["short.wav"].startswith("duration 0.20 s outside")
     assert reasons["broken.flac"].startswith("unreadable audio")
-    assert summary["kept"] == 1 and summary["skipped"] == 5
+    assert summary["kept"] == 2 and summary["skipped"] == 4
     assert json.loads(out.with_suffix(".summary.json").read_text())["files"] == 6
 
 

@@ -39,7 +39,7 @@ from duet.errors import DuetError
 from duet.real_speech import held_out_transcripts
 from duet.synth.corpus import SAMPLE_SEED, lm_text
 from duet.synth.wordnet_text import wordnet_sentences
-from duet.text import normalize_text
+from duet.text import normalize_spoken, normalize_text
 from duet.tokenizer import manifest_texts
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             raise DuetError(f"manifest not found: {path}")
     try:
         never = held_out_transcripts() + (manifest_texts(args.exclude) if args.exclude else [])
-        added = [normalize_text(t) for t in manifest_texts(args.manifest)] if args.manifest else []
+        added = [normalize_spoken(t) for t in manifest_texts(args.manifest)] if args.manifest else []
     except ValueError as e:  # an empty transcript, named with its file and line
         raise DuetError(str(e)) from None
     generated = [sentence for source in sources

