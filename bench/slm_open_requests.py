@@ -8,8 +8,12 @@ Each request is answered as the fine-tune's own evaluation answers the test rows
 --max-new-tokens 64, the Alpaca prompt) and counted on topic when it names every keyword group of its request
 (slm.metrics.names_keywords). The requests and keywords were committed before any model answered them; no
 request is a row of samples/alpaca_sample.json and no answer there satisfies any request's keywords
-(tests/test_slm_open_requests.py). Prints each answer with a mark, then the share per model (overall, actions,
-knowledge); --json writes the answers too.
+(tests/test_slm_open_requests.py). Answers are shown as a user sees them: tool calls executed (slm.generation).
+A knowledge question is answered right (on topic), refused (slm.metrics.is_refusal: "I don't know that.") or
+answered with an invented fact (neither); every answer is also checked for being well-formed
+(slm.metrics.well_formed: English words, no loop). Prints each answer with a mark (+ on topic, ? refused,
+- otherwise; ~ when not well-formed), then per model: the share on topic (overall, actions, knowledge), the actions
+on topic, the questions answered with an invented fact, the well-formed share; --json writes the answers too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 from slm.generation import GenerationSettings, generate_responses, load_model
-from slm.metrics import OPEN_REQUESTS, load_open_requests, names_keywords
+from slm.metrics import OPEN_REQUESTS, is_refusal, load_open_requests, names_keywords, well_formed, well_formed_share
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -54,14 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer, model = load_model(folder, device="cpu")
         answers = generate_responses(model, tokenizer, [{"instruction": r["request"], "input": ""} for r in requests],
                                      greedy, batch_size=len(requests))
-        rows = [{**r, "answer": a, "on_topic": names_keywords(a, r["keywords"])} for r, a in zip(requests, answers)]
+        rows = [{**r, "answer": a, "on_topic": names_keywords(a, r["keywords"]), "refused": is_refusal(a),
+                 "well_formed": well_formed(a, request=r["request"]).ok} for r, a in zip(requests, answers)]
         for row in rows:
-            print(f"  {'+' if row['on_topic'] else '-'} {row['request']!r} -> {row['answer']!r}")
+            mark = "+" if row["on_topic"] else "?" if row["refused"] else "-"
+            print(f"  {mark}{' ' if row['well_formed'] else '~'} {row['request']!r} -> {row['answer']!r}")
+        actions = [r for r in rows if r["kind"] == "action"]
+        questions = [r for r in rows if r["kind"] == "knowledge"]
         summary = {"on_topic": share([r["on_topic"] for r in rows]),
-                   **{kind: share([r["on_topic"] for r in rows if r["kind"] == kind]) for kind in ("action", "knowledge")}}
+                   **{kind: share([r["on_topic"] for r in rows if r["kind"] == kind]) for kind in ("action", "knowledge")},
+                   "actions_on_topic": sum(r["on_topic"] for r in actions), "actions": len(actions),
+                   "invented": sum(not r["on_topic"] and not r["refused"] for r in questions),
+                   "refused": sum(r["refused"] and not r["on_topic"] for r in questions), "questions": len(questions),
+                   "well_formed": well_formed_share(answers, [r["request"] for r in requests])}
         results["models"][str(folder)] = {**summary, "answers": rows}
-        print(f"{folder}: on topic {summary['on_topic']:.0f} % of {len(rows)} (actions {summary['action']:.0f} %, "
-              f"knowledge {summary['knowledge']:.0f} %; {time.time() - started:.0f} s)", flush=True)
+        print(f"{folder}: on topic {summary['on_topic']:.0f} % of {len(rows)} (actions {summary['actions_on_topic']} of "
+              f"{len(actions)}, knowledge {summary['knowledge']:.0f} %); questions answered with an invented fact "
+              f"{summary['invented']} of {len(questions)} ({summary['refused']} refused); well-formed "
+              f"{summary['well_formed']:.0f} % ({time.time() - started:.0f} s)", flush=True)
     if args.json:
         write_text_atomic(args.json, json.dumps(results, indent=2) + "\n")
     return 0

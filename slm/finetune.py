@@ -36,6 +36,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from duet.foundation import python_command
 from duet.foundation.errors import cli, first_line
 from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
@@ -43,7 +44,6 @@ from slm.errors import SlmError
 from slm.torch_build import require_torch_to_see_the_gpus
 
 log = logging.getLogger("slm.finetune")
-OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -68,7 +68,8 @@ def check_local_model(cfg) -> None:
     """A model folder that a command of ours writes (``model.made_by``) must exist: without this check its path
     would be taken for a hub name and the user told the hub is unreachable."""
     if cfg.model.made_by and cfg.model.name_or_path is not None and not resolve_path(cfg.model.name_or_path).is_dir():
-        raise ConfigError(f"model folder {cfg.model.name_or_path} not found: make it with {cfg.model.made_by}")
+        raise ConfigError(f"model folder {cfg.model.name_or_path} not found: make it with "
+                          f"{python_command(cfg.model.made_by)}")
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -102,7 +103,14 @@ def load_splits(cfg) -> dict[str, list[dict]]:
         raise ConfigError(str(e)) from None
     if cfg.data.max_examples:
         rows = rows[: cfg.data.max_examples]
-    return split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
+    splits = split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
+    if cfg.data.tool_rows < 0:
+        raise ConfigError(f"data.tool_rows must be >= 0 (0 = none), got {cfg.data.tool_rows}")
+    if cfg.data.tool_rows:
+        from duet.synth.alpaca_sample import tool_examples
+
+        splits["train"] = splits["train"] + tool_examples(cfg.data.tool_rows, cfg.data.split_seed)
+    return splits
 
 
 def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path | None = None):
@@ -385,7 +393,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     changes = ", ".join(f"{name} {_fmt(before.get(key), spec)} -> {_fmt(after.get(key), spec)}" for name, key, spec in (
         ("val masked loss", "masked_loss", ".3f"), ("unmasked loss", "unmasked_loss", ".3f"),
         ("BLEU-4", "bleu4", ".1f"), ("ROUGE-L", "rougeL", ".1f"), ("BERTScore F1", "bertscore_f1", ".1f"),
-        ("on-topic assistant answers %", "assistant_on_topic", ".0f")))
+        ("on-topic assistant answers %", "assistant_on_topic", ".0f"), ("well-formed %", "well_formed", ".0f")))
     log.info("done in %.0f s (training %.0f s): %s%s; saved %s", metrics["total_seconds"], train_seconds, changes,
              f" ({after['bertscore_model']})" if "bertscore_model" in after else "", final_dir)
     return metrics
@@ -411,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(e, HubUnreachable):
             raise
-        raise SlmError(f"the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}") from e
+        raise SlmError(f"the Hugging Face hub is unreachable ({e}); run the offline preset instead: "
+                       f"{python_command('slm/finetune.py', '--config-name', OFFLINE_CONFIG)}") from e
     return 0
 
 

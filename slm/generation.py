@@ -10,6 +10,10 @@ Each field is spelt as its flag with dashes (``max_new_tokens`` is ``--max-new-t
 name the flag. Library use: ``tokenizer, model = load_model(path)`` then
 ``respond(model, tokenizer, "set a timer", GenerationSettings(strategy="beam"))``. Decoding is ``transformers``'
 ``generate`` with ``use_cache=True``; it stops at the EOS token.
+
+Every answer leaves here with its tool calls executed (``slm.tool_calls``: ``<<calc: 50 - 3>>`` becomes ``47``, a bad
+call the whole answer's plain fallback), so the pipeline, the server and ``slm/generate.py`` show the same text;
+:func:`generate_answers` and :func:`respond_with_calls` also return the calls (tool, input, result).
 """
 
 from __future__ import annotations
@@ -26,10 +30,18 @@ from safetensors import SafetensorError
 from duet.foundation.errors import first_line
 from slm.data import format_alpaca_prompt
 from slm.errors import SlmError
+from slm.tool_calls import ExecutedText, execute_calls
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("greedy", "beam", "sample")
+# Bounds on what one request may ask of the model (a server takes these from strangers): each beam is one more
+# sequence through the model, so 5,000 beams held the CPU for 49 s and 1.7 GB; no answer is longer than GPT-2's
+# context; a temperature or penalty near 0 divides the logits into inf/nan, a huge one flattens them to noise.
+MAX_NEW_TOKENS = 1024
+MAX_NUM_BEAMS = 16
+TEMPERATURE_RANGE = (0.01, 100.0)
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 
 class GenerationSettingsError(SlmError, ValueError):
@@ -67,6 +79,12 @@ class GenerationSettings:
             raise GenerationSettingsError(f"beam search needs --num-beams >= 2, got {self.num_beams:g}")
         if self.strategy == "sample" and self.temperature <= 0:
             raise GenerationSettingsError(f"sampling needs --temperature > 0, got {self.temperature:g}")
+        for name, (low, high) in (("max_new_tokens", (1, MAX_NEW_TOKENS)), ("num_beams", (1, MAX_NUM_BEAMS)),
+                                  ("temperature", TEMPERATURE_RANGE),
+                                  ("repetition_penalty", REPETITION_PENALTY_RANGE)):
+            if not low <= getattr(self, name) <= high:  # nan fails every comparison: refused too
+                raise GenerationSettingsError(f"{flag(name)} must be in [{low:g}, {high:g}], "
+                                              f"got {getattr(self, name):g}")
         return self
 
     def generate_kwargs(self) -> dict:
@@ -105,10 +123,11 @@ def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-HELP = {"strategy": "language model decoding", "num_beams": "beam search width",
-        "temperature": "sampling temperature", "top_k": "sampling: keep the k most likely tokens (0 = off)",
-        "top_p": "sampling: nucleus mass (1.0 = off)", "repetition_penalty": ">1 discourages repeats",
-        "max_new_tokens": "longest answer in tokens (generation also stops at EOS)"}
+HELP = {"strategy": "language model decoding", "num_beams": f"beam search width (1..{MAX_NUM_BEAMS})",
+        "temperature": "sampling temperature ({:g}..{:g})".format(*TEMPERATURE_RANGE),
+        "top_k": "sampling: keep the k most likely tokens (0 = off)", "top_p": "sampling: nucleus mass (1.0 = off)",
+        "repetition_penalty": ">1 discourages repeats ({:g}..{:g})".format(*REPETITION_PENALTY_RANGE),
+        "max_new_tokens": f"longest answer in tokens, at most {MAX_NEW_TOKENS} (generation also stops at EOS)"}
 
 
 def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,9 +197,22 @@ def load_model(path: str | Path, device: str | None = None):
     return tokenizer, model
 
 
+def generate_answers(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
+                     batch_size: int = 8) -> list[ExecutedText]:
+    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``, each
+    with its tool calls executed (the text) and recorded (the calls)."""
+    return [execute_calls(text) for text in generate_model_texts(model, tokenizer, examples, settings, batch_size)]
+
+
 def generate_responses(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
                        batch_size: int = 8) -> list[str]:
-    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``.
+    """The texts of :func:`generate_answers`: what a user is shown."""
+    return [answer.text for answer in generate_answers(model, tokenizer, examples, settings, batch_size)]
+
+
+def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
+                         batch_size: int = 8) -> list[str]:
+    """What the model writes for each row, tool calls unexecuted, decoded with ``settings``.
 
     Prompts are left-padded so every row's answer starts right after its own prompt.
     """
@@ -207,8 +239,14 @@ def generate_responses(model, tokenizer, examples: Sequence[dict], settings: Gen
     return answers
 
 
+def respond_with_calls(model, tokenizer, instruction: str, input_text: str = "",
+                       settings: GenerationSettings = GenerationSettings()) -> ExecutedText:
+    """One answer to one instruction (e.g. an ASR transcript), decoded with ``settings``, its calls executed."""
+    return generate_answers(model, tokenizer, [{"instruction": instruction, "input": input_text}], settings,
+                            batch_size=1)[0]
+
+
 def respond(model, tokenizer, instruction: str, input_text: str = "",
             settings: GenerationSettings = GenerationSettings()) -> str:
-    """One answer to one instruction (e.g. an ASR transcript), decoded with ``settings``."""
-    return generate_responses(model, tokenizer, [{"instruction": instruction, "input": input_text}], settings,
-                              batch_size=1)[0]
+    """The text of :func:`respond_with_calls`."""
+    return respond_with_calls(model, tokenizer, instruction, input_text, settings).text

@@ -16,6 +16,7 @@ import os
 import re
 import urllib.request
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -375,3 +376,112 @@ def names_keywords(answer: str, keywords: Sequence[Sequence[str]]) -> bool:
     :func:`answer_words`): the on-topic rule of ``samples/open_requests.json``."""
     said = set(answer_words(answer))
     return all(said & {word.lower() for word in group} for group in keywords)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Well-formed: real words, no loop; and refusals
+# ----------------------------------------------------------------------------------------------------
+
+WELL_FORMED_SCORER = ("slm.metrics.well_formed: every word in duet.lexicon's English words, the sample's answers or "
+                      "the request, no word 3-gram twice")
+
+
+@dataclass(frozen=True)
+class FormCheck:
+    ok: bool
+    why: str | None = None  # "not words: portundd", "repeats 'spoage spoage spoken'"
+
+
+def repeated_ngram(text: str, n: int = 3) -> tuple[str, ...] | None:
+    """The first word ``n``-gram (:func:`answer_words`) that ``text`` holds twice, else None: the mark of a decoding
+    loop ("with my Sarah call with my Sarah call"). An n-gram with a number in it is not counted: "one for 1 hour
+    and 26 minutes and one for 1 hour and 20 minutes" repeats its form on purpose."""
+    words = answer_words(text)
+    seen = set()
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i:i + n])
+        if any(word[0].isdigit() for word in gram):
+            continue
+        if gram in seen:
+            return gram
+        seen.add(gram)
+    return None
+
+
+ALPACA_SAMPLE = REPO_ROOT / "samples" / "alpaca_sample.json"
+
+
+@lru_cache(maxsize=1)
+def answer_lexicon() -> frozenset[str] | None:
+    """``duet.lexicon.english_words()`` (WordNet and the speech sample's transcripts) and the words of the answers
+    in ``samples/alpaca_sample.json`` (the assistant's own vocabulary: "app", "lo-fi"), calls executed; None where
+    WordNet is not installed. Built once per process (about a second)."""
+    from duet.lexicon import english_words, words_of  # WordNet read once per process, ~1 s: only when measured
+    from slm.tool_calls import execute_calls
+
+    words = english_words()
+    if words is None:
+        return None
+    taught = {word for row in json.loads(ALPACA_SAMPLE.read_text(encoding="utf-8"))
+              for word in words_of(execute_calls(row["output"]).text)}
+    return words | taught
+
+
+#: inflections WordNet's lemmas lack ("timers", "tablespoons", "played", "playing"): suffix -> what replaces it
+_INFLECTIONS = (("'s", ""), ("ies", "y"), ("es", ""), ("s", ""), ("ied", "y"), ("ed", ""), ("ed", "e"), ("ing", ""),
+                ("ing", "e"))
+
+
+def in_lexicon(word: str, lexicon: frozenset[str]) -> bool:
+    """``word`` or, for a regular inflection, its stem is in ``lexicon`` ("skipping": "skip")."""
+    if word in lexicon:
+        return True
+    for suffix, ending in _INFLECTIONS:
+        stem = word[: -len(suffix)]
+        if word.endswith(suffix) and len(stem) > 1:
+            doubled = stem[:-1] if ending == "" and suffix in ("ed", "ing") and stem[-1] == stem[-2] else None
+            if stem + ending in lexicon or doubled in lexicon:
+                return True
+    return False
+
+
+def well_formed(answer: str, lexicon: frozenset[str] | None = None, request: str = "") -> FormCheck:
+    """Whether ``answer`` is made of English words and does not loop: every word (``duet.lexicon.words_of``: letters
+    and inner apostrophes; numbers pass) is in ``lexicon`` (default :func:`answer_lexicon`; :func:`in_lexicon`:
+    regular inflections too) or among the words of ``request`` (a name or unit the user said), and no word 3-gram
+    occurs twice (:func:`repeated_ngram`). An answer without a word (empty, "--") is not. A ``ValueError`` when no lexicon is available
+    (WordNet not installed)."""
+    from duet.lexicon import words_of
+
+    lexicon = answer_lexicon() if lexicon is None else lexicon
+    if lexicon is None:
+        raise ValueError("no lexicon to check words against (WordNet is not installed: tools/setup.sh)")
+    if not words_of(answer):
+        return FormCheck(False, "no words")
+    said = set(words_of(request))
+    unknown = [word for word in dict.fromkeys(words_of(answer)) if not in_lexicon(word, lexicon) and word not in said]
+    if unknown:
+        return FormCheck(False, "not words: " + ", ".join(unknown))
+    loop = repeated_ngram(answer)
+    if loop:
+        return FormCheck(False, f"repeats {' '.join(loop)!r}")
+    return FormCheck(True)
+
+
+def well_formed_share(answers: Sequence[str], requests: Sequence[str] | None = None) -> float | None:
+    """Share (0-100) of :func:`well_formed` answers, each checked with its request's words when ``requests`` is
+    given; None when there is no lexicon (WordNet not installed) or no answer."""
+    lexicon = answer_lexicon()
+    if lexicon is None or not answers:
+        return None
+    requests = requests if requests is not None else [""] * len(answers)
+    return 100.0 * sum(well_formed(a, lexicon, r).ok for a, r in zip(answers, requests)) / len(answers)
+
+
+_REFUSAL = re.compile(r"\b(?:don't|do not|can't|cannot) (?:know|have access|access|tell)\b")
+
+
+def is_refusal(answer: str) -> bool:
+    """Whether ``answer`` declines to answer ("I don't know that.", "I don't have access to live weather data ...",
+    "I can't access your calendar ..."): the sample's forms of saying it has no way to know."""
+    return bool(_REFUSAL.search(answer.lower().replace("\u2019", "'")))

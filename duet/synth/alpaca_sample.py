@@ -6,8 +6,12 @@ are voice-assistant requests of the kind the speech sample speaks (timers, alarm
 music, lists, arithmetic, unit conversion, calendar, general questions), many of them in the form an
 ASR transcript takes (lower case, no punctuation, numbers as words) because that is what the
 voice pipeline feeds the model; the rest are general tasks (rewrite, classify, sort, count, facts).
-Answers are computed (arithmetic, conversions, sorting) so they are always correct, and the
-assistant never invents live data (weather, calendar contents): it says it has no access.
+Answers are computed (sorting, counting) so they are always correct; what a small model cannot work out
+itself (sums, unit and temperature conversions, the time and date) it answers with a tool call
+(``slm.tool_calls``: ``50 minus 3 is <<calc: 50 - 3>>.``), which generation executes. The assistant never invents
+live data or facts it was not taught (weather, calendar contents, prices, populations, ages): it says it has no
+access, or "I don't know that." (:data:`UNKNOWN_ANSWER`). :func:`tool_examples` draws only the rows with a call
+or a refusal, for mixing into another instruction set (``data.tool_rows`` of the fine-tune's config).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import random
 from duet.synth.corpus import held_out_texts
 from duet.synth.corpus_text import assistant_requests, number_to_words
 from duet.text import normalize_text
+from slm.tool_calls import format_number as fmt_number
 
 
 def asr_form(text: str) -> str:
@@ -34,12 +39,6 @@ def asr_form(text: str) -> str:
         if stripped:
             words.append(stripped)
     return " ".join(words)
-
-
-def fmt_number(x: float) -> str:
-    """Round to two decimals and drop trailing zeros: 3.10 -> 3.1, 4.00 -> 4."""
-    text = f"{x:.2f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
 
 
 CITIES = ["London", "Paris", "Berlin", "Tokyo", "New York", "Chicago", "Sydney", "Madrid", "Rome", "Toronto",
@@ -250,42 +249,41 @@ def _lists(rng: random.Random) -> tuple[str, str]:
     return instruction, f"I've removed {item} from your {name}."
 
 
+#: the operator a calc call writes for each spoken one
+CALC_OPERATORS = {"plus": "+", "minus": "-", "times": "*", "divided by": "/"}
+UNKNOWN_ANSWER = "I don't know that."
+
+
 def _arithmetic(rng: random.Random) -> tuple[str, str]:
-    op = rng.choice(["plus", "minus", "times", "divided by"])
+    op = rng.choice(list(CALC_OPERATORS))
     if op == "plus":
         a, b = rng.randint(1, 99), rng.randint(1, 99)
-        result = a + b
     elif op == "minus":
         a = rng.randint(10, 120)
         b = rng.randint(1, a - 1)
-        result = a - b
     elif op == "times":
         a, b = rng.randint(2, 15), rng.randint(2, 12)
-        result = a * b
     else:
         b = rng.randint(2, 12)
-        result = rng.randint(2, 12)
-        a = b * result
+        a = b * rng.randint(2, 12)
     instruction = rng.choice([f"What is {a} {op} {b}?", f"What's {a} {op} {b}?", f"Calculate {a} {op} {b}.",
                               f"How much is {a} {op} {b}?"])
-    return instruction, f"{a} {op} {b} is {result}."
+    return instruction, f"{a} {op} {b} is <<calc: {a} {CALC_OPERATORS[op]} {b}>>."
 
 
 def _conversion(rng: random.Random) -> tuple[str, str]:
     if rng.random() < 0.2:
         celsius = rng.choice([-10, 0, 5, 10, 15, 20, 25, 30, 37, 40, 100])
-        fahrenheit = celsius * 9 / 5 + 32
         instruction = rng.choice([f"Convert {celsius} degrees Celsius to Fahrenheit.",
                                   f"What is {celsius} degrees Celsius in Fahrenheit?"])
-        return instruction, f"{celsius} degrees Celsius is {fmt_number(fahrenheit)} degrees Fahrenheit."
+        return instruction, f"{celsius} degrees Celsius is <<convert: {celsius} celsius -> fahrenheit>> degrees Fahrenheit."
     one, many, factor, to_one, to_many = rng.choice(CONVERSIONS)
     value = rng.choice([1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 50, 100])
     unit = one if value == 1 else many
-    converted = value * factor
-    to_unit = to_one if converted == 1 else to_many
+    to_unit = to_one if value * factor == 1 else to_many
     instruction = rng.choice([f"Convert {value} {unit} to {to_many}.", f"How many {to_many} is {value} {unit}?",
                               f"What is {value} {unit} in {to_many}?"])
-    return instruction, f"{value} {unit} is about {fmt_number(converted)} {to_unit}."
+    return instruction, f"{value} {unit} is about <<convert: {value} {unit} -> {to_unit}>> {to_unit}."
 
 
 def _calendar(rng: random.Random) -> tuple[str, str]:
@@ -305,6 +303,36 @@ def _calendar(rng: random.Random) -> tuple[str, str]:
     return instruction, f"I've added a {event} with {person} {on_day} at {clock} to your calendar."
 
 
+def _clock(rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.5:
+        return rng.choice(["What time is it?", "What's the time?", "Tell me the time.", "What time is it now?",
+                           "Do you know what time it is?"]), "It's <<time>>."
+    return rng.choice(["What's the date today?", "What is today's date?", "What day is it today?", "What day is it?",
+                       "Tell me today's date.", "What's the date?"]), "Today is <<date>>."
+
+
+COMPANIES = ["Apple", "Google", "Amazon", "Tesla", "Microsoft", "Nike", "Toyota", "Netflix"]
+TEAMS = ["Chicago", "Boston", "Madrid", "London", "Toronto", "Denver", "Seattle", "Dublin"]
+PLACES = ["Eiffel Tower", "Big Ben", "Golden Gate Bridge", "Statue of Liberty", "Sydney Opera House", "Colosseum",
+          "Tower Bridge", "Empire State Building"]
+PERSON_FACTS = ["How old is {p}?", "Where does {p} live?", "What is {p}'s phone number?", "When is {p}'s birthday?"]
+
+
+def _unknown(rng: random.Random) -> tuple[str, str]:
+    """A question about live data or the world that nothing taught the model: answered "I don't know that."."""
+    city, other, place = rng.choice(CITIES), rng.choice(CITIES), rng.choice(PLACES)
+    questions = [f"What is the stock price of {rng.choice(COMPANIES)} today?",
+                 f"How much is a share of {rng.choice(COMPANIES)} worth right now?",
+                 f"Who won the {rng.choice(TEAMS)} game last night?", f"What was the score of the {rng.choice(TEAMS)} game?",
+                 f"How is the traffic in {city} right now?", "What is the exchange rate of the dollar to the euro?",
+                 f"How much does {rng.choice(ITEMS)} cost at the store today?", f"What is the population of {city}?",
+                 f"How far is {city} from {other}?" if city != other else f"How big is {city}?",
+                 f"When was the {place} built?", f"How tall is the {place}?", f"Who built the {place}?",
+                 f"Who is the mayor of {city}?", f"What is the best restaurant in {city}?",
+                 rng.choice(PERSON_FACTS).format(p=rng.choice(PEOPLE)), f"Is the bank in {city} open right now?"]
+    return rng.choice(questions), UNKNOWN_ANSWER
+
+
 def _general_question(rng: random.Random) -> tuple[str, str]:
     question, answer = rng.choice(FACTS)
     prefix = rng.choice(FACT_PREFIXES)
@@ -314,12 +342,15 @@ def _general_question(rng: random.Random) -> tuple[str, str]:
 
 
 ASSISTANT_GENERATORS = [_timer, _alarm, _weather, _lights, _music, _lists, _arithmetic, _conversion, _calendar,
-                        _general_question]
+                        _general_question, _clock, _unknown]
+#: the generators whose answers hold a tool call or a refusal (:func:`tool_examples`)
+TOOL_GENERATORS = [_arithmetic, _conversion, _clock, _unknown]
 
 
-def assistant_example(rng: random.Random, spoken: bool) -> dict:
-    """One voice-assistant request; ``spoken`` gives it the ASR transcript form with a filler prefix/suffix."""
-    instruction, output = rng.choice(ASSISTANT_GENERATORS)(rng)
+def assistant_example(rng: random.Random, spoken: bool, generators=tuple(ASSISTANT_GENERATORS)) -> dict:
+    """One voice-assistant request from one of ``generators``; ``spoken`` gives it the ASR transcript form with a
+    filler prefix/suffix."""
+    instruction, output = rng.choice(generators)(rng)
     if spoken:
         # "can you" before a question reads badly ("can you what is ..."): questions only get a wake phrase.
         question = instruction.endswith("?")
@@ -409,13 +440,16 @@ def _name(text: str) -> str:
     return " ".join(w if w in ("my", "the") else w.capitalize() for w in text.split())
 
 
-_CONVERT = {("miles", "kilometers"): 1.609344, ("kilometers", "miles"): 0.621371, ("pounds", "kilograms"): 0.453592,
-            ("kilograms", "pounds"): 2.204623, ("liters", "gallons"): 0.264172, ("feet", "meters"): 0.3048,
-            ("inches", "centimeters"): 2.54, ("cups", "milliliters"): 236.588}
+# the units' definitions (the international mile, pound and foot; the US gallon and cup), so that a reference agrees
+# with pint's conversion to the last decimal an answer writes
+_MILE_KM, _POUND_KG, _GALLON_L, _CUP_ML = 1.609344, 0.45359237, 3.785411784, 236.5882365
+_CONVERT = {("miles", "kilometers"): _MILE_KM, ("kilometers", "miles"): 1 / _MILE_KM, ("pounds", "kilograms"): _POUND_KG,
+            ("kilograms", "pounds"): 1 / _POUND_KG, ("liters", "gallons"): 1 / _GALLON_L, ("feet", "meters"): 0.3048,
+            ("inches", "centimeters"): 2.54, ("cups", "milliliters"): _CUP_ML}
 # how many SMALL in one BIG
-_PER_UNIT = {("grams", "pounds"): 453.592, ("ounces", "pounds"): 16, ("grams", "kilograms"): 1000,
+_PER_UNIT = {("grams", "pounds"): 1000 * _POUND_KG, ("ounces", "pounds"): 16, ("grams", "kilograms"): 1000,
              ("centimeters", "inches"): 2.54, ("inches", "feet"): 12, ("feet", "miles"): 5280,
-             ("meters", "kilometers"): 1000, ("cups", "liters"): 4.22675, ("milliliters", "cups"): 236.588,
+             ("meters", "kilometers"): 1000, ("cups", "liters"): 1000 / _CUP_ML, ("milliliters", "cups"): _CUP_ML,
              ("teaspoons", "tablespoons"): 3, ("minutes", "days"): 1440, ("seconds", "hours"): 3600,
              ("pints", "gallons"): 8, ("yards", "miles"): 1760, ("millimeters", "inches"): 25.4}
 _NO_WEATHER = ("I don't have access to live weather data, so I can't tell you the weather{where}. "
@@ -492,16 +526,76 @@ CORPUS_ANSWERS = {
 }
 
 
-def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset()) -> list[dict]:
-    """Requests from the speech corpus templates with computed answers (those without one are skipped)."""
+def _unit_call(raw) -> str:
+    small, n, big_plural = raw
+    big = big_plural if n != 1 else {"inches": "inch", "feet": "foot"}.get(big_plural, big_plural[:-1])
+    return f"There are about <<convert: {n} {big} -> {small}>> {small} in {n} {big}."
+
+
+def _degrees_call(raw) -> str:
+    n, scale, other = raw
+    return f"{n} degrees {scale.capitalize()} is about <<convert: {n} {scale} -> {other}>> degrees {other.capitalize()}."
+
+
+#: corpus template -> its answer with a tool call (``slm.tool_calls``), for the templates whose answer is worked out:
+#: the training rows. :data:`CORPUS_ANSWERS` keeps the worked-out value, the reference the executed call is judged by.
+CORPUS_CALLS = {
+    "what is {number} plus {number2}": lambda s: f"{s['number']} plus {s['number2']} is <<calc: {s['number']} + {s['number2']}>>.",
+    "add {number} and {number2}": lambda s: f"{s['number']} plus {s['number2']} is <<calc: {s['number']} + {s['number2']}>>.",
+    "what is {number} minus {small_number}": lambda s: f"{s['number']} minus {s['small_number']} is <<calc: {s['number']} - {s['small_number']}>>.",
+    "what is {small_number} times {small_number2}": lambda s: f"{s['small_number']} times {s['small_number2']} is <<calc: {s['small_number']} * {s['small_number2']}>>.",
+    "how much is {small_number} times {number}": lambda s: f"{s['small_number']} times {s['number']} is <<calc: {s['small_number']} * {s['number']}>>.",
+    "what is {number} divided by {small_number}": lambda s: f"{s['number']} divided by {s['small_number']} is <<calc: {s['number']} / {s['small_number']}>>.",
+    "what is {percent} percent of {number}": lambda s: f"{s['percent']} percent of {s['number']} is <<calc: {s['percent']} * {s['number']} / 100>>.",
+    "what is the square root of {square}": lambda s: f"The square root of {s['square']} is <<calc: sqrt({s['square']})>>.",
+    "what is {number} squared": lambda s: f"{s['number']} squared is <<calc: {s['number']} ** 2>>.",
+    "convert {conversion}": lambda s: "{0} {1} is about <<convert: {0} {1} -> {2}>> {2}.".format(*s["conversion"]),
+    "what is {degrees}": lambda s: _degrees_call(s["degrees"]),
+    "how many {unit_pair}": lambda s: _unit_call(s["unit_pair"]),
+    "how many {unit_pair} roughly": lambda s: _unit_call(s["unit_pair"]),
+}
+#: corpus templates that ask what the model cannot know (facts it was not taught, live data): a refusal to learn
+CORPUS_REFUSALS = {
+    **dict.fromkeys(["how tall is {landmark}", "who invented the {invention}", "how far away is the {celestial}",
+                     "what is the population of {country}", "when was the {invention} invented",
+                     "what language do they speak in {country}", "how old is {landmark}",
+                     "what happened in the year {year}", "what time is it in {city}", "who sings this song",
+                     "when does the sun set in {city} {day_ref}"], lambda s: UNKNOWN_ANSWER),
+    "is it going to {weather_word} {day_ref}": lambda s: _NO_WEATHER.format(where=f" {_day(s['day_ref'])}"),
+    "how windy is it in {city} right now": lambda s: _NO_WEATHER.format(where=f" in {_name(s['city'])} right now"),
+}
+
+
+def corpus_answer(template: str):
+    """The answer a training row gives a corpus template: its tool call, its plain answer or its refusal (None:
+    the template has none and is skipped)."""
+    return CORPUS_CALLS.get(template) or CORPUS_ANSWERS.get(template) or CORPUS_REFUSALS.get(template)
+
+
+def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset(),
+                    templates: set[str] | None = None) -> list[dict]:
+    """Requests from the speech corpus templates with an answer (:func:`corpus_answer`; the others are skipped),
+    or only from ``templates``."""
     examples = []
     for sentence in assistant_requests(12 * n_examples, seed=seed, exclude=exclude):
-        answer = CORPUS_ANSWERS.get(sentence.template)
-        if answer is not None:
+        answer = corpus_answer(sentence.template)
+        if answer is not None and (templates is None or sentence.template in templates):
             examples.append({"instruction": sentence.text, "input": "", "output": answer(sentence.slots)})
             if len(examples) == n_examples:
                 return examples
     raise RuntimeError(f"only {len(examples)} corpus requests with an answer; draw more")
+
+
+def tool_examples(n_examples: int, seed: int) -> list[dict]:
+    """``n_examples`` distinct rows whose answer is a tool call or a refusal, in the mix of :func:`make_examples`:
+    ``corpus_fraction`` of them from the corpus templates with a call or a refusal, the rest from
+    :data:`TOOL_GENERATORS` (a third of those in the recogniser's form). No held-out sentence among them."""
+    held_out = set(held_out_texts())
+    rng = random.Random(seed)
+    corpus = corpus_examples(n_examples // 3, seed, exclude=held_out, templates={*CORPUS_CALLS, *CORPUS_REFUSALS}) \
+        if n_examples >= 3 else []
+    return _add_distinct(corpus, n_examples, lambda: assistant_example(rng, spoken=rng.random() < 1 / 3,
+                                                                       generators=TOOL_GENERATORS), held_out, rng)
 
 
 def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> list[dict]:
@@ -513,8 +607,21 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
     """
     held_out = set(held_out_texts())
     rng = random.Random(seed)
+
+    def draw() -> dict:
+        roll = rng.random()
+        return assistant_example(rng, spoken=roll < 0.3) if roll < 0.6 else general_task(rng)
+
+    return _add_distinct(corpus_examples(int(n_examples * corpus_fraction), seed, exclude=held_out), n_examples, draw,
+                         held_out, rng)
+
+
+def _add_distinct(first: list[dict], n_examples: int, draw, held_out: set[str],
+                  rng: random.Random | None = None) -> list[dict]:
+    """``first`` without repeats, then rows of ``draw()`` that are new and not held out, up to ``n_examples``;
+    shuffled by ``rng`` when given."""
     examples, seen = [], set()
-    for example in corpus_examples(int(n_examples * corpus_fraction), seed, exclude=held_out):
+    for example in first:
         if (example["instruction"], "") not in seen:
             seen.add((example["instruction"], ""))
             examples.append(example)
@@ -523,8 +630,7 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
         attempts += 1
         if attempts > 50 * n_examples:
             raise RuntimeError(f"only {len(examples)} distinct examples after {attempts} attempts; enlarge the tables")
-        roll = rng.random()
-        example = assistant_example(rng, spoken=roll < 0.3) if roll < 0.6 else general_task(rng)
+        example = draw()
         key = (example["instruction"], example["input"])
         said = {normalize_text(example["instruction"]), asr_form(example["instruction"])}  # "10" or "ten"
         if key not in seen and not said & held_out:
@@ -532,5 +638,6 @@ def make_examples(n_examples: int, seed: int, corpus_fraction: float = 0.35) -> 
             examples.append(example)
     for example in examples:
         example["output"] = example["output"].replace("..", ".")  # "at 4 p.m." closing a sentence
-    rng.shuffle(examples)
+    if rng is not None:
+        rng.shuffle(examples)
     return examples
