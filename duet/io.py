@@ -4,6 +4,7 @@ one as mono samples at a rate, and paths as a user would type them. (The file he
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable
@@ -59,11 +60,31 @@ def audio_file_problem(path: str | Path) -> str | None:
             return f"empty file: {path}"
         with open(path, "rb"):
             pass
-        sf.info(str(path))
+        info = sf.info(str(path))
     except PermissionError as e:
         return f"cannot read {path}: {e.strerror}"
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
         return f"cannot read audio {path}: {e}"
+    problem = truncation_problem(info)
+    return f"cannot read audio {path}: {problem}" if problem else None
+
+
+#: What libsndfile's header log says when a WAV's ``data`` or an AIFF's ``SSND`` chunk claims more bytes than the
+#: file holds: ``data : 128000 (should be 63978)``.
+_SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+#: Sizes a writer that cannot seek back (a pipe, a live recorder) leaves in the header: not a cut file.
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF, 0xFFFFFFFF - 1)
+
+
+def truncation_problem(info) -> str | None:
+    """Why the header of a file (``soundfile.info``) shows it cut short, or None. No path in the message: the
+    caller names the item. A FLAC, MP3 or OGG cut short fails in libsndfile's decoder instead (``flac decoder
+    lost sync``); a WAV or AIFF is read up to where it stops, silently, so its header's sample-data size is
+    compared with what the file holds (libsndfile's own header log)."""
+    for claimed, held in _SHORT_CHUNK.findall(info.extra_info or ""):
+        claimed, held = int(claimed), int(held)
+        if claimed > held and claimed not in _UNKNOWN_SIZES:
+            return f"truncated: the header promises {claimed} bytes of samples, the file holds {held}"
     return None
 
 

@@ -8,14 +8,20 @@ requests never share a model call, and at most ``ServerSettings.queue_size`` req
 one more is answered 503. Language-model options are per request: each request answers with its own copy of
 the pipeline's settings, never by changing the pipeline's.
 
-Uploads are written to a temporary file and read by libsndfile (WAV, FLAC, OGG; any rate or channel count,
-resampled to the model's 16 kHz mono); what libsndfile cannot read (MP3, WebM/Opus from a browser's
-MediaRecorder) is decoded by ffmpeg. Bad requests get a 4xx JSON ``{"error": "..."}`` naming the field.
+Uploads are written to a temporary file and read by libsndfile (WAV, FLAC, OGG, MP3; up to
+``max_sample_rate`` and ``max_channels``, resampled to the model's 16 kHz mono, their samples counted from the header
+before any decoding and again while reading); what libsndfile cannot read (WebM/Opus from a browser's
+MediaRecorder, MP4/AAC) is decoded by ffmpeg allowed audio containers only (:func:`decode_with_ffmpeg`). Bad
+requests get a 4xx JSON ``{"error": "..."}`` naming the field, never a server path; a full queue a 503 with
+``Retry-After``. :class:`RequestGuard` stands in front of every route: Host and Origin checks (DNS rebinding, other
+pages), the optional API key, and bodies bounded as they arrive.
 
 The WebSocket (``/v1/stream``) takes 16 kHz mono PCM16 little-endian in binary messages, and a text message
 ``{"type": "end"}`` when the recording ends; it sends ``{"type": "partial", ...}`` as audio arrives and one
 ``{"type": "final", ...}`` with the transcript and the answer (see :class:`RedecodeStream` for how partials
-are made with an offline model, and what they cost, and :class:`CacheAwareStream` for a cache-aware model).
+are made with an offline model, and what they cost, and :class:`CacheAwareStream` for a cache-aware model). The
+socket is read apart from the decoding (:class:`StreamInbox`), so a client sending faster than real time keeps
+answering pings and gets its final; a socket silent for ``stream_idle_seconds`` gets its final and is closed.
 Silero VAD (``duet.vad``) listens too: ``{"type": "speech_start" | "speech_end", "turn", "at_s", "decided_at_s"}``
 say where speech began and stopped. With ``?turns=true`` (or ``ServerSettings.turns``) the socket takes turns
 (:class:`TurnsSession`): each time the speaker stops, the final transcript and answer of that turn are sent
@@ -26,9 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import dataclasses
+import errno
+import hmac
+import ipaddress
 import json
+import logging
+import math
 import re
 import shutil
 import statistics
@@ -41,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Callable
 
+import librosa
 import numpy as np
 import soundfile as sf
 from fastapi import FastAPI, File, Form, Request, UploadFile, WebSocket, WebSocketDisconnect
@@ -48,13 +61,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from duet.asr.inference import load_audio
 from duet.asr.streaming import StreamingSession, pcm16_samples, streaming_latency
 from duet.asr.words import TimedTranscript
 from duet.confidence import utterance_confidence
-from duet.errors import AsrInputError, DuetError
+from duet.errors import DuetError
+from duet.io import truncation_problem
 from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
 from duet.turns import TurnEvent, TurnTaker
@@ -62,10 +76,18 @@ from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent, V
 from duet.foundation.errors import first_line
 from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
 
+log = logging.getLogger(__name__)
+
 WEB_FOLDER = Path(__file__).parent / "web"
 FFMPEG = "ffmpeg"
-RESPONSE_FORMATS = ("json", "text", "verbose_json")
+RESPONSE_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")  # OpenAI's five
 STREAM_SAMPLE_RATE = 16000  # what the WebSocket takes: 16 kHz mono PCM16 little-endian
+DECODE_BUDGET_PER_SECOND = 48000 * 2  # decoded samples an upload may hold per second of the audio limit
+# the demuxers ffmpeg may use for an upload: audio containers only. Playlists (HLS), concat lists and the other
+# demuxers that open further files or URLs are not among them, so an upload can never make the server read a file
+FFMPEG_DEMUXERS = ("matroska,webm", "ogg", "mp3", "mov,mp4,m4a,3gp,3g2,mj2", "aac", "wav", "flac", "aiff", "caf")
+FFMPEG_SECONDS = 120  # an ffmpeg decode taking longer than this is refused (a decode of 10 min of Opus takes ~2 s)
+BODY_SLACK_BYTES = 64 * 1024  # multipart headers and form fields around the upload itself
 
 
 class ServerSettingsError(DuetError, ValueError):
@@ -86,18 +108,39 @@ class ServerSettings:
     turns: bool = False  # every WebSocket takes turns (the VAD ends each one) unless the client asks ?turns=false
     turn_silence: float = 0.5  # seconds of silence after speech that end a turn
     vad_threshold: float = 0.5  # Silero VAD's speech probability at which a window is speech
+    # an upload's rate and channels are decoded before they are averaged and resampled: a 39 kB FLAC of 8 channels
+    # at 384 kHz took 1 GB, so both are capped, and the samples an upload decodes to are counted (max_decoded_samples)
+    max_sample_rate: int = 96000  # highest sample rate of an upload (Hz)
+    max_channels: int = 8  # most channels in an upload
+    max_text_chars: int = 4000  # longest /v1/respond text: GPT-2's 1024-token context holds about this much English
+    api_key: str | None = None  # when set, every request but the page, its files and /health needs it (Bearer)
+    allowed_hosts: tuple[str, ...] = ()  # Host names served besides localhost and IP addresses (DNS rebinding)
+    allowed_origins: tuple[str, ...] = ()  # web origins (scheme://host[:port]) allowed besides the page's own
+    stream_idle_seconds: float = 60.0  # a WebSocket silent this long ends: its final is sent and it is closed
 
     def validate(self) -> "ServerSettings":
         for name, ok, rule in (("port", 0 <= self.port <= 65535, "in 0..65535"),
-                               ("max_audio_seconds", self.max_audio_seconds > 0, "> 0"),
-                               ("max_upload_mb", self.max_upload_mb > 0, "> 0"),
+                               ("max_audio_seconds", 0 < self.max_audio_seconds <= 24 * 3600, "in (0, 86400]"),
+                               ("max_upload_mb", 0 < self.max_upload_mb <= 64 * 1024, "in (0, 65536]"),
                                ("queue_size", self.queue_size >= 1, ">= 1"),
                                ("stream_interval", self.stream_interval > 0, "> 0"),
                                ("turn_silence", self.turn_silence > 0, "> 0"),
-                               ("vad_threshold", 0 < self.vad_threshold < 1, "in (0, 1)")):
-            if not ok:
+                               ("vad_threshold", 0 < self.vad_threshold < 1, "in (0, 1)"),
+                               ("max_sample_rate", 8000 <= self.max_sample_rate <= 768000, "in 8000..768000"),
+                               ("max_channels", 1 <= self.max_channels <= 64, "in 1..64"),
+                               ("max_text_chars", self.max_text_chars >= 1, ">= 1"),
+                               ("stream_idle_seconds", self.stream_idle_seconds > 0, "> 0")):
+            if not ok:  # nan fails every comparison: refused too
                 raise ServerSettingsError(f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name):g}")
+        if self.api_key is not None and len(self.api_key.strip()) < 8:
+            raise ServerSettingsError("--api-key must be at least 8 characters")
         return self
+
+    @property
+    def max_decoded_samples(self) -> int:
+        """Samples (frames x channels) an upload may decode to: the longest recording's worth at 48 kHz stereo
+        (57.6 million at the default 600 s; the mono float32 buffer they are averaged into is at most 230 MB)."""
+        return int(self.max_audio_seconds * DECODE_BUDGET_PER_SECOND)
 
     def vad_settings(self) -> VadSettings:
         """The WebSocket's VAD: ``--vad-threshold`` and ``--turn-silence``, the rest ``VadSettings``' defaults (a
@@ -114,13 +157,14 @@ class ServerSettings:
 class RequestError(DuetError):
     """A request the server refuses, with its HTTP status; the message names the field."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
+        self.headers = headers
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 class InferenceWorker:
@@ -136,6 +180,9 @@ class InferenceWorker:
         self.active = 0
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="duet-inference")
+        # the last calls' wait for the thread and run on it (seconds): /health's queue figures and Retry-After
+        self.waits: collections.deque[float] = collections.deque(maxlen=200)
+        self.runs: collections.deque[float] = collections.deque(maxlen=200)
 
     def _try_take(self) -> bool:
         with self._lock:
@@ -150,7 +197,9 @@ class InferenceWorker:
         wait for one: the WebSocket's audio then queues in its connection)."""
         while not self._try_take():
             if not wait:
-                raise RequestError(503, f"server busy: {self.capacity} requests are already queued; retry shortly")
+                retry = self.retry_after()
+                raise RequestError(503, f"server busy: {self.capacity} requests are already queued; retry in "
+                                        f"{retry} s", headers={"Retry-After": str(retry)})
             await asyncio.sleep(0.02)
         try:
             yield
@@ -160,7 +209,34 @@ class InferenceWorker:
 
     async def run(self, fn: Callable, *args):
         """``fn(*args)`` on the inference thread, after the calls queued before it."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        submitted = time.perf_counter()
+
+        def timed():
+            started = time.perf_counter()
+            self.waits.append(started - submitted)
+            try:
+                return fn(*args)
+            finally:
+                self.runs.append(time.perf_counter() - started)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, timed)
+
+    def retry_after(self) -> int:
+        """Seconds a refused client should wait: about as long as the queue takes to drain once (the median call
+        times the slots), 1 to 60."""
+        run = statistics.median(self.runs) if self.runs else 1.0
+        return max(1, min(60, math.ceil(run * self.capacity)))
+
+    def figures(self) -> dict:
+        """/health's queue: slots taken, capacity, and the last 200 calls' wait for the thread and time on it."""
+        def spread(values) -> dict | None:
+            if not values:
+                return None
+            ordered = sorted(values)
+            return {"median": round(ordered[len(ordered) // 2], 4),
+                    "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 4),
+                    "max": round(ordered[-1], 4)}
+        return {"active": self.active, "capacity": self.capacity, "calls": len(self.runs),
+                "wait_s": spread(list(self.waits)), "run_s": spread(list(self.runs))}
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -169,62 +245,139 @@ class InferenceWorker:
 # ------------------------------------------------------------------------------------------------ audio
 
 
-def decode_audio_file(path: Path, sample_rate: int, max_seconds: float, field: str = "file") -> np.ndarray:
-    """Mono float32 at ``sample_rate`` from an uploaded file: libsndfile first, ffmpeg for what it cannot read.
+def decode_audio_file(path: Path, sample_rate: int, settings: ServerSettings, field: str = "file") -> np.ndarray:
+    """Mono float32 at ``sample_rate`` from an uploaded file: libsndfile where it knows the format, else ffmpeg
+    restricted to audio containers (:func:`decode_with_ffmpeg`).
 
-    Empty, unreadable or silent-because-empty audio is a 400 ``RequestError`` naming ``field``; audio longer
-    than ``max_seconds`` a 413 (checked from the header before decoding where the format has one)."""
+    Refused before any decoding, from the header: a sample rate over ``max_sample_rate``, more than
+    ``max_channels`` channels (400), more than ``max_audio_seconds`` or more samples than ``max_decoded_samples``
+    (413), a file cut short (400, :func:`duet.io.truncation_problem`, the check ``tools/pipeline.py`` makes). The
+    samples are read in blocks and averaged to mono as they come, counted against the same limits (a header can
+    lie), so the buffer never holds more than ``max_decoded_samples`` float32 values; a decoder error (a FLAC
+    cut short, corrupt data) is a 400. No message names a server path."""
     if path.stat().st_size == 0:
         raise RequestError(400, f"{field}: the upload is empty (0 bytes)")
-    too_long = RequestError(413, f"{field}: the audio is longer than the limit of {max_seconds:g} s")
     try:
         info = sf.info(str(path))
     except (sf.LibsndfileError, RuntimeError, OSError):
-        audio = decode_with_ffmpeg(path, sample_rate, max_seconds, field)
+        audio = decode_with_ffmpeg(path, sample_rate, settings.max_audio_seconds, field)
     else:
-        if info.frames > max_seconds * info.samplerate:
-            raise too_long
-        try:
-            audio = load_audio(path, sample_rate)
-        except AsrInputError:  # a header libsndfile knows over data it cannot decode
-            audio = decode_with_ffmpeg(path, sample_rate, max_seconds, field)
+        check_audio_header(info.samplerate, info.channels, info.frames, settings, field)
+        if problem := truncation_problem(info):
+            raise RequestError(400, f"{field}: cannot decode the audio ({problem})")
+        audio = read_mono_blocks(path, info.samplerate, info.channels, settings, field)
+        if info.samplerate != sample_rate and len(audio):
+            audio = librosa.resample(audio, orig_sr=info.samplerate, target_sr=sample_rate)
     if len(audio) == 0:
         raise RequestError(400, f"{field}: the audio is empty (no samples)")
-    if len(audio) > max_seconds * sample_rate:
-        raise too_long
+    if len(audio) > settings.max_audio_seconds * sample_rate:
+        raise too_long(settings, field)
     return audio
 
 
+def too_long(settings: ServerSettings, field: str) -> RequestError:
+    return RequestError(413, f"{field}: the audio is longer than the limit of {settings.max_audio_seconds:g} s")
+
+
+def check_audio_header(rate: int, channels: int, frames: int, settings: ServerSettings, field: str) -> None:
+    """Refuse, by what the header says, audio over the server's rate, channel, length or decoded-sample limits."""
+    if rate > settings.max_sample_rate:
+        raise RequestError(400, f"{field}: sample rate {rate} Hz is above the server's limit of "
+                                f"{settings.max_sample_rate} Hz")
+    if channels > settings.max_channels:
+        raise RequestError(400, f"{field}: {channels} channels are more than the server's limit of "
+                                f"{settings.max_channels}")
+    if frames > settings.max_audio_seconds * rate:
+        raise too_long(settings, field)
+    if frames * channels > settings.max_decoded_samples:
+        raise RequestError(413, f"{field}: {frames / rate:g} s of {channels} channels at {rate} Hz decode to "
+                                f"{frames * channels:,} samples, more than the limit of "
+                                f"{settings.max_decoded_samples:,} ({settings.max_audio_seconds:g} s at 48 kHz stereo)")
+
+
+def read_mono_blocks(path: Path, rate: int, channels: int, settings: ServerSettings, field: str) -> np.ndarray:
+    """The file's samples averaged to mono block by block (as ``duet.io.read_mono`` averages them), stopping with a
+    413 as soon as they pass the limits whatever the header said."""
+    limit = min(settings.max_audio_seconds * rate, settings.max_decoded_samples / channels)
+    pieces, frames = [], 0
+    try:
+        with sf.SoundFile(str(path)) as audio_file:
+            for block in audio_file.blocks(blocksize=1 << 16, dtype="float32", always_2d=True):
+                frames += len(block)
+                if frames > limit:
+                    raise too_long(settings, field)
+                pieces.append(block.mean(axis=1))
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        reason = without_paths(first_line(e), path)
+        raise RequestError(400, f"{field}: cannot decode the audio (corrupt or truncated: {reason})") from None
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+
+
+def without_paths(message: str, path: Path) -> str:
+    """``message`` with the upload's path as "the upload" and any other absolute path as "<path>": a client never
+    learns where the server keeps its files."""
+    for name in (f"file:{path}", str(path), str(path.parent)):
+        message = message.replace(name, "the upload")
+    return re.sub(r"(?:file:)?/[^\s'\"]+", "<path>", message)
+
+
 def decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float, field: str) -> np.ndarray:
+    """What libsndfile cannot read (WebM/Opus from a browser, MP4/AAC) through ffmpeg, allowed only the demuxers of
+    ``FFMPEG_DEMUXERS`` and the file protocol on this one file, its audio alone, output mono at ``sample_rate``."""
     engine = shutil.which(FFMPEG)
     if engine is None:
         raise RequestError(400, f"{field}: not audio libsndfile reads (WAV, FLAC, OGG), and {FFMPEG}, which "
                                 "reads MP3 and WebM, is not installed on the server")
     # decoding stops just past the limit, so an hour-long MP3 costs no more than the limit's worth
-    result = subprocess.run([engine, "-nostdin", "-v", "error", "-i", str(path), "-t", f"{max_seconds + 1:g}",
-                             "-f", "f32le", "-ac", "1", "-ar", str(sample_rate), "-"], capture_output=True)
+    command = [engine, "-nostdin", "-v", "error", "-protocol_whitelist", "file,pipe",
+               "-format_whitelist", ",".join(FFMPEG_DEMUXERS), "-i", f"file:{path}", "-map", "0:a:0",
+               "-vn", "-sn", "-dn", "-t", f"{max_seconds + 1:g}", "-f", "f32le", "-ac", "1", "-ar", str(sample_rate),
+               "pipe:1"]
+    try:
+        result = subprocess.run(command, capture_output=True, timeout=FFMPEG_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise RequestError(400, f"{field}: cannot decode the audio (ffmpeg took over {FFMPEG_SECONDS} s)") from None
     if result.returncode != 0:
-        reason = first_line(result.stderr.decode(errors="replace").strip().replace(str(path), "<upload>"))
+        reason = without_paths(first_line(result.stderr.decode(errors="replace").strip() or " "), path).strip()
+        if "not on whitelist" in reason or "Invalid data found" in reason:
+            reason = f"not an audio file this server reads ({', '.join(AUDIO_CONTAINERS)})"
         reason = reason or f"ffmpeg exit code {result.returncode}"
         raise RequestError(400, f"{field}: cannot decode the audio ({reason})")
     return np.frombuffer(result.stdout, dtype="<f4").astype(np.float32)
 
 
+AUDIO_CONTAINERS = ("WAV", "FLAC", "OGG/Opus", "MP3", "WebM", "MP4/M4A", "AAC", "AIFF", "CAF")
+
+
+def upload_suffix(filename: str | None) -> str:
+    """The upload's file ending, letters and digits only (a NUL byte or a slash in a client's name never reaches
+    the file system); libsndfile and ffmpeg sniff the content, the ending only helps them."""
+    suffix = Path((filename or "").replace("\x00", "")).suffix[:10]
+    return suffix if re.fullmatch(r"\.[A-Za-z0-9]+", suffix) else ""
+
+
 async def read_upload(upload: UploadFile, settings: ServerSettings, sample_rate: int) -> np.ndarray:
     """The upload's audio, written to a temporary file (at most ``max_upload_bytes``) and decoded beside the
-    event loop."""
+    event loop. A full disk is a 507 (the server's log names the folder; the client is told no path)."""
     limit = settings.max_upload_bytes
-    with tempfile.TemporaryDirectory(prefix="duet-upload-") as folder:
-        path = Path(folder) / ("upload" + Path(upload.filename or "").suffix[:10])
-        size = 0
-        with open(path, "wb") as out:
-            while chunk := await upload.read(1 << 20):
-                size += len(chunk)
-                if size > limit:
-                    raise RequestError(413, f"file: the upload is larger than the limit of "
-                                            f"{settings.max_upload_mb:g} MiB")
-                out.write(chunk)
-        return await asyncio.to_thread(decode_audio_file, path, sample_rate, settings.max_audio_seconds)
+    try:
+        with tempfile.TemporaryDirectory(prefix="duet-upload-") as folder:
+            path = Path(folder) / ("upload" + upload_suffix(upload.filename))
+            size = 0
+            with open(path, "wb") as out:
+                while chunk := await upload.read(1 << 20):
+                    size += len(chunk)
+                    if size > limit:
+                        raise RequestError(413, f"file: the upload is larger than the limit of "
+                                                f"{settings.max_upload_mb:g} MiB")
+                    out.write(chunk)
+            return await asyncio.to_thread(decode_audio_file, path, sample_rate, settings)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        log.error("no space left for an upload in %s", tempfile.gettempdir())
+        raise RequestError(507, "file: the server has no disk space left for the upload; retry later") from None
+
 
 
 # ------------------------------------------------------------------------------------------------ streaming
@@ -369,6 +522,82 @@ def check_end_message(message: dict) -> None:
         raise RequestError(400, 'text messages: only {"type": "end"} is understood (audio goes in binary messages)')
 
 
+CATCH_UP_SECONDS = 10.0  # a stream's decoding this far behind its audio takes all that waits in one piece
+
+
+class StreamInbox:
+    """The audio a WebSocket received and its decoding has not taken yet.
+
+    The socket's reader puts each message here and goes straight back to reading, so the server reads (and
+    answers the client's pings) however far decoding is behind: a client sending faster than real time is never
+    cut off by a keepalive timeout. What waits is bounded by the stream's length limit (``limit`` samples in all,
+    10 min of 16 kHz float32 is 38 MB); while decoding is at most ``CATCH_UP_SECONDS`` behind it takes one message
+    at a time (the partials come as they would live), further behind it takes all that waits at once."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.received = 0
+        self.pieces: collections.deque[np.ndarray] = collections.deque()
+        self.waiting = 0
+        self.closed = False
+        self.ready = asyncio.Event()
+
+    def put(self, pcm: np.ndarray) -> None:
+        if self.received + len(pcm) > self.limit:
+            raise RequestError(413, f"audio: the stream is longer than the limit of "
+                                    f"{self.limit / STREAM_SAMPLE_RATE:g} s")
+        self.received += len(pcm)
+        self.pieces.append(pcm)
+        self.waiting += len(pcm)
+        self.ready.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.ready.set()
+
+    async def take(self) -> np.ndarray | None:
+        """The next audio to decode, or None once the stream has ended and all was taken."""
+        while not self.pieces:
+            if self.closed:
+                return None
+            self.ready.clear()
+            await self.ready.wait()
+        if self.waiting > CATCH_UP_SECONDS * STREAM_SAMPLE_RATE:
+            pcm = np.concatenate(list(self.pieces))
+            self.pieces.clear()
+        else:
+            pcm = self.pieces.popleft()
+        self.waiting -= len(pcm)
+        return pcm
+
+
+async def read_stream(websocket: WebSocket, inbox: StreamInbox, idle_seconds: float, decoding: asyncio.Future) -> str:
+    """Read the socket's messages into ``inbox`` until the stream ends: ``"end"`` (the client's ``{"type": "end"}``),
+    ``"idle"`` (no message for ``idle_seconds``) or ``"disconnect"``. A bad message is a ``RequestError``; a failure of
+    ``decoding`` is raised here as soon as it happens."""
+    while True:
+        receiving = asyncio.ensure_future(websocket.receive())
+        done, _ = await asyncio.wait({receiving, decoding}, timeout=idle_seconds,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if decoding in done:
+            receiving.cancel()
+            decoding.result()  # raises what failed; a decoding that ended early has nothing more to take
+        if receiving not in done:
+            receiving.cancel()
+            return "idle"
+        message = receiving.result()
+        if message["type"] == "websocket.disconnect":
+            return "disconnect"
+        if message.get("bytes") is not None:
+            data = message["bytes"]
+            if len(data) % 2:
+                raise RequestError(400, "audio: a binary message must hold whole 16-bit samples (PCM16 LE)")
+            inbox.put(pcm16_samples(data))
+            continue
+        check_end_message(message)
+        return "end"
+
+
 class TurnsSession:
     """One hands-free WebSocket (``/v1/stream?turns=true``): :class:`duet.turns.TurnTaker` cuts the stream into turns
     and each turn is answered as soon as it ends, while the socket goes on listening.
@@ -456,7 +685,10 @@ class TurnsSession:
     async def run(self) -> None:
         try:
             while True:
-                message = await self.websocket.receive()
+                try:
+                    message = await asyncio.wait_for(self.websocket.receive(), self.settings.stream_idle_seconds)
+                except asyncio.TimeoutError:  # a client silent this long: its turns are answered and it is closed
+                    break
                 if message["type"] == "websocket.disconnect":
                     return
                 if message.get("bytes") is not None:
@@ -644,6 +876,178 @@ def validation_message(error: RequestValidationError) -> str:
     return "; ".join(parts)
 
 
+TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # the formats that carry word or cue times
+CUE_WORDS = 12  # words in one subtitle cue at most: about two lines on a screen
+
+
+def transcription_response(segments: list, response_format: str, duration: float):
+    """OpenAI's answer in ``response_format``: ``json`` ``{"text"}``, ``text``, ``verbose_json`` (segments cut at
+    pauses, words with their times and confidence), ``srt`` or ``vtt`` (cues of at most ``CUE_WORDS`` words, timed
+    by their first and last word)."""
+    text = " ".join(s.text for s in segments if s.text)
+    if response_format == "text":
+        return PlainTextResponse(text)
+    if response_format == "json":
+        return {"text": text}
+    if response_format == "verbose_json":
+        return {"task": "transcribe", "language": "en", "duration": round(duration, 3), "text": text,
+                "segments": [{"id": i, "start": s.start, "end": s.end, "text": s.text} for i, s in enumerate(segments)],
+                # OpenAI's word objects (word, start, end), plus duet.asr.words' confidence
+                "words": [dataclasses.asdict(w) for s in segments for w in (s.words or [])]}
+    cues = subtitle_cues(segments)
+    if response_format == "srt":
+        return PlainTextResponse("".join(f"{n}\n{cue_time(start, ',')} --> {cue_time(end, ',')}\n{line}\n\n"
+                                         for n, (start, end, line) in enumerate(cues, 1)))
+    return PlainTextResponse("WEBVTT\n\n" + "".join(f"{cue_time(start, '.')} --> {cue_time(end, '.')}\n{line}\n\n"
+                                                    for start, end, line in cues), media_type="text/vtt")
+
+
+def subtitle_cues(segments: list) -> list[tuple[float, float, str]]:
+    """(start, end, text) of each cue: a segment's words in runs of ``CUE_WORDS``, or the segment itself when it has
+    no word times."""
+    cues = []
+    for segment in segments:
+        if not segment.text:
+            continue
+        words = segment.words or []
+        if not words:
+            cues.append((segment.start, segment.end, segment.text))
+            continue
+        for first in range(0, len(words), CUE_WORDS):
+            run = words[first:first + CUE_WORDS]
+            cues.append((run[0].start, max(run[-1].end, run[0].start), " ".join(w.word for w in run)))
+    return cues
+
+
+def cue_time(seconds: float, separator: str) -> str:
+    """``hh:mm:ss,mmm`` (SubRip) or ``hh:mm:ss.mmm`` (WebVTT)."""
+    millis = round(max(seconds, 0.0) * 1000)
+    return f"{millis // 3600000:02d}:{millis // 60000 % 60:02d}:{millis // 1000 % 60:02d}{separator}{millis % 1000:03d}"
+
+
+# ------------------------------------------------------------------------------------------------ the guard
+
+
+class RequestGuard:
+    """ASGI middleware in front of every route, HTTP and WebSocket alike, refusing before any route runs:
+
+    - a ``Host`` that is neither an IP address, ``localhost`` nor one of ``allowed_hosts`` (400): a page on
+      attacker.example whose name was re-pointed at this machine (DNS rebinding) sends its own name here;
+    - an ``Origin`` other than the page's own (the scheme and the ``Host`` it was served from) or one of
+      ``allowed_origins`` (403): another web page in the user's browser. Clients that are not browsers send none;
+    - with an ``api_key``, a request without ``Authorization: Bearer <key>`` (401), except the page, its files
+      and /health;
+    - a body over the upload limit (413), counted as it streams in (a ``Content-Length`` over it is refused at
+      once, a chunked body when it passes the limit): the route is told the client left, and nothing past the
+      limit reaches the multipart parser, its temporary files or the disk.
+    """
+
+    PUBLIC = ("/", "/health")
+
+    def __init__(self, app, settings: ServerSettings):
+        self.app = app
+        self.settings = settings
+        self.body_limit = settings.max_upload_bytes + BODY_SLACK_BYTES
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        refusal = self.refusal(scope, headers)
+        if refusal is not None:
+            status, message, extra = refusal
+            if scope["type"] == "websocket":  # closed before the handshake completes: the client sees HTTP 403
+                await receive()
+                await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+                return
+            return await error_response(status, message, extra)(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
+        await self.limited(scope, receive, send)
+
+    def refusal(self, scope, headers: Headers) -> tuple[int, str, dict | None] | None:
+        settings = self.settings
+        host = headers.get("host")
+        if host is not None and not host_allowed(host, settings.allowed_hosts):
+            return 400, (f"Host {host!r} is not served here (IP addresses, localhost and --allowed-host only: "
+                         "a web page cannot reach this server under a name of its own)"), None
+        origin = headers.get("origin")
+        if origin is not None and origin not in settings.allowed_origins and not same_origin(origin, host, scope):
+            return 403, f"Origin {origin!r} is not allowed (the page's own origin and --allowed-origin only)", None
+        path = scope.get("path", "")
+        if settings.api_key is not None and path not in self.PUBLIC and not path.startswith("/static/"):
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
+                                                                       settings.api_key.strip().encode()):
+                return 401, "authorization: this server needs its API key (Authorization: Bearer <key>)", \
+                    {"WWW-Authenticate": "Bearer"}
+        length = headers.get("content-length")
+        if length and length.isdigit() and int(length) > self.body_limit:
+            return 413, too_large_message(self.settings, int(length)), None
+        return None
+
+    async def limited(self, scope, receive, send) -> None:
+        received, refused, started = 0, False, False
+
+        async def counted_receive():
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.body_limit:
+                    refused = True
+                    if not started:
+                        await error_response(413, too_large_message(self.settings, received))(scope, receive, send)
+                    return {"type": "http.disconnect"}  # the route stops reading: its parser never sees the rest
+            return message
+
+        async def guarded_send(message):
+            nonlocal started
+            if refused:  # the 413 went out: whatever the route answers to the cut body is dropped
+                return
+            started = True
+            await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+
+
+def exposure_warning(settings: ServerSettings) -> str | None:
+    """What ``tools/serve.py`` warns when the server listens beyond this machine without an API key, else None."""
+    if settings.api_key is not None or settings.host == "localhost":
+        return None
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(settings.host).is_loopback:
+            return None
+    return (f"warning: listening on {settings.host} without --api-key: anyone who can reach port {settings.port} "
+            "can use the models; give --api-key-file (or --api-key)")
+
+
+def too_large_message(settings: ServerSettings, size: int) -> str:
+    return (f"request body of {size} bytes or more is larger than the upload limit of {settings.max_upload_mb:g} MiB")
+
+
+def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
+    """Whether a ``Host`` header names this server in a way no web page can re-point: an IP address, localhost,
+    or a name the operator listed."""
+    name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] if ":" in host else host
+    name = name.lower().rstrip(".")
+    if name == "localhost" or name in {a.lower() for a in allowed}:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def same_origin(origin: str, host: str | None, scope) -> bool:
+    """Whether ``origin`` is the page's own: the scheme this request came in on and the host it asked for."""
+    secure = scope.get("scheme") in ("https", "wss")
+    return host is not None and origin.lower() == f"{'https' if secure else 'http'}://{host}".lower()
+
+
 # ------------------------------------------------------------------------------------------------ the app
 
 
@@ -664,13 +1068,14 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         yield
         worker.close()
 
-    app = FastAPI(title="duet voice pipeline", lifespan=lifespan)
+    # no /docs or /redoc: FastAPI's pages load Swagger UI and ReDoc from a CDN; /openapi.json describes the API
+    app = FastAPI(title="duet voice pipeline", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.worker = worker
     app.mount("/static", StaticFiles(directory=WEB_FOLDER), name="static")
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError):
-        return error_response(error.status, str(error))
+        return error_response(error.status, str(error), error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
@@ -688,14 +1093,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     async def http_error(request: Request, error: StarletteHTTPException):
         return error_response(error.status_code, str(error.detail))
 
-    @app.middleware("http")
-    async def refuse_large_bodies(request: Request, call_next):
-        # before the multipart parser spools a huge body to disk; read_upload checks bodies without a length
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > settings.max_upload_bytes + 64 * 1024:
-            return error_response(413, f"request body of {int(length)} bytes is larger than the upload limit "
-                                       f"of {settings.max_upload_mb:g} MiB")
-        return await call_next(request)
+    app.add_middleware(RequestGuard, settings=settings)
 
     @app.get("/", include_in_schema=False)
     async def page():
@@ -706,10 +1104,15 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         return {"status": "ok", "asr_model": asr_model, "slm_model": slm_model,
                 "asr_decoding": pipeline.describe_asr_decoding(), "generation": dataclasses.asdict(pipeline.settings.generation),
                 "min_confidence": pipeline.settings.min_confidence, "stream_decoder": stream_note,
-                "queue": {"active": worker.active, "capacity": worker.capacity},
+                "queue": worker.figures(),
                 "turns": {"default": settings.turns, "turn_silence_s": settings.turn_silence,
                           "vad_threshold": settings.vad_threshold},
-                "limits": {"max_audio_seconds": settings.max_audio_seconds, "max_upload_mb": settings.max_upload_mb}}
+                "limits": {"max_audio_seconds": settings.max_audio_seconds, "max_upload_mb": settings.max_upload_mb,
+                           "max_sample_rate": settings.max_sample_rate, "max_channels": settings.max_channels,
+                           "max_decoded_samples": settings.max_decoded_samples,
+                           "max_text_chars": settings.max_text_chars,
+                           "stream_idle_seconds": settings.stream_idle_seconds},
+                "api_key": settings.api_key is not None}
 
     def transcribe_segments(audio: np.ndarray, words: bool) -> list:
         return [] if is_silent(audio, sample_rate) else pipeline.transcribe_segments(audio, words=words)
@@ -724,16 +1127,8 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         async with worker.slot():
             audio = await read_upload(file, settings, sample_rate)
             # word times only where the answer carries them: they cost 4-11 % more CPU
-            segments = await worker.run(transcribe_segments, audio, response_format == "verbose_json")
-        text = " ".join(s.text for s in segments if s.text)
-        if response_format == "text":
-            return PlainTextResponse(text)
-        if response_format == "json":
-            return {"text": text}
-        return {"task": "transcribe", "language": "en", "duration": round(len(audio) / sample_rate, 3), "text": text,
-                "segments": [{"id": i, "start": s.start, "end": s.end, "text": s.text} for i, s in enumerate(segments)],
-                # OpenAI's word objects (word, start, end), plus duet.asr.words' confidence
-                "words": [dataclasses.asdict(w) for s in segments for w in (s.words or [])]}
+            segments = await worker.run(transcribe_segments, audio, response_format in TIMED_FORMATS)
+        return transcription_response(segments, response_format, len(audio) / sample_rate)
 
     @app.post("/v1/pipeline")
     async def run_pipeline(file: Annotated[UploadFile, File()], speak: Annotated[bool, Form()] = False,
@@ -773,6 +1168,9 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     async def respond(request: RespondRequest):
         if not request.text.strip():
             raise RequestError(400, "text: empty; give the instruction to answer")
+        if len(request.text) > settings.max_text_chars:
+            raise RequestError(400, f"text: {len(request.text)} characters, more than the limit of "
+                                    f"{settings.max_text_chars}")
         options = request.model_dump(exclude={"text"})
         request_pipeline = pipeline_for_request(pipeline, options)
         start = time.perf_counter()
@@ -795,31 +1193,29 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
             decoder = RedecodeStream(lambda audio: pipeline.transcribe(audio)[0], sample_rate,
                                      settings.stream_interval,
                                      transcribe_final=lambda audio: pipeline.transcribe_timed(audio)[0])
-        limit = int(settings.max_audio_seconds * STREAM_SAMPLE_RATE)
+        inbox = StreamInbox(int(settings.max_audio_seconds * STREAM_SAMPLE_RATE))
+
+        async def decode_as_audio_arrives() -> None:
+            """The VAD and the decoder take the audio as it comes, one piece (or, behind by more than
+            ``CATCH_UP_SECONDS``, all that waits, as one) at a time, while the socket goes on reading."""
+            nonlocal said
+            while (pcm := await inbox.take()) is not None:
+                for event in await asyncio.to_thread(detector.feed, pcm):
+                    said += event.kind == "speech_start"
+                    await websocket.send_json(vad_event_message(event, said))
+                async with worker.slot(wait=True):
+                    partial = await worker.run(decoder.feed, pcm)
+                if partial is not None:
+                    await websocket.send_json({"type": "partial", "text": partial,
+                                               "audio_s": round(decoder.samples / STREAM_SAMPLE_RATE, 3)})
+
+        decoding = asyncio.ensure_future(decode_as_audio_arrives())
         try:
-            while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                if message.get("bytes") is not None:
-                    data = message["bytes"]
-                    if len(data) % 2:
-                        raise RequestError(400, "audio: a binary message must hold whole 16-bit samples (PCM16 LE)")
-                    pcm = pcm16_samples(data)
-                    if decoder.samples + len(pcm) > limit:
-                        raise RequestError(413, f"audio: the stream is longer than the limit of "
-                                                f"{settings.max_audio_seconds:g} s")
-                    for event in await asyncio.to_thread(detector.feed, pcm):
-                        said += event.kind == "speech_start"
-                        await websocket.send_json(vad_event_message(event, said))
-                    async with worker.slot(wait=True):
-                        partial = await worker.run(decoder.feed, pcm)
-                    if partial is not None:
-                        await websocket.send_json({"type": "partial", "text": partial,
-                                                   "audio_s": round(decoder.samples / STREAM_SAMPLE_RATE, 3)})
-                    continue
-                check_end_message(message)
-                break
+            ended_by = await read_stream(websocket, inbox, settings.stream_idle_seconds, decoding)
+            if ended_by == "disconnect":
+                return
+            inbox.close()
+            await decoding
             ended = time.perf_counter()
             for event in detector.flush():
                 await websocket.send_json(vad_event_message(event, said))
@@ -834,6 +1230,8 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                      "latency_s": {"asr_final": round(asr_s, 4),
                                    **({"slm": round(time.perf_counter() - ended - asr_s, 4)} if understood else {})},
                      "stream": {**decoder.report(), "how": stream_note}}
+            if ended_by == "idle":
+                final["ended_by"] = f"idle: no message for {settings.stream_idle_seconds:g} s"
             if speak and response:
                 wav, error = await asyncio.to_thread(speak_wav_bytes, response)
                 final["speech"], final["error"] = (speech_json(wav) if wav else None), error
@@ -848,5 +1246,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         except Exception as e:  # a model or decoding failure: the client hears why, the server keeps serving
             await websocket.send_json({"type": "error", "error": f"internal error: {first_line(e)}"})
             await websocket.close(code=1011)
+        finally:
+            decoding.cancel()
 
     return app

@@ -42,10 +42,11 @@ class Played:
 
 
 def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float = 0.1, realtime: bool = True,
-         timeout_s: float = 300.0, until: tuple[str, ...] = ("done",)) -> Played:
+         timeout_s: float = 300.0, until: tuple[str, ...] = ("done",), api_key: str | None = None) -> Played:
     """Stream ``audio`` (mono float32, 16 kHz) to ``url``'s ``/v1/stream?<query>`` in pieces of ``piece_s``: piece k
     leaves at ``start + (k + 1) * piece_s`` with ``realtime`` (as fast as the socket takes them without), then
-    ``{"type": "end"}``; reads until a message of a type in ``until`` (or an error) and the close. Raises
+    ``{"type": "end"}``; reads until a message of a type in ``until`` (or an error) and the close. ``api_key``: the
+    server's (``tools/serve.py --api-key``), sent as ``Authorization: Bearer``. Raises
     :class:`StreamClientError` when the server refuses, closes early or sends nothing for ``timeout_s``."""
     host, port = url.split("//", 1)[1].rstrip("/").split(":")
     data, step = pcm16(audio), int(piece_s * SAMPLE_RATE) * 2
@@ -53,7 +54,9 @@ def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float 
     connection = WSConnection(ConnectionType.CLIENT)
     where = f"{url}/v1/stream?{query}"
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-        sock.sendall(connection.send(Request(host=f"{host}:{port}", target=f"/v1/stream?{query}")))
+        headers = [(b"authorization", f"Bearer {api_key}".encode())] if api_key else []
+        sock.sendall(connection.send(Request(host=f"{host}:{port}", target=f"/v1/stream?{query}",
+                                             extra_headers=headers)))
         text, accepted, closed, finished = "", False, False, False
         played = Played(start=0.0)
 

@@ -27,6 +27,7 @@ from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio
 from duet.asr.streaming import transcribe_streaming
 from duet.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
+from duet.foundation import python_command
 from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
 from duet.synth.conversation import compose, room_noise
@@ -34,7 +35,7 @@ from duet.turns import TurnTaker
 from slm.generation import GenerationSettings, load_model
 
 SR = 16000
-SETTINGS = ServerSettings(queue_size=16)
+SETTINGS = ServerSettings(queue_size=16, allowed_hosts=("testserver",))  # TestClient's Host
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,8 @@ def upload(path: Path, name: str | None = None) -> dict:
 def test_health_names_the_models_and_the_stream_decoder(client):
     health = client.get("/health").json()
     assert health["status"] == "ok" and (health["asr_model"], health["slm_model"]) == ("micro.nemo", "tiny_slm")
-    assert "re-decode" in health["stream_decoder"] and health["queue"] == {"active": 0, "capacity": 16}
+    assert "re-decode" in health["stream_decoder"]
+    assert (health["queue"]["active"], health["queue"]["capacity"]) == (0, 16)
 
 
 def test_the_page_and_its_files_are_served_without_any_external_address(client):
@@ -239,7 +241,7 @@ def test_respond_answers_a_text_with_the_requests_own_options(client, pipeline):
 @pytest.fixture(scope="module")
 def strict_client(pipeline):
     """Limits small enough to reach with the sample: 3 s of audio, 200 KiB uploads."""
-    settings = ServerSettings(max_audio_seconds=3.0, max_upload_mb=0.2)
+    settings = replace(SETTINGS, max_audio_seconds=3.0, max_upload_mb=0.2)
     with TestClient(create_app(pipeline, settings)) as client:
         yield client
 
@@ -262,8 +264,8 @@ def bad_requests(clips: list[Path], tmp_path: Path) -> list[tuple[str, dict, int
          "file: the audio is longer than the limit of 3 s"),
         ("/v1/audio/transcriptions", {"files": upload(big)}, 413, "larger than the upload limit of 0.2 MiB"),
         ("/v1/audio/transcriptions", {"json": {"file": "a.wav"}}, 400, "file: Field required"),
-        ("/v1/audio/transcriptions", {"files": upload(clips[0]), "data": {"response_format": "srt"}}, 400,
-         "response_format: must be one of json, text, verbose_json"),
+        ("/v1/audio/transcriptions", {"files": upload(clips[0]), "data": {"response_format": "xml"}}, 400,
+         "response_format: must be one of json, text, verbose_json, srt, vtt"),
         ("/v1/pipeline", {"files": upload(clips[0]), "data": {"top_p": "2"}}, 400, "top_p must be in (0, 1]"),
         ("/v1/pipeline", {"files": upload(clips[0]), "data": {"strategy": "viterbi"}}, 400,
          "strategy must be one of greedy, beam, sample"),
@@ -287,7 +289,7 @@ def test_each_bad_request_is_a_4xx_json_error_naming_the_problem_and_the_server_
 
 
 def test_a_full_queue_is_answered_503_and_the_server_recovers(pipeline, clips, monkeypatch):
-    app = create_app(pipeline, ServerSettings(queue_size=1))
+    app = create_app(pipeline, replace(SETTINGS, queue_size=1))
     release, entered = threading.Event(), threading.Event()
     real = VoicePipeline.transcribe_segments
 
@@ -377,7 +379,7 @@ def test_stream_sends_partials_as_audio_arrives_then_the_final_transcript_and_an
     (lambda ws: ws.send_bytes(b"\x00\x10" * SR * 4), "longer than the limit of 3 s"),
 ])
 def test_a_bad_stream_gets_an_error_message_and_is_closed(pipeline, send, message):
-    with TestClient(create_app(pipeline, ServerSettings(max_audio_seconds=3.0))) as client:
+    with TestClient(create_app(pipeline, replace(SETTINGS, max_audio_seconds=3.0))) as client:
         with client.websocket_connect("/v1/stream") as ws:
             send(ws)
             reply, _ = receive_until(ws, ("error", "final"))
@@ -423,7 +425,11 @@ def test_redecode_stream_decodes_the_whole_buffer_every_interval():
 
 def test_server_settings_name_the_flag():
     for field, value, message in (("queue_size", 0, "--queue-size must be >= 1"),
-                                  ("max_audio_seconds", 0, "--max-audio-seconds must be > 0"),
+                                  ("max_audio_seconds", 0, "--max-audio-seconds must be in \\(0, 86400\\]"),
+                                  ("max_audio_seconds", float("nan"), "--max-audio-seconds must be in .*got nan"),
+                                  ("max_sample_rate", 4000, "--max-sample-rate must be in 8000..768000"),
+                                  ("max_channels", 0, "--max-channels must be in 1..64"),
+                                  ("stream_idle_seconds", 0, "--stream-idle-seconds must be > 0"),
                                   ("stream_interval", -1, "--stream-interval must be > 0"),
                                   ("turn_silence", 0, "--turn-silence must be > 0"),
                                   ("vad_threshold", 1.5, "--vad-threshold must be in \\(0, 1\\)"),
@@ -596,13 +602,14 @@ def test_turns_with_a_streaming_model_finish_each_turns_own_stream(pipeline, cli
 # ---------------------------------------------------------------- tools/serve.py
 
 
-def test_serve_names_a_missing_model_and_a_bad_setting(repo_root, python, tmp_path):
+def test_serve_names_a_missing_model_and_a_bad_setting(repo_root, python, tmp_path, monkeypatch):
     script = str(repo_root / "tools" / "serve.py")
+    monkeypatch.chdir(repo_root)  # where the command runs: its hint is typed there
     missing = subprocess.run([python, script, "--asr-model", str(tmp_path / "none.nemo")], capture_output=True,
                              text=True, cwd=repo_root)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     # (then the --slm-model, when the demo's is missing too; the flag or the newest model the recipes made)
     assert missing.stderr.startswith(f"serve: error: --asr-model {tmp_path / 'none.nemo'} does not exist "
-                                      "(run python tools/demo.py first, or pass --asr-model")
+                                      f"(run {python_command('tools/demo.py')} first, or pass --asr-model")
     bad = subprocess.run([python, script, "--queue-size", "0"], capture_output=True, text=True, cwd=repo_root)
     assert bad.returncode == 2 and bad.stderr.strip() == "serve: error: --queue-size must be >= 1, got 0"

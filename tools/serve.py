@@ -7,6 +7,7 @@ Usage:
   python tools/serve.py --host 0.0.0.0 --port 9000 --asr-model my.nemo --slm-model my_gpt2/
   python tools/serve.py --asr-decoding greedy --strategy beam --num-beams 4   # decoding defaults for every request
   python tools/serve.py --turns --turn-silence 0.5 --trim-silence 0.5   # hands-free: answer each time the speaker stops
+  python tools/serve.py --host 0.0.0.0 --api-key-file key.txt --allowed-host box.lan   # reachable from the network
 
 The models load once, with the same defaults and options as tools/pipeline.py (the demo's ASR model; its language
 model, or the slm_whisper_offline preset's once trained; the ASR decoding from the model's decoding file unless an option says otherwise, printed with where it came from; the
@@ -14,7 +15,7 @@ language-model flags are the defaults a request's own options replace). NeMo's a
 while they load go to --log (experiments/logs/serve.log), or with --verbose to standard error. Endpoints:
   GET  /                          the page: record from the microphone or send a file, hear the answer
   GET  /health                    {"status": "ok", "asr_model", "slm_model", ...}
-  POST /v1/audio/transcriptions   multipart file [model] [response_format=json|text|verbose_json]
+  POST /v1/audio/transcriptions   multipart file [model] [response_format=json|text|verbose_json|srt|vtt]
   POST /v1/pipeline               multipart file [speak=true] [strategy, max_new_tokens, top_p, ...]
   POST /v1/respond                JSON {"text": ...[, strategy, max_new_tokens, ...]} -> {"response"}
   WS   /v1/stream[?speak=true]    binary messages of 16 kHz mono PCM16 (little-endian), then the text message
@@ -25,9 +26,19 @@ while they load go to --log (experiments/logs/serve.log), or with --verbose to s
   WS   /v1/stream?turns=true      hands-free: each time the speaker stops (--turn-silence of silence after
                                   speech) a {"type": "final", "turn": n, ...} for that turn, and the socket
                                   listens for the next; {"type": "end"} -> {"type": "done", "turns"}
-Uploads: WAV/FLAC/OGG at any rate and channel count (libsndfile), MP3/WebM and the rest through ffmpeg.
-Requests over --max-audio-seconds or --max-upload-mb, corrupt or empty audio and bad options are answered
-4xx with {"error": "..."}; more than --queue-size requests at once, 503. All inference runs on one thread.
+Uploads: WAV/FLAC/OGG/MP3 up to --max-sample-rate and --max-channels (libsndfile), WebM/MP4/AAC through ffmpeg
+allowed audio containers only (no playlists or lists that name other files). Requests over --max-audio-seconds
+(or its worth of samples at 48 kHz stereo) or --max-upload-mb (counted as the body arrives, chunked or not),
+truncated, corrupt or empty audio and bad options (language-model options within slm.generation's bounds: at most
+16 beams and 1024 new tokens, finite temperature and penalty) are answered 4xx with {"error": "..."}; more than
+--queue-size requests at once, 503 with Retry-After (/health gives the queue's wait and run times). All inference
+runs on one thread. A WebSocket that sends nothing for --stream-idle-seconds gets its final and is closed.
+
+Who may use it: requests must name the server by an IP address, localhost or an --allowed-host (a web page whose
+name was re-pointed here is refused: DNS rebinding), and a browser's requests must come from the server's own
+page or an --allowed-origin. With --api-key(-file) every request but the page, its files and /health needs
+"Authorization: Bearer <key>" (the page itself sends none: use it without a key, on loopback); listening beyond
+127.0.0.1 without one prints a warning. No /docs page (it would load Swagger from a CDN); /openapi.json is served.
 
 /v1/pipeline and the WebSocket's final message carry the transcript's "confidence" (mean word confidence,
 duet/confidence.py) and "understood"; below --min-confidence (as in tools/pipeline.py; 0 turns it off) the
@@ -60,9 +71,22 @@ from duet.errors import DuetError
 from duet.pipeline import VoicePipeline
 from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
                                    pipeline_settings_from_args)
-from duet.server import ServerSettings, create_app
+from duet.server import ServerSettings, create_app, exposure_warning
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
+
+
+# the ServerSettings fields whose flags carry their value as it is
+SETTING_FLAGS = ("host", "port", "max_audio_seconds", "max_upload_mb", "queue_size", "stream_interval",
+                 "streaming_asr_model", "turns", "turn_silence", "vad_threshold", "max_sample_rate", "max_channels",
+                 "max_text_chars", "stream_idle_seconds")
+
+
+def add_setting(parser, name: str, text: str) -> None:
+    """The flag of ServerSettings' field ``name`` (``--max-upload-mb``), with the field's type and default."""
+    default = getattr(ServerSettings, name)
+    parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                        help=f"{text} (default: {default:g})")
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -71,39 +95,59 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default=d.host, help=f"address to listen on (default: {d.host})")
     parser.add_argument("--port", type=int, default=d.port, help=f"port (default: {d.port})")
     add_model_arguments(parser)
-    parser.add_argument("--max-audio-seconds", type=float, default=d.max_audio_seconds,
-                        help=f"longest recording accepted (default: {d.max_audio_seconds:g})")
-    parser.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb,
-                        help=f"largest upload in MiB (default: {d.max_upload_mb:g})")
-    parser.add_argument("--queue-size", type=int, default=d.queue_size,
-                        help=f"requests waiting for or running on the inference thread; more get 503 "
-                             f"(default: {d.queue_size})")
-    parser.add_argument("--stream-interval", type=float, default=d.stream_interval,
-                        help=f"WebSocket: decode again after this many seconds of new audio "
-                             f"(default: {d.stream_interval:g})")
+    for name, text in (("max_audio_seconds", "longest recording accepted"), ("max_upload_mb", "largest upload in MiB"),
+                       ("queue_size", "requests waiting for or running on the inference thread; more get 503"),
+                       ("stream_interval", "WebSocket: decode again after this many seconds of new audio")):
+        add_setting(parser, name, text)
     parser.add_argument("--streaming-asr-model", default=None,
                         help="a cache-aware .nemo for the WebSocket's partials and final transcript "
                              "(default: re-decode with the --asr-model)")
     parser.add_argument("--turns", action="store_true",
                         help="WebSockets take turns unless the client asks ?turns=false (default: only with ?turns=true)")
-    parser.add_argument("--turn-silence", type=float, default=d.turn_silence,
-                        help=f"seconds of silence after speech that end a turn (default: {d.turn_silence:g})")
-    parser.add_argument("--vad-threshold", type=float, default=d.vad_threshold,
-                        help=f"Silero VAD speech probability at which audio counts as speech (default: "
-                             f"{d.vad_threshold:g})")
+    add_setting(parser, "turn_silence", "seconds of silence after speech that end a turn")
+    add_setting(parser, "vad_threshold", "Silero VAD speech probability at which audio counts as speech")
+    guard = parser.add_argument_group("who may use the server")
+    keys = guard.add_mutually_exclusive_group()
+    keys.add_argument("--api-key", default=None,
+                      help="every request but the page, its files and /health needs Authorization: Bearer <key> "
+                           "(visible in the process list: prefer --api-key-file)")
+    keys.add_argument("--api-key-file", type=Path, default=None, help="a file holding the API key (one line)")
+    guard.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                       help="a Host name served besides IP addresses and localhost (repeatable; others get 400)")
+    guard.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                       help="a web page origin (https://app.example) allowed besides the server's own page "
+                            "(repeatable; others get 403)")
+    limits = parser.add_argument_group("limits of one request")
+    for name, text in (("max_sample_rate", "highest sample rate of an upload in Hz"),
+                       ("max_channels", "most channels in an upload"),
+                       ("max_text_chars", "longest /v1/respond text in characters"),
+                       ("stream_idle_seconds", "a WebSocket sending nothing this long gets its final and is closed")):
+        add_setting(limits, name, text)
     add_decoding_options(parser)
     add_log_arguments(parser, "serve")
     return parser
 
 
+def read_api_key(path: Path) -> str:
+    """The key in ``path`` (its first line, stripped); a missing, unreadable or empty file is a ``DuetError``."""
+    try:
+        key = path.read_text().strip().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DuetError(f"--api-key-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if not key or not key[0].strip():
+        raise DuetError(f"--api-key-file {path}: empty")
+    return key[0].strip()
+
+
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    settings = ServerSettings(host=args.host, port=args.port, max_audio_seconds=args.max_audio_seconds,
-                              max_upload_mb=args.max_upload_mb, queue_size=args.queue_size,
-                              stream_interval=args.stream_interval,
-                              streaming_asr_model=args.streaming_asr_model, turns=args.turns,
-                              turn_silence=args.turn_silence, vad_threshold=args.vad_threshold).validate()
+    given = {name: getattr(args, name) for name in SETTING_FLAGS}
+    settings = ServerSettings(**given, api_key=args.api_key if args.api_key_file is None else
+                              read_api_key(args.api_key_file), allowed_hosts=tuple(args.allowed_host),
+                              allowed_origins=tuple(args.allowed_origin)).validate()
+    if warning := exposure_warning(settings):
+        print(warning, file=sys.stderr, flush=True)
     check_model_paths(args.asr_model, args.slm_model)
     if args.streaming_asr_model and not Path(args.streaming_asr_model).is_file():
         raise DuetError(f"--streaming-asr-model {args.streaming_asr_model} does not exist")

@@ -1,0 +1,384 @@
+"""duet.server against hostile and careless clients (issue #55): uploads that name other files, tiny files that
+decode to gigabytes, bodies that never say their length, options that overflow the model, cut recordings, a full
+queue, strangers (no key, another page, another host name), streams faster than real time or gone quiet, a full disk.
+
+Same in-memory models as tests/test_server.py, driven with FastAPI's TestClient, and uvicorn on a loopback port
+where the socket itself matters (keepalive pings).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import starlette.formparsers
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+import duet.server
+from duet.asr.inference import load_audio
+from duet.io import audio_file_problem
+from duet.server import ServerSettings, create_app, exposure_warning
+from tests.test_server import SETTINGS, SR, clips, pcm16_chunks, pipeline, receive_until, upload  # noqa: F401
+
+KEY = "test-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def client(pipeline):
+    with TestClient(create_app(pipeline, SETTINGS)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def strict_client(pipeline):
+    """3 s of audio, 200 KiB bodies."""
+    with TestClient(create_app(pipeline, replace(SETTINGS, max_audio_seconds=3.0, max_upload_mb=0.2))) as client:
+        yield client
+
+
+def refused(reply, status: int, *words: str) -> str:
+    """The error of ``reply``, after checking its status, that it names ``words`` and no server path."""
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert all(word in error for word in words), error
+    assert "/tmp" not in error and "/work" not in error and "duet-upload" not in error, error
+    return error
+
+
+# ---------------------------------------------------------------- uploads decoded as audio only
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed: the uploads it reads not checked")
+def test_a_playlist_or_concat_list_naming_a_server_file_is_refused(client, clips, tmp_path):
+    """ffmpeg would follow them to the sample on the server's disk (HLS plays a local .flac, whatever the name)."""
+    target = clips[0].resolve()
+    playlist = f"#EXTM3U\n#EXT-X-TARGETDURATION:30\n#EXTINF:20.0,\n{target}\n#EXT-X-ENDLIST\n".encode()
+    concat = f"ffconcat version 1.0\nfile '{target}'\n".encode()
+    local = f"ffconcat version 1.0\nfile '{target.name}'\n".encode()  # a name beside the upload
+    for name, body in (("list.m3u8", playlist), ("clip.flac", playlist), ("list.ffconcat", concat),
+                       ("list.txt", local)):
+        reply = client.post("/v1/audio/transcriptions", files={"file": (name, body, "application/octet-stream")})
+        refused(reply, 400, "file: cannot decode the audio")
+    assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
+
+
+def test_a_client_filename_never_reaches_the_file_system(client, clips):
+    for name in ("a\x00.flac", "../../etc/passwd", "x.fl\x00ac", "name." + "a" * 300):
+        reply = client.post("/v1/audio/transcriptions", files={"file": (name, clips[0].read_bytes(), "audio/flac")})
+        assert reply.status_code == 200, (name, reply.text)
+    assert duet.server.upload_suffix("a\x00.flac") == ".flac" and duet.server.upload_suffix("x/../y") == ""
+
+
+# ---------------------------------------------------------------- limits counted in samples
+
+
+def test_high_rate_many_channel_audio_is_refused_from_its_header(strict_client, tmp_path, monkeypatch):
+    def never(*args):
+        raise AssertionError("decoded although the header said enough")
+    monkeypatch.setattr(duet.server, "read_mono_blocks", never)
+    monkeypatch.setattr(duet.server, "decode_with_ffmpeg", never)
+    fast = tmp_path / "fast.flac"
+    soundfile.write(fast, np.zeros((SR // 10, 8), dtype=np.float32), 384000)  # 8 channels at 384 kHz
+    wide = tmp_path / "wide.wav"
+    soundfile.write(wide, np.zeros((SR // 10, 16), dtype=np.float32), 16000)
+    many = tmp_path / "many.flac"  # 2.9 s (under the 3 s limit) of 8 channels at 48 kHz: 1.1 M samples
+    soundfile.write(many, np.zeros((int(2.9 * 48000), 8), dtype=np.float32), 48000)
+    assert many.stat().st_size < 50_000
+    refused(strict_client.post("/v1/audio/transcriptions", files=upload(fast)), 400,
+            "file: sample rate 384000 Hz is above the server's limit of 96000 Hz")
+    refused(strict_client.post("/v1/audio/transcriptions", files=upload(wide)), 400,
+            "file: 16 channels are more than the server's limit of 8")
+    refused(strict_client.post("/v1/audio/transcriptions", files=upload(many)), 413,
+            "1,113,600 samples, more than the limit of 288,000")
+
+
+def test_a_header_that_understates_the_length_is_stopped_while_decoding(pipeline, tmp_path):
+    """The samples are counted as they are read: a header claiming less than the file holds gains nothing."""
+    audio = np.zeros(int(5 * SR), dtype=np.float32)
+    path = tmp_path / "long.wav"
+    soundfile.write(path, audio, SR)
+    settings = replace(SETTINGS, max_audio_seconds=3.0)
+    with pytest.raises(duet.server.RequestError) as error:
+        duet.server.read_mono_blocks(path, SR, 1, settings, "file")
+    assert error.value.status == 413
+
+
+# ---------------------------------------------------------------- bodies bounded as they arrive
+
+
+def test_a_chunked_body_over_the_limit_is_cut_off_before_the_parser_writes_it(strict_client, clips, monkeypatch):
+    written = []
+
+    class CountedSpool(starlette.formparsers.SpooledTemporaryFile):
+        def write(self, data):
+            written.append(len(data))
+            return super().write(data)
+    monkeypatch.setattr(starlette.formparsers, "SpooledTemporaryFile", CountedSpool)
+    boundary = "duetboundary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.wav\"\r\n"
+            "Content-Type: audio/wav\r\n\r\n").encode()
+    limit = int(0.2 * 1024 * 1024)
+
+    def body():  # no Content-Length: httpx sends it chunked
+        yield head
+        for _ in range(40):  # 2.5 MiB, 12 times the limit
+            yield b"\x00" * (64 * 1024)
+        yield f"\r\n--{boundary}--\r\n".encode()
+    reply = strict_client.post("/v1/audio/transcriptions", content=body(),
+                               headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+    refused(reply, 413, "larger than the upload limit of 0.2 MiB")
+    assert sum(written) <= limit + duet.server.BODY_SLACK_BYTES
+    assert strict_client.get("/health").json()["queue"]["active"] == 0
+    assert strict_client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
+
+
+# ---------------------------------------------------------------- generation bounds
+
+
+BAD_OPTIONS = [({"temperature": float("nan")}, "temperature"), ({"temperature": float("inf")}, "temperature"),
+               ({"temperature": 1e-45}, "temperature"), ({"repetition_penalty": float("inf")}, "repetition_penalty"),
+               ({"repetition_penalty": 1e-300}, "repetition_penalty"), ({"num_beams": 10 ** 23}, "num_beams"),
+               ({"num_beams": 5000, "strategy": "beam"}, "num_beams"), ({"max_new_tokens": 10 ** 23}, "max_new_tokens"),
+               ({"top_p": float("nan")}, "top_p"), ({"max_new_tokens": -1}, "max_new_tokens")]
+
+
+@pytest.mark.parametrize("options, field", BAD_OPTIONS)
+def test_each_bad_generation_value_is_a_400_naming_its_field(client, clips, options, field):
+    body = json.dumps({"text": "set a timer", **options})  # NaN and Infinity as Python's json writes them
+    refused(client.post("/v1/respond", content=body, headers={"content-type": "application/json"}), 400, field)
+    form = {name: str(value) for name, value in options.items()}
+    refused(client.post("/v1/pipeline", files=upload(clips[0]), data=form), 400, field)
+
+
+def test_a_huge_top_k_and_text_at_the_limits_are_answered_not_failed(client, pipeline):
+    assert client.post("/v1/respond", json={"text": "hi", "top_k": 10 ** 23, "strategy": "sample"}).status_code == 200
+    refused(client.post("/v1/respond", json={"text": "word " * 2000}), 400,
+            "text: 10000 characters, more than the limit of 4000")
+
+
+# ---------------------------------------------------------------- truncated audio
+
+
+@pytest.mark.parametrize("suffix", [".flac", ".wav"])
+def test_audio_cut_in_half_is_refused_as_tools_pipeline_refuses_it(client, clips, tmp_path, suffix):
+    whole = tmp_path / f"whole{suffix}"
+    soundfile.write(whole, load_audio(clips[0], SR), SR)
+    data = whole.read_bytes()
+    half = tmp_path / f"half{suffix}"
+    half.write_bytes(data[:len(data) // 2])
+    refused(client.post("/v1/audio/transcriptions", files=upload(half)), 400, "file: cannot decode the audio",
+            "truncated")
+    if suffix == ".wav":  # the one check tools/pipeline.py makes before reading (a cut FLAC fails in the decoder)
+        assert "truncated: the header promises" in audio_file_problem(half)
+    assert client.post("/v1/audio/transcriptions", files=upload(whole)).status_code == 200
+
+
+# ---------------------------------------------------------------- a full queue
+
+
+def test_busy_answers_carry_retry_after_and_health_gives_the_queue_times(pipeline, clips, monkeypatch):
+    release, entered = threading.Event(), threading.Event()
+    real = duet.server.VoicePipeline.transcribe_segments
+
+    def held(self, audio, words=True):
+        entered.set()
+        release.wait(30)
+        return real(self, audio, words=words)
+    with TestClient(create_app(pipeline, replace(SETTINGS, queue_size=1))) as client:
+        assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
+        monkeypatch.setattr(duet.server.VoicePipeline, "transcribe_segments", held)
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(client.post, "/v1/audio/transcriptions", files=upload(clips[0]))
+            assert entered.wait(30)
+            busy = client.post("/v1/respond", json={"text": "hi"})
+            release.set()
+            assert first.result(60).status_code == 200
+        queue = client.get("/health").json()["queue"]
+    error = refused(busy, 503, "server busy")
+    assert 1 <= int(busy.headers["Retry-After"]) <= 60 and f"retry in {busy.headers['Retry-After']} s" in error
+    assert queue["calls"] == 2 and queue["wait_s"]["max"] >= 0 and queue["run_s"]["max"] > 0
+
+
+# ---------------------------------------------------------------- strangers
+
+
+def test_the_api_key_is_needed_on_http_and_the_websocket(pipeline, clips):
+    with TestClient(create_app(pipeline, replace(SETTINGS, api_key=KEY))) as client:
+        refused(client.post("/v1/respond", json={"text": "hi"}), 401, "API key")
+        refused(client.post("/v1/respond", json={"text": "hi"}, headers={"authorization": "Bearer wrong-key-0000"}),
+                401, "API key")
+        assert client.post("/v1/respond", json={"text": "hi"},
+                           headers={"authorization": f"Bearer {KEY}"}).status_code == 200
+        for public in ("/", "/health", "/static/app.js"):
+            assert client.get(public).status_code == 200
+        with pytest.raises(WebSocketDisconnect) as closed:
+            with client.websocket_connect("/v1/stream") as ws:
+                ws.receive_json()
+        assert closed.value.code == 1008
+        with client.websocket_connect("/v1/stream", headers={"authorization": f"Bearer {KEY}"}) as ws:
+            for chunk in pcm16_chunks(load_audio(clips[0], SR)):
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            assert receive_until(ws)[0]["type"] == "final"
+    with pytest.raises(duet.server.ServerSettingsError, match="--api-key must be at least 8"):
+        replace(SETTINGS, api_key="short").validate()
+
+
+def test_other_host_names_and_other_pages_are_refused(pipeline):
+    with TestClient(create_app(pipeline, ServerSettings()), base_url="http://127.0.0.1:8000") as client:
+        assert client.get("/health").status_code == 200  # an IP address: no page can re-point it
+        refused(client.get("/health", headers={"host": "attacker.example:8000"}), 400, "Host 'attacker.example:8000'")
+        assert client.get("/health", headers={"host": "localhost:8000"}).status_code == 200
+        assert client.get("/health", headers={"host": "[::1]:8000"}).status_code == 200
+        refused(client.post("/v1/respond", json={"text": "hi"}, headers={"origin": "http://evil.example"}), 403,
+                "Origin 'http://evil.example' is not allowed")
+        assert client.post("/v1/respond", json={"text": "hi"},
+                           headers={"origin": "http://127.0.0.1:8000"}).status_code == 200  # the page's own
+        for headers in ({"host": "attacker.example"}, {"origin": "http://evil.example"}, {"origin": "null"}):
+            with pytest.raises(WebSocketDisconnect) as closed:  # DNS rebinding, a cross-site socket
+                with client.websocket_connect("ws://127.0.0.1:8000/v1/stream", headers=headers) as ws:
+                    ws.receive_json()
+            assert closed.value.code == 1008
+        own_page = {"origin": "http://127.0.0.1:8000"}
+        with client.websocket_connect("ws://127.0.0.1:8000/v1/stream", headers=own_page) as ws:
+            ws.send_text(json.dumps({"type": "end"}))
+            assert receive_until(ws)[0]["type"] == "final"
+        assert client.get("/docs").status_code == 404 and client.get("/openapi.json").status_code == 200
+    listed = replace(ServerSettings(), allowed_hosts=("box.lan",), allowed_origins=("https://app.example",))
+    with TestClient(create_app(pipeline, listed), base_url="http://box.lan:8000") as client:
+        assert client.post("/v1/respond", json={"text": "hi"},
+                           headers={"origin": "https://app.example"}).status_code == 200
+
+
+def test_listening_beyond_loopback_without_a_key_warns():
+    assert exposure_warning(ServerSettings()) is None
+    assert exposure_warning(ServerSettings(host="::1")) is None
+    assert "without --api-key" in exposure_warning(ServerSettings(host="0.0.0.0"))
+    assert exposure_warning(ServerSettings(host="0.0.0.0", api_key=KEY)) is None
+
+
+def test_serve_reads_the_key_from_a_file_and_names_a_bad_one(repo_root, tmp_path):
+    from tests.script_helpers import load_script
+
+    serve = load_script(repo_root / "tools" / "serve.py", "serve_api_key")
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(f"  {KEY}\n")
+    assert serve.read_api_key(key_file) == KEY
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    for path, message in ((empty, "empty"), (tmp_path / "none.txt", "cannot read it")):
+        with pytest.raises(duet.server.DuetError, match=message):
+            serve.read_api_key(path)
+
+
+# ---------------------------------------------------------------- streams
+
+
+def slow_decodes(pipeline, monkeypatch, seconds: float) -> None:
+    """Every decode of the pipeline's offline model takes ``seconds`` longer: decoding falls behind the audio."""
+    real = type(pipeline).transcribe
+
+    def slow(self, audio, *args, **kwargs):
+        time.sleep(seconds)
+        return real(self, audio, *args, **kwargs)
+    monkeypatch.setattr(type(pipeline), "transcribe", slow)
+
+
+def test_a_stream_faster_than_real_time_over_a_real_socket_gets_its_final(pipeline, clips, monkeypatch):
+    """uvicorn pings every 0.3 s and gives up after 1.5 s without a pong: a server that stopped reading while it
+    decodes would never see the pongs, and closed the socket with 1011 before the final."""
+    import uvicorn
+
+    from duet.stream_client import play
+    from tests.test_server_browser import free_port
+
+    slow_decodes(pipeline, monkeypatch, 0.5)
+    audio = np.tile(load_audio(clips[0], SR), 30 * SR // len(load_audio(clips[0], SR)) + 1)[:30 * SR]
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(pipeline, replace(SETTINGS, stream_interval=1.0)),
+                                           host="127.0.0.1", port=port, ws="wsproto", log_level="warning",
+                                           ws_ping_interval=0.3, ws_ping_timeout=1.5))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        played = play(f"http://127.0.0.1:{port}", audio, query="turns=false", piece_s=0.25, realtime=False,
+                      timeout_s=120, until=("final",))
+    finally:
+        server.should_exit = True
+    kinds = [m["type"] for _, m in played.messages]
+    assert "error" not in kinds and kinds[-1] == "final", kinds
+    final = played.of_type("final")[0][1]
+    assert final["stream"]["audio_s"] == pytest.approx(30.0, abs=0.01)
+    # behind by more than CATCH_UP_SECONDS, decoding took what waited in one piece: fewer decodes than seconds
+    assert final["stream"]["decodes"] < 30
+
+
+def test_a_stream_that_goes_quiet_gets_its_final_and_is_closed(pipeline, clips):
+    with TestClient(create_app(pipeline, replace(SETTINGS, stream_idle_seconds=0.5))) as client:
+        with client.websocket_connect("/v1/stream") as ws:
+            for chunk in pcm16_chunks(load_audio(clips[0], SR)):
+                ws.send_bytes(chunk)
+            final, _ = receive_until(ws)  # no {"type": "end"}: the idle timeout ends the stream
+            with pytest.raises(WebSocketDisconnect):
+                ws.receive_json()
+    assert final["type"] == "final" and final["ended_by"].startswith("idle")
+    assert final["transcript"] == pipeline.transcribe(
+        (np.frombuffer(b"".join(pcm16_chunks(load_audio(clips[0], SR))), dtype="<i2") / 32768.0).astype(np.float32))[0]
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def test_a_full_disk_is_a_507_naming_no_path(client, clips, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/duet-upload-x/upload.flac")
+    monkeypatch.setattr(duet.server, "open", full, raising=False)
+    refused(client.post("/v1/audio/transcriptions", files=upload(clips[0])), 507, "no disk space")
+    monkeypatch.undo()
+    assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
+
+
+# ---------------------------------------------------------------- OpenAI's response formats
+
+
+def test_srt_and_vtt_cues_come_from_the_word_times(client, clips):
+    verbose = client.post("/v1/audio/transcriptions", files=upload(clips[0]),
+                          data={"response_format": "verbose_json"}).json()
+    words = verbose["words"]
+    assert words, "the micro model should emit some words"
+    srt = client.post("/v1/audio/transcriptions", files=upload(clips[0]), data={"response_format": "srt"})
+    vtt = client.post("/v1/audio/transcriptions", files=upload(clips[0]), data={"response_format": "vtt"})
+    assert srt.status_code == vtt.status_code == 200 and vtt.headers["content-type"].startswith("text/vtt")
+    blocks = [b.split("\n") for b in srt.text.strip().split("\n\n")]
+    assert [b[0] for b in blocks] == [str(n) for n in range(1, len(blocks) + 1)]
+    assert " ".join(b[2] for b in blocks) == verbose["text"]
+    first = duet.server.cue_time(words[0]["start"], ",")
+    assert blocks[0][1].startswith(f"{first} --> ") and all(len(b[2].split()) <= duet.server.CUE_WORDS for b in blocks)
+    assert vtt.text.startswith("WEBVTT\n\n") and vtt.text.count(" --> ") == len(blocks)
+    assert vtt.text.split("\n")[2] == blocks[0][1].replace(",", ".")
+
+
+def test_cue_times_and_runs():
+    assert duet.server.cue_time(3725.5, ",") == "01:02:05,500" and duet.server.cue_time(0.0004, ".") == "00:00:00.000"
+    from duet.asr.words import Word
+
+    class Segment:
+        def __init__(self, start, end, words):
+            self.start, self.end, self.words = start, end, words
+            self.text = " ".join(w.word for w in words)
+    words = [Word(f"w{i}", i * 0.5, i * 0.5 + 0.3, 1.0) for i in range(15)]
+    cues = duet.server.subtitle_cues([Segment(0.0, 8.0, words), Segment(8.0, 9.0, [])])
+    assert [(round(a, 2), round(b, 2)) for a, b, _ in cues] == [(0.0, 5.8), (6.0, 7.3)]
+    assert cues[1][2] == "w12 w13 w14"
