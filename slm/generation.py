@@ -10,6 +10,10 @@ Each field is spelt as its flag with dashes (``max_new_tokens`` is ``--max-new-t
 name the flag. Library use: ``tokenizer, model = load_model(path)`` then
 ``respond(model, tokenizer, "set a timer", GenerationSettings(strategy="beam"))``. Decoding is ``transformers``'
 ``generate`` with ``use_cache=True``; it stops at the EOS token.
+
+Every answer leaves here with its tool calls executed (``slm.tool_calls``: ``<<calc: 50 - 3>>`` becomes ``47``, a bad
+call the whole answer's plain fallback), so the pipeline, the server and ``slm/generate.py`` show the same text;
+:func:`generate_answers` and :func:`respond_with_calls` also return the calls (tool, input, result).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from safetensors import SafetensorError
 from duet.foundation.errors import first_line
 from slm.data import format_alpaca_prompt
 from slm.errors import SlmError
+from slm.tool_calls import ExecutedText, execute_calls
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +197,22 @@ def load_model(path: str | Path, device: str | None = None):
     return tokenizer, model
 
 
+def generate_answers(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
+                     batch_size: int = 8) -> list[ExecutedText]:
+    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``, each
+    with its tool calls executed (the text) and recorded (the calls)."""
+    return [execute_calls(text) for text in generate_model_texts(model, tokenizer, examples, settings, batch_size)]
+
+
 def generate_responses(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
                        batch_size: int = 8) -> list[str]:
-    """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``.
+    """The texts of :func:`generate_answers`: what a user is shown."""
+    return [answer.text for answer in generate_answers(model, tokenizer, examples, settings, batch_size)]
+
+
+def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
+                         batch_size: int = 8) -> list[str]:
+    """What the model writes for each row, tool calls unexecuted, decoded with ``settings``.
 
     Prompts are left-padded so every row's answer starts right after its own prompt.
     """
@@ -221,8 +239,14 @@ def generate_responses(model, tokenizer, examples: Sequence[dict], settings: Gen
     return answers
 
 
+def respond_with_calls(model, tokenizer, instruction: str, input_text: str = "",
+                       settings: GenerationSettings = GenerationSettings()) -> ExecutedText:
+    """One answer to one instruction (e.g. an ASR transcript), decoded with ``settings``, its calls executed."""
+    return generate_answers(model, tokenizer, [{"instruction": instruction, "input": input_text}], settings,
+                            batch_size=1)[0]
+
+
 def respond(model, tokenizer, instruction: str, input_text: str = "",
             settings: GenerationSettings = GenerationSettings()) -> str:
-    """One answer to one instruction (e.g. an ASR transcript), decoded with ``settings``."""
-    return generate_responses(model, tokenizer, [{"instruction": instruction, "input": input_text}], settings,
-                              batch_size=1)[0]
+    """The text of :func:`respond_with_calls`."""
+    return respond_with_calls(model, tokenizer, instruction, input_text, settings).text
