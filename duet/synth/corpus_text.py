@@ -31,32 +31,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from duet.text import normalize_text
-from duet.foundation.spelling import number_to_words
-
-# ----------------------------------------------------------------------------------------------------
-# Numbers in words
-# ----------------------------------------------------------------------------------------------------
-
-_ORDINAL_WORDS = {
-    "one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
-    "nine": "ninth", "twelve": "twelfth",
-}
-
-
-def ordinal_to_words(n: int) -> str:
-    """Spell an ordinal 1 <= n < 1,000,000 ("twenty first", "thirtieth")."""
-    if n < 1:
-        raise ValueError(f"ordinal_to_words needs n >= 1, got {n}")
-    words = number_to_words(n).split()
-    last = words[-1]
-    if last in _ORDINAL_WORDS:
-        words[-1] = _ORDINAL_WORDS[last]
-    elif last.endswith("y"):
-        words[-1] = last[:-1] + "ieth"
-    else:
-        words[-1] = last + "th"
-    return " ".join(words)
-
+# numbers in words: the project's one speller (num2words), whose readings transcripts and scoring share
+from duet.foundation.spelling import number_to_words, ordinal_to_words, year_to_words
 
 # ----------------------------------------------------------------------------------------------------
 # Word lists for slots (plain strings; one entry may hold several words)
@@ -330,14 +306,6 @@ def _volume_level(rng: random.Random) -> tuple[str, object]:
 def _quantity(rng: random.Random) -> tuple[str, object]:
     n = rng.randint(2, 12)
     return number_to_words(n), n
-
-
-def year_to_words(n: int) -> str:
-    """A year as people say it: 1905 -> "nineteen oh five", 2004 -> "two thousand and four"."""
-    hi, lo = divmod(n, 100)
-    if 2000 <= n < 2010:
-        return number_to_words(n)
-    return number_to_words(hi) + " " + ("hundred" if lo == 0 else ("oh " if lo < 10 else "") + number_to_words(lo))
 
 
 def _year(rng: random.Random) -> tuple[str, object]:
