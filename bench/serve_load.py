@@ -14,8 +14,9 @@ Without --url the server is started on a free 127.0.0.1 port (OMP_NUM_THREADS as
 stopped at the end. Each client is a thread with its own HTTP connection that posts --audio (default: a
 held-out sample utterance) to /v1/pipeline (or /v1/audio/transcriptions) again and again until --seconds
 have passed, after one warm-up request; requests already sent then finish. Printed and written as JSON
-(--json, default experiments/bench/serve_load.json): requests/s, p50/p95/max latency, failures (non-200 answers or
-errors: the exit code is 1 if there are any) and the server's resident memory (VmRSS) after the models
+(--json, default experiments/bench/serve_load.json): requests/s, p50/p95/max latency (a request's back-offs
+included: a 503 with Retry-After, a full queue, is waited out, with jitter, and counted apart), failures (other
+non-200 answers or errors: the exit code is 1 if there are any) and the server's resident memory (VmRSS) after the models
 loaded, after the warm-up and after the load.
 
 --stream-seconds S then sends the clip, repeated to S seconds, over the WebSocket (/v1/stream) in 0.25 s
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import sys
@@ -130,24 +132,36 @@ def run_turn_sessions(url: str, conversations: list[np.ndarray], deadline: float
 
 
 def run_load(url: str, endpoint: str, audio: bytes, name: str, clients: int, seconds: float) -> dict:
+    """Each client posts until ``seconds`` have passed; a 503 with ``Retry-After`` (the server's queue is full) is
+    not a failure: the client waits that long, times a random 0.5-1.5 so that the refused do not come back
+    together, and asks again, the wait counted in that request's latency."""
     latencies: list[float] = []
     failures: list[str] = []
+    busy = [0]  # 503 answers backed off from
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
 
-    def client() -> None:
+    def client(seed: int) -> None:
+        jitter = random.Random(seed)
         with httpx.Client(base_url=url, timeout=120) as http:
+            start = time.perf_counter()
             while time.monotonic() < deadline:
-                start = time.perf_counter()
                 try:
                     reply = http.post(endpoint, files={"file": (name, audio)})
+                    retry = reply.headers.get("retry-after", "") if reply.status_code == 503 else ""
+                    if retry.isdigit():
+                        with lock:
+                            busy[0] += 1
+                        time.sleep(max(0.0, min(int(retry) * jitter.uniform(0.5, 1.5), deadline - time.monotonic())))
+                        continue
                     problem = None if reply.status_code == 200 else f"HTTP {reply.status_code}: {reply.text[:200]}"
                 except httpx.HTTPError as e:
                     problem = f"{type(e).__name__}: {e}"
                 with lock:
                     (failures.append(problem) if problem else latencies.append(time.perf_counter() - start))
+                start = time.perf_counter()
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(clients)]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -159,6 +173,7 @@ def run_load(url: str, endpoint: str, audio: bytes, name: str, clients: int, sec
     def quantile(q: float) -> float | None:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4) if ordered else None
     return {"requests": len(latencies), "failures": len(failures), "failure_examples": failures[:5],
+            "busy_503_backed_off": busy[0],
             "wall_s": round(wall, 2), "requests_per_s": round(len(latencies) / wall, 2),
             "latency_s": {"p50": quantile(0.5), "p95": quantile(0.95), "max": quantile(1.0),
                           "mean": round(statistics.fmean(ordered), 4) if ordered else None}}
@@ -277,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     lat = result["latency_s"]
     print(f"{args.clients} clients x {args.seconds:g} s on {endpoint}: {result['requests']} requests "
           f"({result['requests_per_s']:.2f}/s), p50 {lat['p50']} s, p95 {lat['p95']} s, max {lat['max']} s, "
-          f"{result['failures']} failures; server RSS {memory['models_loaded']} -> {memory['after_warm_up']} -> "
+          f"{result['failures']} failures, {result['busy_503_backed_off']} busy answers backed off; server RSS {memory['models_loaded']} -> {memory['after_warm_up']} -> "
           f"{memory['after_load']} MiB (loaded, warm, after); written to {args.json}")
     if turns_result:
         print(f"{args.turn_sessions} hands-free session threads beside them: {turns_result['sessions']} two-turn sessions "

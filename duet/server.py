@@ -346,6 +346,23 @@ def decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float, field: 
     return np.frombuffer(result.stdout, dtype="<f4").astype(np.float32)
 
 
+def is_disk_full(error: BaseException | None) -> bool:
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def disk_full_named(what: str):
+    """A full disk while ``what`` (loading the models: NeMo unpacks a .nemo into the temporary folder) as one line
+    naming the path, a ``DuetError``, instead of a traceback."""
+    try:
+        yield
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        raise DuetError(f"{what}: no space left on the device holding {e.filename or tempfile.gettempdir()} "
+                        "(free some, or point TMPDIR elsewhere)") from None
+
+
 AUDIO_CONTAINERS = ("WAV", "FLAC", "OGG/Opus", "MP3", "WebM", "MP4/M4A", "AAC", "AIFF", "CAF")
 
 
@@ -373,7 +390,7 @@ async def read_upload(upload: UploadFile, settings: ServerSettings, sample_rate:
                     out.write(chunk)
             return await asyncio.to_thread(decode_audio_file, path, sample_rate, settings)
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if not is_disk_full(e):
             raise
         log.error("no space left for an upload in %s", tempfile.gettempdir())
         raise RequestError(507, "file: the server has no disk space left for the upload; retry later") from None
@@ -1091,6 +1108,9 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException):
+        if is_disk_full(error.__cause__):  # FastAPI's "error parsing the body": the multipart spool found no space
+            log.error("no space left for a request body in %s", tempfile.gettempdir())
+            return error_response(507, "the server has no disk space left for the request; retry later")
         return error_response(error.status_code, str(error.detail))
 
     app.add_middleware(RequestGuard, settings=settings)
@@ -1175,8 +1195,10 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         request_pipeline = pipeline_for_request(pipeline, options)
         start = time.perf_counter()
         async with worker.slot():
-            response = await worker.run(request_pipeline.respond, request.text.strip())
-        return {"response": response, "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
+            answer = await worker.run(request_pipeline.respond_with_calls, request.text.strip())
+        # the tool calls executed into the answer (tool, input, result, error), as /v1/pipeline's result gives them
+        return {"response": answer.text, "tool_calls": [call.as_dict() for call in answer.calls],
+                "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
 
     @app.websocket("/v1/stream")
     async def stream(websocket: WebSocket, speak: bool = False, turns: bool | None = None):

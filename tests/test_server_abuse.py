@@ -28,6 +28,7 @@ from duet.asr.inference import load_audio
 from duet.io import audio_file_problem
 from duet.server import ServerSettings, create_app, exposure_warning
 from tests.test_server import SETTINGS, SR, clips, pcm16_chunks, pipeline, receive_until, upload  # noqa: F401
+from tests.test_server_browser import serve_in_thread
 
 KEY = "test-key-0123456789"
 
@@ -297,23 +298,14 @@ def slow_decodes(pipeline, monkeypatch, seconds: float) -> None:
 def test_a_stream_faster_than_real_time_over_a_real_socket_gets_its_final(pipeline, clips, monkeypatch):
     """uvicorn pings every 0.3 s and gives up after 1.5 s without a pong: a server that stopped reading while it
     decodes would never see the pongs, and closed the socket with 1011 before the final."""
-    import uvicorn
-
     from duet.stream_client import play
-    from tests.test_server_browser import free_port
 
     slow_decodes(pipeline, monkeypatch, 0.5)
     audio = np.tile(load_audio(clips[0], SR), 30 * SR // len(load_audio(clips[0], SR)) + 1)[:30 * SR]
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(pipeline, replace(SETTINGS, stream_interval=1.0)),
-                                           host="127.0.0.1", port=port, ws="wsproto", log_level="warning",
-                                           ws_ping_interval=0.3, ws_ping_timeout=1.5))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    server, url = serve_in_thread(create_app(pipeline, replace(SETTINGS, stream_interval=1.0)),
+                                  ws_ping_interval=0.3, ws_ping_timeout=1.5)
     try:
-        played = play(f"http://127.0.0.1:{port}", audio, query="turns=false", piece_s=0.25, realtime=False,
+        played = play(url, audio, query="turns=false", piece_s=0.25, realtime=False,
                       timeout_s=120, until=("final",))
     finally:
         server.should_exit = True
@@ -348,6 +340,42 @@ def test_a_full_disk_is_a_507_naming_no_path(client, clips, monkeypatch):
     refused(client.post("/v1/audio/transcriptions", files=upload(clips[0])), 507, "no disk space")
     monkeypatch.undo()
     assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
+
+
+def test_a_full_disk_while_the_body_is_parsed_is_a_507_not_a_400(client, clips, monkeypatch):
+    class FullSpool(starlette.formparsers.SpooledTemporaryFile):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(starlette.formparsers, "SpooledTemporaryFile", FullSpool)
+    refused(client.post("/v1/audio/transcriptions", files=upload(clips[0])), 507, "no disk space")
+
+
+def test_a_full_disk_while_the_models_load_is_one_line_naming_the_path():
+    with pytest.raises(duet.server.DuetError) as error:
+        with duet.server.disk_full_named("loading the models"):
+            raise OSError(errno.ENOSPC, "No space left on device", "/tmp/tmpab12/model_weights.ckpt")
+    assert str(error.value) == ("loading the models: no space left on the device holding "
+                                "/tmp/tmpab12/model_weights.ckpt (free some, or point TMPDIR elsewhere)")
+    with pytest.raises(PermissionError):  # any other OSError is not a full disk
+        with duet.server.disk_full_named("loading the models"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+
+# ---------------------------------------------------------------- the load bench backs off
+
+
+def test_the_load_bench_backs_off_on_retry_after_instead_of_failing(pipeline, clips, repo_root):
+    """Three clients on a one-slot queue: some are told to wait, none fails."""
+    from tests.script_helpers import load_script
+
+    bench = load_script(repo_root / "bench" / "serve_load.py", "serve_load_backoff")
+    server, url = serve_in_thread(create_app(pipeline, replace(SETTINGS, queue_size=1)))
+    try:
+        result = bench.run_load(url, "/v1/audio/transcriptions", clips[0].read_bytes(),
+                                "a.flac", 3, 3.0)
+    finally:
+        server.should_exit = True
+    assert result["failures"] == 0 and result["requests"] >= 1 and result["busy_503_backed_off"] >= 1, result
 
 
 # ---------------------------------------------------------------- OpenAI's response formats

@@ -66,12 +66,14 @@ def start_chromium(wav: Path, profile: Path):
     return webdriver.Chrome(options=options, service=service)
 
 
-def serve_in_thread(app):
-    """uvicorn serving ``app`` on a free port in a daemon thread; returns (server, base URL)."""
+def serve_in_thread(app, **config):
+    """uvicorn serving ``app`` on a free port in a daemon thread (``config``: more ``uvicorn.Config`` options);
+    returns (server, base URL)."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, ws="wsproto", log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, ws="wsproto", log_level="warning",
+                                           **config))
     threading.Thread(target=server.run, daemon=True).start()
     deadline = time.monotonic() + 30
     while not server.started:

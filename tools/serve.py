@@ -71,7 +71,7 @@ from duet.errors import DuetError
 from duet.pipeline import VoicePipeline
 from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
                                    pipeline_settings_from_args)
-from duet.server import ServerSettings, create_app, exposure_warning
+from duet.server import ServerSettings, create_app, disk_full_named, exposure_warning
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     print(decoding_line, flush=True)
     # the models' log lines go to --log (with --verbose: standard error); once they are loaded the console is
     # the server's own again (uvicorn's lines: where it listens, requests, a port already in use)
-    with library_output_to(log_target(args)):
+    with disk_full_named("loading the models"), library_output_to(log_target(args)):
         pipeline, load_s = VoicePipeline.load(pipeline_settings)
         streaming_model = None
         if args.streaming_asr_model:
