@@ -39,7 +39,8 @@ from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
 from duet.io import audio_file_problem
 from duet.lexicon import english_words
 from duet.vad import VadSettings, speech_segments
-from slm.generation import GenerationSettings, load_model, respond
+from slm.generation import GenerationSettings, load_model, respond_with_calls
+from slm.tool_calls import ExecutedText
 
 # A recording whose loudest 50 ms stays below this RMS (about -50 dBFS) holds no speech worth decoding.
 SILENCE_RMS = 0.003
@@ -126,6 +127,9 @@ class PipelineResult:
     # case the response is NOT_UNDERSTOOD_REPLY and the language model was not asked)
     confidence: float | None = None
     understood: bool | None = None
+    # the tool calls in the language model's answer (slm.tool_calls.ToolCall as dicts: tool, input, result, error),
+    # executed before the response was written; empty when it made none
+    tool_calls: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -323,7 +327,11 @@ class VoicePipeline:
         return self._answer(result, start)
 
     def respond(self, transcript: str) -> str:
-        return respond(self.slm_model, self.slm_tokenizer, transcript, settings=self.settings.generation)
+        return self.respond_with_calls(transcript).text
+
+    def respond_with_calls(self, transcript: str) -> ExecutedText:
+        """The language model's answer with its tool calls executed (the text) and recorded (the calls)."""
+        return respond_with_calls(self.slm_model, self.slm_tokenizer, transcript, settings=self.settings.generation)
 
     def run(self, path: str | Path, on_partial: Callable | None = None) -> PipelineResult:
         """Answer one file; ``on_partial`` receives the partial transcripts when streaming."""
@@ -368,18 +376,26 @@ class VoicePipeline:
         """``(response, understood, note)`` for a transcript of utterance ``confidence``: the language model's answer
         when it is understood; NOT_UNDERSTOOD_REPLY and why, without asking the language model, when it was heard
         less surely than ``min_confidence``; no answer (and no note: the caller knows why) when it is empty."""
+        answer, understood, note = self.answer_with_calls(transcript, confidence)
+        return (answer.text if answer else None), understood, note
+
+    def answer_with_calls(self, transcript: str | None,
+                          confidence: float | None) -> tuple[ExecutedText | None, bool, str | None]:
+        """:meth:`answer_transcript` with the answer's tool calls beside its text."""
         if not transcript:
             return None, False, None
         threshold = self.settings.min_confidence
         if not is_understood(confidence, threshold):
-            return NOT_UNDERSTOOD_REPLY, False, (f"confidence {confidence:.2f} is below {threshold:g}: not "
-                                                 "understood, language model not asked")
-        return self.respond(transcript), True, None
+            return ExecutedText(NOT_UNDERSTOOD_REPLY), False, (f"confidence {confidence:.2f} is below {threshold:g}: "
+                                                               "not understood, language model not asked")
+        return self.respond_with_calls(transcript), True, None
 
     def _answer(self, result: PipelineResult, start: float) -> PipelineResult:
         """:meth:`answer_transcript` of ``result.transcript`` into ``result``, and the total time since ``start``."""
         t = time.perf_counter()
-        result.response, result.understood, note = self.answer_transcript(result.transcript, result.confidence)
+        answer, result.understood, note = self.answer_with_calls(result.transcript, result.confidence)
+        result.response = answer.text if answer else None
+        result.tool_calls = [call.as_dict() for call in answer.calls] if answer else []
         if result.understood:
             result.latency_s["slm"] = time.perf_counter() - t
         result.note = note or result.note

@@ -27,6 +27,7 @@ from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_p
 from duet.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
 from duet.synth.conversation import room_noise, speech_range
 from tests.script_helpers import load_script
+from slm.tool_calls import ExecutedText
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -95,7 +96,8 @@ def make_pipeline(monkeypatch):
         return transcripts
 
     monkeypatch.setattr(pipeline_module, "transcribe_with_words", fake_transcribe)
-    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: responses.append(text) or f"ok: {text}")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls",
+                        lambda self, text: responses.append(text) or ExecutedText(f"ok: {text}"))
 
     def build(text="set a timer for five minutes", confidence=0.9, **settings):
         asr = FakeAsr(text)
@@ -588,7 +590,7 @@ def test_cli_names_a_missing_model(cli, tmp_path, capsys):
 def fake_slm(monkeypatch, tmp_path):
     """The language model replaced by an echo (the ASR is real); returns the --slm-model arguments."""
     monkeypatch.setattr(pipeline_module, "load_model", lambda path: (None, None))
-    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: f"ok: {text}")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls", lambda self, text: ExecutedText(f"ok: {text}"))
     (tmp_path / "slm").mkdir()
     return ["--slm-model", str(tmp_path / "slm")]
 

@@ -33,6 +33,7 @@ from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, cre
 from duet.synth.conversation import compose, room_noise
 from duet.turns import TurnTaker
 from slm.generation import GenerationSettings, load_model
+from slm.tool_calls import ExecutedText, execute_calls
 
 SR = 16000
 SETTINGS = ServerSettings(queue_size=16, allowed_hosts=("testserver",))  # TestClient's Host
@@ -179,7 +180,8 @@ def test_pipeline_below_the_threshold_is_not_understood_and_the_language_model_i
     confidence = heard_confidence(pipeline, load_audio(clips[0], SR))
     assert 0.02 < confidence < 0.98, "thresholds on both sides of the clip's confidence must exist"
     asked = []
-    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: asked.append(text) or "the model's answer")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls",
+                        lambda self, text: asked.append(text) or ExecutedText("the model's answer"))
     for threshold, understood in ((round(confidence + 0.01, 4), False), (round(confidence - 0.01, 4), True)):
         with TestClient(create_app(with_min_confidence(pipeline, threshold), SETTINGS)) as client:
             assert client.get("/health").json()["min_confidence"] == threshold
@@ -199,7 +201,8 @@ def test_stream_below_the_threshold_is_not_understood_and_the_language_model_is_
     heard = (np.frombuffer(b"".join(chunks), dtype="<i2") / 32768.0).astype(np.float32)
     confidence = heard_confidence(pipeline, heard)
     asked = []
-    monkeypatch.setattr(VoicePipeline, "respond", lambda self, text: asked.append(text) or "the model's answer")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls",
+                        lambda self, text: asked.append(text) or ExecutedText("the model's answer"))
     finals = {}
     for threshold in (round(confidence + 0.01, 4), round(confidence - 0.01, 4)):
         app = create_app(with_min_confidence(pipeline, threshold), replace(SETTINGS, stream_interval=0.5))
@@ -233,6 +236,20 @@ def test_respond_answers_a_text_with_the_requests_own_options(client, pipeline):
     short = client.post("/v1/respond", json={"text": "set a timer", "max_new_tokens": 1}).json()["response"]
     assert short != body["response"] and len(short) < len(body["response"])
     assert pipeline.settings.generation.max_new_tokens == 8  # the request changed nothing shared
+
+
+def test_respond_and_pipeline_return_the_executed_tool_calls_beside_the_text(client, clips, monkeypatch):
+    """What the language model wrote as a call (slm.tool_calls) comes back executed in the text, and the call itself
+    (tool, input, result) beside it, in /v1/respond's JSON and /v1/pipeline's."""
+    assert client.post("/v1/respond", json={"text": "set a timer"}).json()["tool_calls"] == []
+    worked_out = execute_calls("50 minus 3 is <<calc: 50 - 3>>.")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls", lambda self, text: worked_out)
+    body = client.post("/v1/respond", json={"text": "what is fifty minus three"}).json()
+    call = {"tool": "calc", "input": "50 - 3", "result": "47", "error": None}
+    assert body["response"] == "50 minus 3 is 47." and body["tool_calls"] == [call]
+    body = client.post("/v1/pipeline", files=upload(clips[0])).json()
+    assert body["tool_calls"] == ([call] if body["understood"] else [])
+    assert body["response"] == ("50 minus 3 is 47." if body["understood"] else NOT_UNDERSTOOD_REPLY)
 
 
 # ---------------------------------------------------------------- bad requests

@@ -15,7 +15,7 @@ let answering = false; // a spoken answer is playing: hands-free mode does not s
 function setStatus(text) { $("status").textContent = text; }
 
 function clearResults() {
-  for (const id of ["partial", "transcript", "confidence", "response", "turns"]) $(id).textContent = "";
+  for (const id of ["partial", "transcript", "confidence", "response", "tool-calls", "turns"]) $(id).textContent = "";
   $("transcript").classList.remove("unsure");
   $("latency").tBodies[0].innerHTML = "";
   const audio = $("answer-audio");
@@ -30,6 +30,15 @@ function describeConfidence(result) {
   if (result.confidence === null || result.confidence === undefined) return "confidence: not measured (not checked)";
   const value = "confidence " + result.confidence.toFixed(2);
   return result.understood === false ? value + " — not understood, so the language model was not asked" : value;
+}
+
+// The tool calls the language model made (slm/tool_calls.py), each with its input and result: "calc: 50 - 3 = 47";
+// a refused call shows why (its answer is then the plain fallback sentence).
+function describeToolCalls(result) {
+  const calls = result.tool_calls || [];
+  if (!calls.length) return "";
+  return "worked out: " + calls.map((call) => call.tool + (call.input ? ": " + call.input : "") +
+    (call.result === null ? " (refused: " + call.error + ")" : " = " + call.result)).join("; ");
 }
 
 function addTurn(result) {
@@ -50,6 +59,7 @@ function showResult(result) {
   $("transcript").classList.toggle("unsure", result.understood === false && Boolean(result.transcript));
   $("confidence").textContent = describeConfidence(result);
   $("response").textContent = result.response || "(no answer: " + (result.note || "empty transcript") + ")";
+  $("tool-calls").textContent = describeToolCalls(result);
   const body = $("latency").tBodies[0];
   body.innerHTML = "";
   for (const [stage, seconds] of Object.entries(result.latency_s || {})) {
