@@ -22,7 +22,8 @@ from duet.foundation import EXPERIMENTS, REPO_ROOT
 # The number/path options of add_decoding_arguments: DecodingSettings field -> flag (the argparse attribute is the
 # field's name). Which of them each strategy reads is duet.asr.decoding.STRATEGY_FIELDS.
 DECODING_FLAGS = {"beam_size": "--beam-size", "ngram_lm": "--lm", "alpha": "--alpha", "beta": "--beta",
-                  "whisper_weight": "--whisper-weight"}
+                  "whisper_weight": "--whisper-weight", "whisper_beam": "--whisper-beam", "ctc_weight": "--ctc-weight",
+                  "lm_weight": "--lm-weight", "token_bonus": "--token-bonus"}
 # Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
 LOG_DIR = EXPERIMENTS / "logs"
 # OfflineBatching field -> its flag (the argparse attribute is the field's name); each script adds the fields it uses.
@@ -77,7 +78,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str =
     group = parser.add_argument_group("CTC decoding")
     group.add_argument(strategy_flag, dest="ctc_decoding", choices=STRATEGIES,
                        default=None if strategy_default else d.strategy,
-                       help=f"greedy, beam search, or beam search + token n-gram LM "
+                       help=f"greedy, beam search, beam search + token n-gram LM, or joint: Whisper tiny.en's beam "
+                            f"search proposes beside that beam and the CTC model judges "
                             f"(default: {strategy_default or d.strategy})")
     group.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: {d.beam_size})")
     group.add_argument("--lm", dest="ngram_lm", default=None,
@@ -89,6 +91,14 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str =
                        help="Whisper tiny.en's decoder rescores the beam's candidates with the audio, its "
                             "log-likelihood at this weight, beam and beam_lm (default: 0, off; adds ~0.1-0.2 s to a "
                             "5 s clip on one thread)")
+    group.add_argument("--whisper-beam", type=int, default=None,
+                       help=f"joint: Whisper's beam width and n-best (default: {d.whisper_beam})")
+    group.add_argument("--ctc-weight", type=float, default=None,
+                       help=f"joint: weight of the CTC log-likelihood of a candidate (default: {d.ctc_weight:g})")
+    group.add_argument("--lm-weight", type=float, default=None,
+                       help=f"joint: weight of the n-gram LM's log-probability of a candidate (default: {d.lm_weight:g})")
+    group.add_argument("--token-bonus", type=float, default=None,
+                       help=f"joint: bonus per CTC token of a candidate (default: {d.token_bonus:g})")
 
 
 def given_decoding_values(args: argparse.Namespace) -> dict:

@@ -31,7 +31,8 @@ DECODING_FILE_NAME = "decoding.json"
 # the file's keys and the DecodingSettings fields they fill; a strategy's file holds the fields it reads
 # (duet.asr.decoding.STRATEGY_FIELDS): one it would ignore is refused, never dropped silently
 KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta",
-        "whisper_weight": "whisper_weight"}
+        "whisper_weight": "whisper_weight", "whisper_beam": "whisper_beam", "ctc_weight": "ctc_weight",
+        "lm_weight": "lm_weight", "token_bonus": "token_bonus"}
 FILE_KEY = {field: key for key, field in KEYS.items()}
 # the optional key every strategy may have: the model's low-confidence threshold under this decoding
 THRESHOLD_KEY = "min_confidence"
@@ -65,7 +66,7 @@ def write_decoding_file(path: str | os.PathLike, settings: DecodingSettings,
     path = Path(path)
     record = {"strategy": settings.strategy}
     for field, value in settings.used_values().items():
-        if field == "whisper_weight" and not value:
+        if (field == "whisper_weight" and not value) or value is None:
             continue  # off, the default: a file without it says the same
         record[FILE_KEY[field]] = os.path.relpath(Path(value).resolve(), path.parent.resolve()) \
             if field == "ngram_lm" else value
@@ -114,7 +115,9 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
         raise DecodingFileError(f"{path}: 'strategy' must be one of {', '.join(STRATEGIES)}, "
                                 f"got {record.get('strategy')!r}")
     for key, kind, low in (("beam_size", int, 1), ("alpha", (int, float), 0), ("beta", (int, float), None),
-                           ("whisper_weight", (int, float), 0)):
+                           ("whisper_weight", (int, float), 0), ("whisper_beam", int, 1),
+                           ("ctc_weight", (int, float), 0), ("lm_weight", (int, float), 0),
+                           ("token_bonus", (int, float), None)):
         value = record.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool) or not math.isfinite(value)
                                   or (low is not None and value < low)):
@@ -129,6 +132,9 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
         if not isinstance(record.get("lm"), str):
             raise DecodingFileError(f"{path}: strategy beam_lm needs 'lm', the token ARPA's path relative to "
                                     "this file's folder")
+    if "lm" in record:
+        if not isinstance(record["lm"], str):
+            raise DecodingFileError(f"{path}: 'lm' must be the token ARPA's path relative to this file's folder")
         lm = path.parent / record["lm"]
         if not lm.is_file():
             raise DecodingFileError(f"{path}: its LM {record['lm']} is not there ({lm} not found)")

@@ -78,7 +78,14 @@ class WhisperRescorer:
         """log P(text, then end of transcript | audio) under Whisper's decoder, for each of ``texts``."""
         if not texts:
             return []
-        encoding = self.encode(waveform, pad=self.pad_to_30s)
+        return self.encoded_log_likelihoods(self.encode(waveform, pad=self.pad_to_30s), texts)
+
+    @torch.no_grad()
+    def encoded_log_likelihoods(self, encoding: torch.Tensor, texts: Sequence[str]) -> list[float]:
+        """:meth:`log_likelihoods` given the audio's encoding [1, S, d_model] (Whisper's encoder output, e.g. the one
+        CTranslate2's beam search already computed: ``duet.whisper_joint``)."""
+        if not texts:
+            return []
         rows = [list(WHISPER_PREFIX) + self.tokenizer.encode(text, add_special_tokens=False) + [END_OF_TEXT]
                 for text in texts]
         ids = torch.full((len(rows), max(map(len, rows))), END_OF_TEXT, dtype=torch.long)

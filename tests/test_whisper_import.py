@@ -137,10 +137,23 @@ def test_padding_in_a_batch_changes_no_frame(whisper_encoder):
             assert torch.allclose(together[i, :, :int(encoded[i])], alone[0], atol=1e-4)
 
 
-def test_encoder_refuses_more_than_thirty_seconds(whisper_encoder):
-    features = torch.zeros(1, 80, 3002)
-    with pytest.raises(ValueError, match="at most 30 s of audio; got 30.0 s"):
-        whisper_encoder(audio_signal=features, length=torch.tensor([3002]))
+def test_encoder_windows_input_longer_than_its_positions():
+    from duet.asr.whisper_encoder import WhisperEncoder
+
+    torch.manual_seed(0)
+    encoder = WhisperEncoder(feat_in=4, d_model=8, n_heads=2, n_layers=1, ff_dim=16, max_positions=12).eval()
+    encoder.positions.normal_()
+    features = torch.randn(2, 4, 70)  # 35 frames after the stride-2 convolution: three windows of 12
+    with torch.no_grad():
+        out, lengths = encoder(audio_signal=features, length=torch.tensor([70, 30]))
+        assert out.shape == (2, 8, 35) and lengths.tolist() == [35, 15] and torch.isfinite(out).all()
+        # the first window's frames before its overlap are the first 12 frames read alone (but for the convolution at
+        # the window's edge, which reads one feature frame more in the long input)
+        alone, _ = encoder(audio_signal=features[:1, :, :24], length=torch.tensor([24]))
+        assert torch.allclose(out[0, :, :11], alone[0, :, :11], atol=1e-2)
+        # input within the positions reads as before: one window
+        short, _ = encoder(audio_signal=features[:1, :, :20], length=torch.tensor([20]))
+        assert short.shape == (1, 8, 10)
 
 
 def test_importer_refuses_unknown_spec_and_shapes(tmp_path, whisper_weights):

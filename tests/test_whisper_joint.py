@@ -1,0 +1,183 @@
+"""Joint decoding (duet.whisper_joint): the CTC judge's likelihood, the union of candidates, the choice, and the
+veto of text Whisper invents on silence, on constructed log-probabilities with stand-ins for Whisper (no weights
+read, no audio)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from duet.asr.decoding import DecodingInputError, DecodingSettings
+from duet.whisper_joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
+from duet.whisper_rescoring import NOTHING_HEARD
+
+BLANK = 0
+
+
+def test_ctc_log_likelihood_sums_every_alignment_as_by_hand():
+    p = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3]])  # 2 frames, labels blank/a/b
+    log_probs = p.log()
+    a_by_hand = p[0, 1] * p[1, 1] + p[0, 1] * p[1, 0] + p[0, 0] * p[1, 1]  # aa, a-, -a
+    ab_by_hand = p[0, 1] * p[1, 2]
+    nothing_by_hand = p[0, 0] * p[1, 0]
+    got = ctc_log_likelihoods(log_probs, [(1,), (1, 2), ()], BLANK)
+    assert got == pytest.approx([math.log(a_by_hand), math.log(ab_by_hand), math.log(nothing_by_hand)], abs=1e-5)
+
+
+def test_a_text_the_frames_cannot_spell_is_impossible_not_infinite():
+    log_probs = torch.full((2, 3), math.log(1 / 3))
+    assert ctc_log_likelihoods(log_probs, [(1, 1, 1)], BLANK) == [IMPOSSIBLE]  # "aa" a needs a blank between: 3+ frames
+
+
+def judged(text, whisper, ctc, lm=0.0, tokens=3, from_whisper=True):
+    return Judged(text, text.lower().strip("."), tuple(range(1, tokens + 1)), whisper, whisper, ctc, lm, from_whisper)
+
+
+def test_the_weights_decide_between_whisper_and_the_ctc_judge():
+    whisper_likes = judged("What is fifty?", whisper=-2.0, ctc=-40.0)
+    ctc_likes = judged("what is fifteen", whisper=-9.0, ctc=-5.0, from_whisper=False)
+    assert best_judged([whisper_likes, ctc_likes], JointWeights(ctc=0.1)) is whisper_likes  # -6.0 against -9.5
+    assert best_judged([whisper_likes, ctc_likes], JointWeights(ctc=0.5)) is ctc_likes  # -22 against -11.5
+    assert best_judged([], JointWeights(ctc=0.5)) is None
+
+
+def test_lm_and_token_bonus_count():
+    short = judged("a", whisper=-1.0, ctc=-1.0, lm=-1.0, tokens=1)
+    long = judged("a b c", whisper=-1.0, ctc=-1.0, lm=-3.0, tokens=3)
+    assert best_judged([short, long], JointWeights(ctc=1, lm=1)) is short
+    assert best_judged([short, long], JointWeights(ctc=1, lm=1, token_bonus=2)) is long  # -2 + 6 against -2 + 2
+
+
+class StubTokenizer:
+    """A letter per token: 'a' -> 1, 'b' -> 2, ' ' -> 3 (a word boundary)."""
+
+    ids = {"a": 1, "b": 2, " ": 3}
+
+    def text_to_ids(self, text):
+        return [self.ids[c] for c in text]
+
+
+def stub_model(beam_texts):
+    """What JointDecoding reads of a NeMo model: its tokenizer, its blank and its beam's n-best."""
+    def predictions(log_probs, decoder_lengths):
+        return [[SimpleNamespace(text=t, score=-1.0, y_sequence=StubTokenizer().text_to_ids(t)) for t in beam_texts]
+                for _ in range(log_probs.shape[0])]
+    return SimpleNamespace(tokenizer=StubTokenizer(),
+                           decoding=SimpleNamespace(blank_id=BLANK, ctc_decoder_predictions_tensor=predictions))
+
+
+class StubProposer:
+    beam_size = 5
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def propose(self, audios):
+        return [list(self.texts) for _ in audios], torch.zeros(len(audios), 4, 8)
+
+
+class StubRescorer:
+    """Whisper's teacher-forced score: it likes its own formatting best."""
+
+    def encoded_log_likelihoods(self, encoding, texts):
+        return [-1.0 if t[:1].isupper() else -6.0 for t in texts]
+
+
+def frames(*labels, sure=0.9):
+    """Log-probabilities [1, T, 4] whose best label at each frame is ``labels[t]``."""
+    p = torch.full((1, len(labels), 4), (1 - sure) / 3)
+    for t, label in enumerate(labels):
+        p[0, t, label] = sure
+    return p.log()
+
+
+def joint(proposals, beam_texts, ctc=0.3):
+    return JointDecoding(StubProposer(proposals), StubRescorer(), JointWeights(ctc=ctc)), stub_model(beam_texts)
+
+
+def test_the_union_keeps_one_candidate_per_spoken_form_in_whisper_formatting():
+    decoder, model = joint(["Ab.", "Ba."], ["ab", "aa"])
+    log_probs = frames(1, 0, 2, 0)
+    [candidates] = decoder.judge(model, log_probs, torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
+    assert [(c.text, c.spoken, c.from_whisper) for c in candidates] == [
+        ("Ab.", "ab", True), ("Ba.", "ba", True), ("aa", "aa", False)]
+    assert candidates[0].tokens == (1, 2)
+
+
+def test_the_chosen_text_keeps_whisper_formatting_and_the_ctc_tokens():
+    decoder, model = joint(["Ab.", "Ba."], ["ab"])
+    [chosen] = decoder.best(model, frames(1, 0, 2, 0), torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
+    assert (chosen.text, chosen.tokens) == ("Ab.", (1, 2))  # the audio spells a-b: Ba. loses on the CTC score
+
+
+def test_the_ctc_judge_vetoes_text_whisper_invents_on_silence():
+    decoder, model = joint(["Ab ab.", "Ba."], [""], ctc=1.0)
+    silence = frames(0, 0, 0, 0, 0, 0, sure=0.99)
+    [chosen] = decoder.best(model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
+    assert chosen == NOTHING_HEARD
+    # Whisper alone would have written its first proposal
+    decoder.weights = JointWeights(ctc=0.0)
+    [alone] = decoder.best(model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
+    assert alone.text == "Ab ab."  # the stub rescorer's -1.0 for both: the first wins
+
+
+def test_audio_longer_than_whisper_window_is_judged_among_the_beam_alone():
+    decoder, model = joint(["Ab."], ["ba"])
+    long_audio = np.zeros(31 * 16000, dtype=np.float32)
+    [candidates] = decoder.judge(model, frames(2, 0, 1, 0), torch.tensor([4]), [long_audio])
+    assert [c.text for c in candidates] == ["ba"]
+
+
+def test_joint_settings_are_checked():
+    with pytest.raises(DecodingInputError, match="ctc_weight"):
+        DecodingSettings("joint", ctc_weight=float("nan")).validate()
+    with pytest.raises(DecodingInputError, match="whisper_beam"):
+        DecodingSettings("joint", whisper_beam=0).validate()
+    with pytest.raises(DecodingInputError, match="lm_weight"):
+        DecodingSettings("joint", lm_weight=0.2).validate()  # no LM to score with
+    assert DecodingSettings("joint", ngram_lm="x.arpa", lm_weight=0.2).describe().startswith("joint(Whisper beam5")
+
+
+def test_written_words_take_the_times_of_the_words_they_read_as():
+    from duet.asr.words import Word, formatted_words
+
+    spoken = [Word("it", 0.0, 0.2, 0.9), Word("costs", 0.2, 0.5, 0.8), Word("five", 0.5, 0.8, 0.7),
+              Word("dollars", 0.8, 1.2, 0.95)]
+    words = formatted_words("It costs $5.", spoken)
+    assert [(w.word, w.start, w.end, w.confidence) for w in words] == [
+        ("It", 0.0, 0.2, 0.9), ("costs", 0.2, 0.5, 0.8), ("$5.", 0.5, 1.2, 0.7)]
+    assert formatted_words("it costs five dollars", spoken) is spoken  # already the spoken form
+    assert formatted_words("It costs $6.", spoken) is spoken  # does not line up: the spoken words stay
+
+
+def test_joint_is_reachable_from_the_command_line_and_decoding_json(tmp_path):
+    import argparse
+    import json
+
+    from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
+    from duet.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
+
+    parser = argparse.ArgumentParser()
+    add_decoding_arguments(parser)
+    lm = tmp_path / "lm.arpa"
+    lm.write_text("\\data\\\n")
+    args = parser.parse_args(["--decoding", "joint", "--lm", str(lm), "--ctc-weight", "0.2", "--lm-weight", "0.1",
+                              "--token-bonus", "0.5", "--whisper-beam", "3"])
+    settings = decoding_settings_from_args(args)
+    assert (settings.strategy, settings.ctc_weight, settings.lm_weight, settings.token_bonus, settings.whisper_beam) == (
+        "joint", 0.2, 0.1, 0.5, 3)
+    with pytest.raises(DecodingInputError, match="--ctc-weight not used by --decoding beam"):
+        decoding_settings_from_args(parser.parse_args(["--decoding", "beam", "--ctc-weight", "0.2"]))
+    saved = tmp_path / "decoding.json"
+    write_decoding_file(saved, settings, min_confidence=0.4)
+    assert json.loads(saved.read_text())["lm"] == "lm.arpa"
+    assert read_decoding_file(saved) == settings
+    saved.write_text(json.dumps({"strategy": "joint", "ctc_weight": -1}))
+    with pytest.raises(DecodingFileError, match="'ctc_weight' must be a finite number >= 0"):
+        read_decoding_file(saved)
+    saved.write_text(json.dumps({"strategy": "joint"}))  # no LM: the beam alone proposes beside Whisper
+    assert read_decoding_file(saved) == DecodingSettings("joint")
