@@ -56,7 +56,7 @@ from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Reje
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
 from duet.errors import DuetError
-from duet.local_server import rss_mb, start_server, stop_server
+from duet.local_server import add_bench_arguments, rss_mb, split_serve_args, start_server, stop_server
 from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.synth.conversation import compose
@@ -80,9 +80,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help="hands-free WebSocket sessions running beside the HTTP clients (default: 0)")
     parser.add_argument("--max-sessions-each", type=int, default=50,
                         help="at most this many sessions one --turn-sessions thread runs (default: 50)")
-    parser.add_argument("--url", default=None, help="a running server (default: start tools/serve.py)")
-    parser.add_argument("--json", type=Path, default=EXPERIMENTS / "bench" / "serve_load.json",
-                        help="where the figures go")
+    add_bench_arguments(parser, "serve_load")
     return parser
 
 
@@ -225,9 +223,8 @@ def stream_once(url: str, audio_path: Path, seconds: float) -> dict:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    serve_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = get_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    own, serve_args = split_serve_args(argv)
+    args = get_parser().parse_args(own)
     if args.clients < 1 or args.seconds <= 0:
         raise DuetError("--clients must be >= 1 and --seconds > 0")
     if not args.audio.is_file():

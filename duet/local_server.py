@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from duet.errors import DuetError
-from duet.foundation import REPO_ROOT
+from duet.foundation import EXPERIMENTS, REPO_ROOT
 
 
 def free_port() -> int:
@@ -32,6 +32,20 @@ def rss_mb(pid: int | None) -> float | None:
     except OSError:
         return None
     return None
+
+
+def add_bench_arguments(parser, name: str) -> None:
+    """A server bench's ``--url`` (a running server, else one is started) and ``--json`` (its figures, by default
+    experiments/bench/<name>.json)."""
+    parser.add_argument("--url", default=None, help="a running server (default: start tools/serve.py)")
+    parser.add_argument("--json", type=Path, default=EXPERIMENTS / "bench" / f"{name}.json",
+                        help="where the figures go")
+
+
+def split_serve_args(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """A bench's own arguments and those after ``--``, which go to tools/serve.py."""
+    argv = sys.argv[1:] if argv is None else argv
+    return (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
 
 
 def start_server(serve_args: list[str], log: Path, wait_s: float = 300.0) -> tuple[subprocess.Popen, str]:

@@ -42,11 +42,13 @@ class Played:
 
 
 def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float = 0.1, realtime: bool = True,
-         timeout_s: float = 300.0, until: tuple[str, ...] = ("done",), api_key: str | None = None) -> Played:
+         timeout_s: float = 300.0, until: tuple[str, ...] = ("done",), api_key: str | None = None,
+         end: bool = True) -> Played:
     """Stream ``audio`` (mono float32, 16 kHz) to ``url``'s ``/v1/stream?<query>`` in pieces of ``piece_s``: piece k
     leaves at ``start + (k + 1) * piece_s`` with ``realtime`` (as fast as the socket takes them without), then
     ``{"type": "end"}``; reads until a message of a type in ``until`` (or an error) and the close. ``api_key``: the
-    server's (``tools/serve.py --api-key``), sent as ``Authorization: Bearer``. Raises
+    server's (``tools/serve.py --api-key``), sent as ``Authorization: Bearer``; ``end`` False: no ``{"type": "end"}``,
+    the client goes quiet (the server's idle timeout ends the stream). Raises
     :class:`StreamClientError` when the server refuses, closes early or sends nothing for ``timeout_s``."""
     host, port = url.split("//", 1)[1].rstrip("/").split(":")
     data, step = pcm16(audio), int(piece_s * SAMPLE_RATE) * 2
@@ -99,7 +101,8 @@ def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float 
             if closed:
                 raise StreamClientError(f"{where}: closed after {k} of {len(pieces)} pieces")
             sock.sendall(connection.send(BytesMessage(data=piece)))
-        sock.sendall(connection.send(TextMessage(data=json.dumps({"type": "end"}))))
+        if end:
+            sock.sendall(connection.send(TextMessage(data=json.dumps({"type": "end"}))))
         last = time.monotonic()
         while not (finished and closed):
             if closed:
