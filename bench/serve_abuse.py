@@ -10,7 +10,7 @@ Usage:
 
 The probes: an HLS playlist and an ffconcat list naming a sample on the server's disk; a 5 s FLAC of 8 channels at
 384 kHz (39 kB); 300 s of 8 channels at 48 kHz (over the decoded-sample limit); 600 s of 48 kHz stereo silence (within
-the limits: its memory is the decoding's alone, silence skips the model); a 256 MiB chunked body and a 1 GiB
+the limits, as 600 s of 96 kHz mono: its memory is the decoding's alone, silence skips the model); a 256 MiB chunked body and a 1 GiB
 Content-Length; language-model options out of range (5,000 and 10^23 beams, 10^23 new tokens, temperature nan, inf and
 1e-45, repetition penalty inf and 1e-300) and 10 MB of text; a NUL byte in the filename; a FLAC and a WAV cut in half;
 a foreign Host (DNS rebinding) over HTTP and the WebSocket, a foreign Origin, /docs; 16 requests at once on the
@@ -204,6 +204,7 @@ def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> l
     soundfile.write(fast, np.zeros((5 * 384000, 8), dtype=np.float32), 384000)
     wide = write_blocks(folder / "wide.flac", 300, 48000, 8)
     long_quiet = write_blocks(folder / "long_quiet.flac", 600, 48000, 2)
+    high_quiet = write_blocks(folder / "high_quiet.flac", 600, 96000, 1)
     wav = folder / "clip.wav"
     soundfile.write(wav, speech, SAMPLE_RATE)
     flac_half, wav_half = cut_in_half(clip, folder / "half.flac"), cut_in_half(wav, folder / "half.wav")
@@ -216,6 +217,8 @@ def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> l
          post_file(wide.name, wide.read_bytes())),
         (f"FLAC 2 ch x 48 kHz, 600 s silence ({long_quiet.stat().st_size // 1024} kB, within the limits)", "200",
          post_file(long_quiet.name, long_quiet.read_bytes())),
+        (f"FLAC 1 ch x 96 kHz, 600 s silence ({high_quiet.stat().st_size // 1024} kB, within the limits)", "200",
+         post_file(high_quiet.name, high_quiet.read_bytes())),
         ("chunked body of 256 MiB (limit 128)", "413", lambda: str(chunked_upload(url, 256))),
         ("Content-Length of 1 GiB", "413",
          lambda: str(raw_post(url, f"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: {1 << 30}\r\n",

@@ -56,6 +56,7 @@ from typing import Annotated, Callable
 import librosa
 import numpy as np
 import soundfile as sf
+import soxr
 from fastapi import FastAPI, File, Form, Request, UploadFile, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
@@ -139,7 +140,8 @@ class ServerSettings:
     @property
     def max_decoded_samples(self) -> int:
         """Samples (frames x channels) an upload may decode to: the longest recording's worth at 48 kHz stereo
-        (57.6 million at the default 600 s; the mono float32 buffer they are averaged into is at most 230 MB)."""
+        (57.6 million at the default 600 s; they are averaged and resampled as they are read, so a request holds
+        its audio at the model's rate only: 38 MB for 600 s at 16 kHz)."""
         return int(self.max_audio_seconds * DECODE_BUDGET_PER_SECOND)
 
     def vad_settings(self) -> VadSettings:
@@ -252,9 +254,9 @@ def decode_audio_file(path: Path, sample_rate: int, settings: ServerSettings, fi
     Refused before any decoding, from the header: a sample rate over ``max_sample_rate``, more than
     ``max_channels`` channels (400), more than ``max_audio_seconds`` or more samples than ``max_decoded_samples``
     (413), a file cut short (400, :func:`duet.io.truncation_problem`, the check ``tools/pipeline.py`` makes). The
-    samples are read in blocks and averaged to mono as they come, counted against the same limits (a header can
-    lie), so the buffer never holds more than ``max_decoded_samples`` float32 values; a decoder error (a FLAC
-    cut short, corrupt data) is a 400. No message names a server path."""
+    samples are read in blocks, averaged to mono and resampled as they come (:func:`read_mono_blocks`), counted
+    against the same limits (a header can lie), so a request holds its audio at ``sample_rate`` only (10 min at
+    16 kHz: 38 MB); a decoder error (a FLAC cut short, corrupt data) is a 400. No message names a server path."""
     if path.stat().st_size == 0:
         raise RequestError(400, f"{field}: the upload is empty (0 bytes)")
     try:
@@ -265,9 +267,7 @@ def decode_audio_file(path: Path, sample_rate: int, settings: ServerSettings, fi
         check_audio_header(info.samplerate, info.channels, info.frames, settings, field)
         if problem := truncation_problem(info):
             raise RequestError(400, f"{field}: cannot decode the audio ({problem})")
-        audio = read_mono_blocks(path, info.samplerate, info.channels, settings, field)
-        if info.samplerate != sample_rate and len(audio):
-            audio = librosa.resample(audio, orig_sr=info.samplerate, target_sr=sample_rate)
+        audio = read_mono_blocks(path, info.samplerate, info.channels, settings, field, sample_rate)
     if len(audio) == 0:
         raise RequestError(400, f"{field}: the audio is empty (no samples)")
     if len(audio) > settings.max_audio_seconds * sample_rate:
@@ -295,10 +295,15 @@ def check_audio_header(rate: int, channels: int, frames: int, settings: ServerSe
                                 f"{settings.max_decoded_samples:,} ({settings.max_audio_seconds:g} s at 48 kHz stereo)")
 
 
-def read_mono_blocks(path: Path, rate: int, channels: int, settings: ServerSettings, field: str) -> np.ndarray:
-    """The file's samples averaged to mono block by block (as ``duet.io.read_mono`` averages them), stopping with a
-    413 as soon as they pass the limits whatever the header said."""
+def read_mono_blocks(path: Path, rate: int, channels: int, settings: ServerSettings, field: str,
+                     sample_rate: int) -> np.ndarray:
+    """The file's samples at ``sample_rate``, block by block: each block averaged to mono (as ``duet.io.read_mono``
+    averages) and resampled as it comes (soxr's stream of librosa's default ``soxr_hq``: the same samples as
+    ``librosa.resample`` of the whole), so that only the ``sample_rate`` audio is ever held, whatever the upload's
+    rate; a 413 as soon as the samples pass the limits, whatever the header said."""
     limit = min(settings.max_audio_seconds * rate, settings.max_decoded_samples / channels)
+    resampler = None if rate == sample_rate else soxr.ResampleStream(rate, sample_rate, 1, dtype="float32",
+                                                                      quality="HQ")
     pieces, frames = [], 0
     try:
         with sf.SoundFile(str(path)) as audio_file:
@@ -306,11 +311,16 @@ def read_mono_blocks(path: Path, rate: int, channels: int, settings: ServerSetti
                 frames += len(block)
                 if frames > limit:
                     raise too_long(settings, field)
-                pieces.append(block.mean(axis=1))
+                mono = block.mean(axis=1)
+                pieces.append(mono if resampler is None else resampler.resample_chunk(mono))
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
         reason = without_paths(first_line(e), path)
         raise RequestError(400, f"{field}: cannot decode the audio (corrupt or truncated: {reason})") from None
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+    if resampler is None:
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+    pieces.append(resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+    # librosa.resample's length: ceil(frames x the ratio)
+    return librosa.util.fix_length(np.concatenate(pieces), size=math.ceil(frames * sample_rate / rate))
 
 
 def without_paths(message: str, path: Path) -> str:

@@ -109,8 +109,20 @@ def test_a_header_that_understates_the_length_is_stopped_while_decoding(pipeline
     soundfile.write(path, audio, SR)
     settings = replace(SETTINGS, max_audio_seconds=3.0)
     with pytest.raises(duet.server.RequestError) as error:
-        duet.server.read_mono_blocks(path, SR, 1, settings, "file")
+        duet.server.read_mono_blocks(path, SR, 1, settings, "file", SR)
     assert error.value.status == 413
+
+
+@pytest.mark.parametrize("rate, frames", [(16000, 100_000), (22050, 100_003), (44100, 300_001), (96000, 65_536)])
+def test_the_block_reader_gives_the_samples_duet_io_reads(tmp_path, rate, frames):
+    """Averaged to mono and resampled block by block: the samples read_mono gives (librosa.resample of the whole)."""
+    from duet.io import read_mono
+
+    path = tmp_path / "three.wav"
+    soundfile.write(path, (0.1 * np.random.default_rng(1).standard_normal((frames, 3))).astype(np.float32), rate)
+    got = duet.server.read_mono_blocks(path, rate, 3, SETTINGS, "file", SR)
+    want = read_mono(str(path), SR)
+    assert np.array_equal(got, want)
 
 
 # ---------------------------------------------------------------- bodies bounded as they arrive
