@@ -342,6 +342,21 @@ def test_a_stream_that_goes_quiet_gets_its_final_and_is_closed(pipeline, clips):
         (np.frombuffer(b"".join(pcm16_chunks(load_audio(clips[0], SR))), dtype="<i2") / 32768.0).astype(np.float32))[0]
 
 
+def test_a_hands_free_socket_that_goes_quiet_gets_its_turns_answered_and_is_closed(pipeline, clips):
+    from tests.test_server import two_turns
+
+    _, chunks, _ = two_turns(clips)
+    settings = replace(SETTINGS, stream_idle_seconds=0.5, stream_interval=100.0)
+    with TestClient(create_app(pipeline, settings)) as client:
+        with client.websocket_connect("/v1/stream?turns=true") as ws:
+            for chunk in chunks:
+                ws.send_bytes(chunk)
+            done, before = receive_until(ws, ("done",))  # no {"type": "end"}
+            with pytest.raises(WebSocketDisconnect):
+                ws.receive_json()
+    assert [m["turn"] for m in before if m["type"] == "final"] == [1, 2] and done["turns"] == 2
+
+
 # ---------------------------------------------------------------- a full disk
 
 
