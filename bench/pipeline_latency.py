@@ -42,7 +42,7 @@ from duet.errors import DuetError
 from duet.manifest import read_manifest
 from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.tokenizer import nemo_tokenizer_folder
-from duet.foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.errors import cli
 from slm.generation import add_generation_arguments, generation_settings_from_args
 
@@ -121,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     for flag, path in (("--asr-model", args.asr_model), ("--slm-model", args.slm_model),
                        ("--asr-tokenizer", args.asr_tokenizer)):
         if path is not None and not path.exists():
-            raise DuetError(f"{flag} {path} not found: run python tools/demo.py first (or pass {flag})")
+            raise DuetError(f"{flag} {path} not found: run {python_command('tools/demo.py')} first (or pass {flag})")
     if not args.manifest.is_file():
-        raise DuetError(f"--manifest {args.manifest} not found: run python tools/make_manifest.py (or tools/demo.py)")
+        raise DuetError(f"--manifest {args.manifest} not found: run {python_command('tools/make_manifest.py')} "
+                        "(or tools/demo.py)")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_clip(args.seconds, Path(tmp) / "clip.flac", args.manifest)

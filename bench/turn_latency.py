@@ -50,7 +50,7 @@ from duet.manifest import build_split_manifest
 from duet.stream_client import SAMPLE_RATE, play
 from duet.synth.conversation import compose, room_noise
 from duet.vad import SileroVad, SpeechDetector, VadSettings
-from duet.foundation import EXPERIMENTS
+from duet.foundation import EXPERIMENTS, python_command
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.url is None and "--asr-model" not in serve_args:
         for flag, path in (("--asr-model", DEMO_ASR_MODEL), ("--slm-model", default_slm_model())):
             if not path.exists() and flag not in serve_args:
-                raise DuetError(f"{path} not found: run python tools/demo.py first, or give the server's {flag} "
+                raise DuetError(f"{path} not found: run {python_command('tools/demo.py')} first, or give the server's "
+                                f"{flag} "
                                 "after --")
     talks = conversations(args.conversations, args.turns, args.inner_pause, args.turn_gap, args.noise_dbfs)
     noise = room_noise(args.noise_seconds, SAMPLE_RATE, seed=99, level_dbfs=-35.0)

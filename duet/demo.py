@@ -31,7 +31,7 @@ from duet.decoding_file import decoding_file_for, write_decoding_file
 from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
-from duet.foundation import EXPERIMENTS, REPO_ROOT, usable_cores
+from duet.foundation import EXPERIMENTS, REPO_ROOT, python_command, usable_cores
 from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 from slm.metrics import assistant_scores, check_answer
 
@@ -111,10 +111,11 @@ class Stage:
     background: bool = False
 
     def shown(self) -> str:
-        """The command as a user would type it (python instead of the venv's interpreter path)."""
+        """The command as the user would type it in the shell that runs the demo (``duet.foundation.python_command``),
+        paths inside the repository relative to it."""
         root = f"{REPO_ROOT}/"
-        words = ["python"] + [str(c).replace(root, "") for c in self.command[1:]]
-        return " ".join(words) + (f" > {str(self.stdout_to).replace(root, '')}" if self.stdout_to else "")
+        command = python_command(*(str(c).replace(root, "") for c in self.command[1:]))
+        return command + (f" > {str(self.stdout_to).replace(root, '')}" if self.stdout_to else "")
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256(json.dumps(self.command[1:]).encode())
@@ -222,9 +223,11 @@ def run_logged(command: list[str], log: BinaryIO, stdout_to: BinaryIO | None = N
                env: dict[str, str] | None = None) -> int:
     """Run ``command`` in the repository: its standard error, and its standard output unless ``stdout_to`` takes
     it, go to ``log``, and with ``verbose`` to this process's console too; ``stop``, once set, terminates it;
-    ``env`` is added to its environment. Returns the exit code."""
+    ``env`` is added to its environment (which always holds ``PYTHONUNBUFFERED=1``). Returns the exit code."""
     start = time.time()
-    env = {**os.environ, **env} if env else None
+    # unbuffered: a Python command's standard output reaches the log as it prints, in order with its standard error
+    # (buffered, a failing command's last prints would land after its traceback, and the progress line would lag)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if verbose:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=stdout_to or subprocess.PIPE,
                                    stderr=subprocess.PIPE, env=env)
@@ -374,13 +377,14 @@ def next_steps(requests_manifest: Path) -> str:
     """The demo's closing line: the commands that answer with the models it trained (a held-out request to try)."""
     models = f"--asr-model {shown(DEMO_ASR_MODEL)} --slm-model {shown(DEMO_SLM_MODEL)}"
     if not (DEMO_ASR_MODEL.is_file() and (DEMO_SLM_MODEL / "config.json").is_file()):
-        return ("next: python tools/demo.py --from asr (tools/pipeline.py and tools/serve.py answer with the models of "
-                "its asr and slm stages)")
+        return (f"next: {python_command('tools/demo.py', '--from', 'asr')} (tools/pipeline.py and tools/serve.py "
+                "answer with the models of its asr and slm stages)")
     requests = read_jsonl(requests_manifest) if requests_manifest.is_file() else []
     audio = Path(requests[0]["audio_filepath"]) if requests else sorted(
         (REPO_ROOT / "samples" / "LibriSpeech" / "test-clean").rglob("*.flac"))[0]
-    return (f"next: try python tools/pipeline.py {shown(audio)} {models}\n"
-            f"      or  python tools/serve.py {models}   (then open http://127.0.0.1:8000 and record a question)")
+    return (f"next: try {python_command('tools/pipeline.py', shown(audio), models)}\n"
+            f"      or  {python_command('tools/serve.py', models)}   (then open http://127.0.0.1:8000 and record a "
+            "question)")
 
 
 def shown(path: Path) -> str:

@@ -27,7 +27,7 @@ import soundfile
 from duet import SAMPLES_DIR
 from duet.errors import AsrInputError
 from duet.io import shown_path
-from duet.foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.files import numbered_jsonl, write_jsonl_atomic
 from duet.foundation.spelling import spell_numbers
 
@@ -43,7 +43,7 @@ def make_manifest_command(path: str | os.PathLike) -> str | None:
     if path.suffix != ".json" or not (SAMPLES_DIR / "LibriSpeech" / path.stem).is_dir():
         return None
     moved = path.resolve().parent != MANIFEST_DIR.resolve()
-    return "python tools/make_manifest.py" + (f" --out-dir {shown_path(path.parent)}" if moved else "")
+    return python_command("tools/make_manifest.py", *(["--out-dir", shown_path(path.parent)] if moved else []))
 MANIFEST_KEYS = ("audio_filepath", "duration", "text")  # what NeMo needs of every line
 TRANSCRIPT_SUFFIX = ".trans.txt"
 

@@ -31,7 +31,7 @@ from duet.demo_models import DEMO_SLM_MODEL, WHISPER_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import PipelineSettings
-from duet.foundation import EXPERIMENTS
+from duet.foundation import EXPERIMENTS, python_command
 from slm.generation import GenerationSettingsError, add_generation_arguments, generation_settings_from_args
 
 # the models, batching and thresholds an option left out stands for
@@ -86,7 +86,8 @@ def model_path_problems(asr_model: Path, slm_model: Path) -> list[str]:
         if not path.exists():
             found = made()
             instead = f"{flag} {shown_path(found)}" if found else flag
-            problems.append(f"{flag} {path} does not exist (run python tools/demo.py first, or pass {instead})")
+            problems.append(f"{flag} {path} does not exist (run {python_command('tools/demo.py')} first, or pass "
+                            f"{instead})")
     return problems
 
 

@@ -4,8 +4,11 @@ and the count a long-running tool prints as it goes (:func:`count_printer`).
 A stage's command writes everything it prints to ``experiments/<stage>/log.txt`` (``duet.demo``), so the demo
 learns its progress from there, without the command's cooperation:
 
-* Lightning's training bar (``nemo_recipes/finetune_ctc.py``): ``Epoch 2:  45%|████▌     | 45/99 [01:23<01:40, ...]``
-  redrawn with carriage returns; with the stage's ``trainer.max_epochs`` this is step 243 of 594 in all;
+* ``nemo_recipes/finetune_ctc.py``'s progress lines: ``finetune_ctc: epoch 2/4, step 60/204 (29 %), loss ...``
+  (and ``training done at step 204`` after them);
+* Lightning's training bar (a Lightning command run with ``--verbose``): ``Epoch 2:  45%|████▌     | 45/99
+  [01:23<01:40, ...]`` redrawn with carriage returns; with the stage's ``trainer.max_epochs`` this is step 243 of
+  594 in all;
 * ``slm/finetune.py``'s progress lines: ``step 40/2556  epoch 0.19  loss ...``;
 * any other tqdm bar with a known total (``Transcribing: 30%|...| 3/10 [...]``).
 
@@ -25,12 +28,13 @@ from typing import Callable, TextIO
 
 # Lightning's training bar: "Epoch 3:  45%|...| 45/99 [" (the epoch counts from 0)
 TRAIN_BAR = re.compile(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
-# slm/finetune.py's progress line
-STEP_LINE = re.compile(r"\bstep (\d+)/(\d+)\b")
+# finetune_ctc.py's progress line ("epoch 2/4, step 60/204") and slm/finetune.py's ("step 40/2556")
+STEP_LINE = re.compile(r"\b(?:(epoch \d+(?:/\d+)?), )?step (\d+)/(\d+)\b")
 # any tqdm bar: "<what>: 30%|...| 3/10 [" or, total unknown, "<what>: |...| 3/? ["
 OTHER_BAR = re.compile(r"([A-Za-z][\w .-]{0,40}):\s*(?:\d+%)?\|[^|]*\|\s*(\d+)/(\d+|\?) \[")
 # what NeMo/Lightning print once training has ended (the recipe then scores the test set and saves)
-TRAINING_ENDED = ("`Trainer.fit` stopped",)
+TRAINING_ENDED = ("`Trainer.fit` stopped", "finetune_ctc: training done at step")
+ENDED_PHASE = "training done: scoring the test set and saving"
 #: Seconds between progress lines when the console is not a terminal (a log file, CI): at least one a minute.
 PLAIN_EVERY_S = 30.0
 
@@ -57,7 +61,7 @@ class LogProgress:
         self._offset = 0
         self._tail = ""  # text after the last line break or carriage return: a bar may still be half written
         self._train: tuple[int, int, int] | None = None  # epoch (from 0), step in it, steps an epoch
-        self._steps: tuple[int, int] | None = None
+        self._steps: tuple[int, int, str | None] | None = None  # done, total, the epoch said with them
         self._bar: tuple[str, int, int | None] | None = None  # the latest non-training bar
         self._bar_is_latest = False
         self._ended = False
@@ -93,7 +97,7 @@ class LogProgress:
             self._train = tuple(int(g) for g in match.groups())
             self._bar_is_latest = False
         for match in STEP_LINE.finditer(text):
-            self._steps = (int(match.group(1)), int(match.group(2)))
+            self._steps = (int(match.group(2)), int(match.group(3)), match.group(1))
             self._bar_is_latest = False
         for match in OTHER_BAR.finditer(text):
             what = match.group(1).strip()
@@ -110,14 +114,16 @@ class LogProgress:
         if self._train is not None:
             epoch, n, per_epoch = self._train
             if self._ended:
-                phase = "training done: scoring the test set and saving"
+                phase = ENDED_PHASE
             if self.epochs:
                 done, total = epoch * per_epoch + n, self.epochs * per_epoch
                 return Reading(done, total, f"epoch {epoch + 1}/{self.epochs}, step {done}/{total}", phase)
             return Reading(n, per_epoch, f"epoch {epoch + 1}, step {n}/{per_epoch} of it", phase)
         if self._steps is not None:
-            done, total = self._steps
-            return Reading(done, total, f"step {done}/{total}", phase)
+            done, total, epoch = self._steps
+            if self._ended:
+                phase = ENDED_PHASE
+            return Reading(done, total, (f"{epoch}, " if epoch else "") + f"step {done}/{total}", phase)
         if self._bar is not None and self._bar[2]:
             what, n, total = self._bar
             return Reading(n, total, f"{what} {n}/{total}")

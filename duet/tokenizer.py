@@ -20,7 +20,7 @@ from pathlib import Path
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.manifest import MANIFEST_DIR
-from duet.foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.files import native_output_to, read_jsonl
 
 TOKENIZER_TYPES = ("bpe", "unigram")
@@ -54,7 +54,7 @@ def training_command(tokenizer_dir: str | os.PathLike, manifests: list[str | os.
     named = re.fullmatch(rf"spe_({'|'.join(TOKENIZER_TYPES)})_v(\d+)", folder.name)
     if named is None:
         return None
-    words = ["python tools/train_tokenizer.py"]
+    words = [python_command("tools/train_tokenizer.py")]
     if [Path(m).resolve() for m in manifests] != [m.resolve() for m in DEFAULT_MANIFESTS]:
         words += ["--manifests", *map(shown_path, manifests)]
     if int(named[2]) != DEFAULT_VOCAB_SIZE:
@@ -106,9 +106,6 @@ def train_tokenizer(texts: list[str], out_dir: str | os.PathLike, vocab_size: in
     Raises :class:`VocabularyTooLarge` when the text supports fewer than ``vocab_size`` pieces.
     The folder also gets ``source.json`` (settings and a hash of the text) for :func:`is_current`.
     """
-    # Imported here: pulling in NeMo costs ~15 s, which --help and argument errors should not pay.
-    from nemo.collections.common.tokenizers.sentencepiece_tokenizer import create_spt_model
-
     if tokenizer_type not in TOKENIZER_TYPES:
         raise ValueError(f"tokenizer type {tokenizer_type!r}: expected one of {', '.join(TOKENIZER_TYPES)}")
     out_dir = Path(out_dir)
@@ -119,7 +116,11 @@ def train_tokenizer(texts: list[str], out_dir: str | os.PathLike, vocab_size: in
         model_dir = Path(tmp, "tokenizer")
         model_dir.mkdir()
         try:
+            # NeMo's start-up lines (OneLogger's among them) go to the log with SentencePiece's
             with native_output_to(model_dir / "train.log"):
+                # Imported here: pulling in NeMo costs ~15 s, which --help and argument errors should not pay.
+                from nemo.collections.common.tokenizers.sentencepiece_tokenizer import create_spt_model
+
                 create_spt_model(str(text_file), vocab_size, sample_size=-1, do_lower_case=False,
                                  tokenizer_type=tokenizer_type, output_dir=str(model_dir))
         except RuntimeError as e:

@@ -34,10 +34,19 @@ Usage:
 
   Outputs in experiments/<name>/ (exp_manager.exp_dir): resolved_config.yaml, checkpoints/ (best by val_wer, last),
   <name>.nemo, TensorBoard and csv_logs/, test_before_/test_after_{summary.json,utterances.jsonl},
-  finetune_summary.json. Re-running the same command resumes a killed run from its last checkpoint.
+  finetune_summary.json. Re-running the same command resumes a killed run from its last checkpoint, saved every
+  exp_manager.checkpoint_callback_params.every_n_train_steps steps and at each epoch's end; Ctrl-C or SIGTERM
+  stops the run with a line saying where it stopped and the command that resumes it (exit 130 / 143).
+
+  The console shows the run's own lines: what it trains from and where it writes, a progress line (epoch, step
+  of all, loss, time left) at least twice a minute, the validation WER after each validation, the test WER
+  before and after. NeMo's, Lightning's and OneLogger's log lines (the config and optimizer dumps, the progress
+  bar, warnings) go to experiments/logs/finetune_ctc_<name>.log (under exp_manager.exp_dir), or with --verbose
+  (given anywhere on the command line) to standard error.
 """
 
 import logging
+import shlex
 import sys
 import time
 
@@ -48,9 +57,17 @@ from omegaconf import DictConfig, OmegaConf
 
 import duet.nemo_targets
 from duet.asr import recipe
+from duet.foundation import python_command
 from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 log = logging.getLogger("finetune_ctc")
+#: Not a Hydra override: taken off the command line before Hydra reads it (``main`` below).
+VERBOSE_FLAG = "--verbose"
+#: Whether NeMo's and Lightning's lines go to standard error (--verbose) instead of the run's library log.
+show_library_output = False
+#: Exit codes of a run stopped by Ctrl-C and by SIGTERM (a shell's 128 + the signal's number).
+INTERRUPTED_EXIT = {"Ctrl-C": 130, "SIGTERM": 143}
 
 
 duet.nemo_targets.install()  # lets NeMo build duet's encoders (ResMHA, Whisper) named in a config or a .nemo
@@ -63,9 +80,9 @@ def main(cfg: DictConfig) -> None:
 
 @cli
 def fit(cfg: DictConfig) -> int:
-    """``run`` for the command line: 0, or 2 after a one-line error."""
-    run(cfg)
-    return 0
+    """``run`` for the command line: 0, 2 after a one-line error, 130 / 143 after Ctrl-C / SIGTERM."""
+    summary = run(cfg)
+    return INTERRUPTED_EXIT.get(summary.get("interrupted"), 0)
 
 
 def run(cfg: DictConfig) -> dict:
@@ -74,17 +91,34 @@ def run(cfg: DictConfig) -> dict:
     recipe.check_required_values(cfg)
     OmegaConf.resolve(cfg)
     recipe.check_inputs(cfg)
+    library_log = None if show_library_output else recipe.library_log_path(cfg)
+    with library_output_to(library_log) as (console, _):
+        return train(cfg, start, lambda text: print(f"finetune_ctc: {text}", file=console, flush=True), library_log)
+
+
+def train(cfg: DictConfig, start: float, say, library_log) -> dict:
+    """The run, its own lines given to ``say`` (global rank 0's), everything else printed going to ``library_log``."""
+    from_checkpoint = bool(cfg.init_from_nemo_model or cfg.init_from_pretrained_model)
+    progress = recipe.ConsoleProgress(say, from_scratch=not from_checkpoint)
     pl.seed_everything(cfg.seed, workers=True)
-    trainer, log_dir = recipe.build_trainer(cfg)
+    trainer, log_dir = recipe.build_trainer(cfg, callbacks=[progress])
     if trainer.is_global_zero:
         log.info("Resolved config: %s", recipe.write_resolved_config(cfg, log_dir))
+        source = (f"fine-tuning {cfg.init_from_nemo_model or cfg.init_from_pretrained_model}" if from_checkpoint
+                  else f"training from scratch (the architecture of {cfg.name})")
+        say(f"{cfg.name}: {source} on {recipe.describe_data(cfg)}")
+        say(f"writing {log_dir} (checkpoints {recipe.describe_checkpoints(cfg)})"
+            + (f"; NeMo's and Lightning's log: {library_log}" if library_log else ""))
+        if trainer.ckpt_path:
+            say(f"resuming from {trainer.ckpt_path}")
     recipe.fill_loader_workers(cfg.model, trainer)
     model = recipe.load_base_model(cfg, trainer)
     if trainer.is_global_zero and isinstance(trainer.accelerator, CPUAccelerator):
         cost = recipe.cpu_cost_line(sum(p.numel() for p in model.parameters()), cfg.model, cfg.trainer)
         if cost:
-            print(f"finetune_ctc: {cost}", flush=True)
-    from_checkpoint = bool(cfg.init_from_nemo_model or cfg.init_from_pretrained_model)
+            say(cost)
+    if trainer.is_global_zero and not from_checkpoint:
+        say(recipe.SCRATCH_NOTE)
     test_manifest = cfg.model.test_ds.manifest_filepath
     summary = {"name": cfg.name, "log_dir": str(log_dir), "from_checkpoint": from_checkpoint}
     test_bs = cfg.model.test_ds.batch_size
@@ -93,17 +127,29 @@ def run(cfg: DictConfig) -> dict:
         recipe.apply_training_settings(model, cfg.model)
     if from_checkpoint and test_manifest and cfg.evaluate_before_fit and trainer.is_global_zero:
         summary["test_before"] = recipe.score_before_fit(model, trainer, test_manifest, log_dir, test_bs)
+        say(f"test WER before training {100 * summary['test_before']['wer']:.2f} % ({test_manifest})")
     if from_checkpoint:
         transfer = recipe.match_tokenizer(model, cfg.model.tokenizer, cfg.transfer_decoder)
         summary["vocabulary_changed"], summary["decoder_transfer"] = transfer is not None, transfer
     recipe.setup_data_and_training(model, cfg.model)
     summary["encoder_finetune"] = recipe.use_encoder_finetune(model, trainer, cfg.encoder_finetune)
     summary["distillation"] = recipe.use_teacher(model, trainer, cfg.distillation)
-    with recipe.training_layout(model, trainer):
-        trainer.fit(model)
+    try:
+        with recipe.training_layout(model, trainer):
+            trainer.fit(model)
+    except BaseException:  # Lightning leaves fit with exit(1) after Ctrl-C and with SIGTERMException after SIGTERM
+        if progress.interrupted is None or not trainer.is_global_zero:
+            raise
+        # anything else raised while Lightning wound down after the interruption (one cut short mid-save) goes to
+        # the log only: the line below is what the user needs
+        log.warning("raised while stopping after %s:", progress.interrupted, exc_info=True)
+        say_where_it_stopped(trainer, log_dir, progress.interrupted, say)
+        return {**summary, "interrupted": progress.interrupted}
     recipe.leave_distributed(trainer)
     if not trainer.is_global_zero:
         return summary
+    say(f"training done at step {trainer.global_step}: saving the model"
+        + (" and scoring the test set" if test_manifest else ""))
     summary["model"] = str(recipe.save_model(model, log_dir, cfg.name))
     summary["global_step"] = trainer.global_step
     if test_manifest:
@@ -112,14 +158,24 @@ def run(cfg: DictConfig) -> dict:
     summary["wall_seconds"] = round(time.time() - start, 1)
     recipe.write_run_summary(log_dir, summary)
     wer = lambda key: f"{100 * summary[key]['wer']:.2f}%" if key in summary else "n/a"  # noqa: E731
-    print(
-        f"finetune_ctc: {cfg.name} done in {summary['wall_seconds'] / 60:.1f} min, {trainer.global_step} steps; "
-        f"test WER before {wer('test_before')} -> after {wer('test_after')}; model {summary['model']}"
-    )
+    say(f"{cfg.name} done in {summary['wall_seconds'] / 60:.1f} min, {trainer.global_step} steps; "
+        f"test WER before {wer('test_before')} -> after {wer('test_after')}; model {summary['model']}")
     return summary
+
+
+def say_where_it_stopped(trainer, log_dir, interrupted: str, say) -> None:
+    """Where an interrupted run stopped, the checkpoint a re-run resumes from, and that command (this one again)."""
+    saved = recipe.last_checkpoint(log_dir)
+    kept = (f"a re-run resumes from step {saved[1]} ({saved[0]})" if saved
+            else "no checkpoint saved yet: a re-run starts afresh")
+    command = python_command(sys.argv[0], *map(shlex.quote, sys.argv[1:]))
+    say(f"stopped by {interrupted} at step {trainer.global_step}, epoch {trainer.current_epoch + 1}; {kept}; "
+        f"resume with: {command}")
 
 
 if __name__ == "__main__":
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         print(__doc__)
+    show_library_output = VERBOSE_FLAG in sys.argv[1:]
+    sys.argv = [arg for arg in sys.argv if arg != VERBOSE_FLAG]
     main()

@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 from omegaconf import OmegaConf
 
+from duet.foundation import python_command
 from slm.config import ConfigError, resolve_path
 
 PREAMBLE = ("Below is an instruction that describes a task. "
@@ -120,8 +121,8 @@ def replay_sentences(path: Path, per_row: float, rows: int, seed: int) -> list[s
     """``round(per_row * rows)`` distinct non-empty lines of ``path``, drawn with ``seed``; a ``ConfigError``
     naming ``data.replay_text`` when the file is missing or holds too few lines."""
     if not path.is_file():
-        raise ConfigError(f"data.replay_text: {path} does not exist (python tools/make_english_text.py "
-                              f"--out {path} writes one)")
+        raise ConfigError(f"data.replay_text: {path} does not exist "
+                          f"({python_command('tools/make_english_text.py', '--out', str(path))} writes one)")
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     wanted = round(per_row * rows)
     if wanted > len(lines):

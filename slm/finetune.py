@@ -36,6 +36,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from duet.foundation import python_command
 from duet.foundation.errors import cli, first_line
 from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
@@ -43,7 +44,6 @@ from slm.errors import SlmError
 from slm.torch_build import require_torch_to_see_the_gpus
 
 log = logging.getLogger("slm.finetune")
-OFFLINE_HINT = f"run the offline preset instead: python slm/finetune.py --config-name {OFFLINE_CONFIG}"
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -68,7 +68,8 @@ def check_local_model(cfg) -> None:
     """A model folder that a command of ours writes (``model.made_by``) must exist: without this check its path
     would be taken for a hub name and the user told the hub is unreachable."""
     if cfg.model.made_by and cfg.model.name_or_path is not None and not resolve_path(cfg.model.name_or_path).is_dir():
-        raise ConfigError(f"model folder {cfg.model.name_or_path} not found: make it with {cfg.model.made_by}")
+        raise ConfigError(f"model folder {cfg.model.name_or_path} not found: make it with "
+                          f"{python_command(cfg.model.made_by)}")
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -418,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(e, HubUnreachable):
             raise
-        raise SlmError(f"the Hugging Face hub is unreachable ({e}); {OFFLINE_HINT}") from e
+        raise SlmError(f"the Hugging Face hub is unreachable ({e}); run the offline preset instead: "
+                       f"{python_command('slm/finetune.py', '--config-name', OFFLINE_CONFIG)}") from e
     return 0
 
 

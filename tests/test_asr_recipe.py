@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import time
@@ -22,6 +24,7 @@ from hydra.errors import ConfigCompositionException  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from duet.asr import recipe  # noqa: E402
+from duet.foundation import python_command  # noqa: E402
 from tests.asr_helpers import (  # noqa: E402
     MICRO_MODEL,
     REPO,
@@ -221,19 +224,22 @@ def test_the_default_data_and_tokenizer_name_the_commands_that_make_them(tmp_pat
     from duet.manifest import make_manifest_command
 
     monkeypatch.chdir(REPO)
-    assert make_manifest_command(cfg.model.train_ds.manifest_filepath) == "python tools/make_manifest.py"
+    # the commands as typed in this shell (duet.foundation.python_command: python where that is this interpreter)
+    assert make_manifest_command(cfg.model.train_ds.manifest_filepath) == python_command("tools/make_manifest.py")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(recipe.RecipeError, match=r"^model.train_ds.manifest_filepath: manifest not found: "
-                                                 r"manifests/train-clean.json \(run python tools/make_manifest.py "
-                                                 r"--out-dir manifests first\)$"):
+                                                 r"manifests/train-clean.json \(run "
+                                                 + re.escape(python_command("tools/make_manifest.py")) +
+                                                 r" --out-dir manifests first\)$"):
         recipe.check_inputs(cfg)
     assert make_manifest_command(tmp_path / "mine.json") is None  # not the bundled sample's: nothing to suggest
     monkeypatch.chdir(REPO)
-    assert tokenizer_training_command(cfg) == "python tools/train_tokenizer.py"
+    assert tokenizer_training_command(cfg) == python_command("tools/train_tokenizer.py")
     elsewhere = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={tmp_path / 'mine.json'}",
                                                  f"model.tokenizer.dir={tmp_path / 'toks' / 'spe_unigram_v256'}"])
     assert tokenizer_training_command(elsewhere) == (
-        f"python tools/train_tokenizer.py --manifests {tmp_path / 'mine.json'} --vocab-size 256 --type unigram "
+        f"{python_command('tools/train_tokenizer.py')} --manifests {tmp_path / 'mine.json'} --vocab-size 256 "
+        "--type unigram "
         f"--out-root {tmp_path / 'toks'}")
     # a folder the tool does not name: how to make one
     for name in ("train.json", "dev.json"):
@@ -241,8 +247,9 @@ def test_the_default_data_and_tokenizer_name_the_commands_that_make_them(tmp_pat
     odd = _compose("fastconformer_small", [f"model.train_ds.manifest_filepath={tmp_path / 'train.json'}",
                                            f"model.validation_ds.manifest_filepath={tmp_path / 'dev.json'}",
                                            f"model.tokenizer.dir={tmp_path / 'my_tokenizer'}"])
-    with pytest.raises(recipe.RecipeError, match=r"no tokenizer in .*my_tokenizer \(make one with python tools/"
-                                                 r"train_tokenizer.py \(it writes tokenizers/spe_<type>_v<size>\)"):
+    with pytest.raises(recipe.RecipeError, match=r"no tokenizer in .*my_tokenizer \(make one with "
+                                                 + re.escape(python_command("tools/train_tokenizer.py")) +
+                                                 r" \(it writes tokenizers/spe_<type>_v<size>\)"):
         recipe.check_inputs(odd)
 
 
@@ -302,6 +309,15 @@ def test_finetune_from_nemo_switches_tokenizer_learns_and_writes_outputs(python,
     assert len(utterances) == 4 and {"id", "ref", "hyp", "wer"} <= json.loads(utterances[0]).keys()
     assert "finetune_ctc: micro done" in proc.stdout
     assert "Config:\n" not in proc.stdout + proc.stderr  # the resolved config is in the run folder only
+    # the console holds the run's own lines: what it trains, where it writes, progress, validation and test WER;
+    # NeMo's and Lightning's lines are in the run's library log
+    console = proc.stdout.splitlines()
+    assert proc.stderr == "" and all(line.startswith("finetune_ctc: ") for line in console), proc.stdout
+    assert console[0].startswith(f"finetune_ctc: micro: fine-tuning {micro_setup['base_nemo']} on ")
+    library_log = tmp_path / "logs" / "finetune_ctc_micro.log"
+    assert f"NeMo's and Lightning's log: {library_log}" in console[1] and "[NeMo I" in library_log.read_text()
+    assert sum(line.startswith("finetune_ctc: validation after epoch ") for line in console) == 10
+    assert any(line.startswith("finetune_ctc: epoch 1/10, step 1/20 (5 %), loss ") for line in console)
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_path):
@@ -333,12 +349,42 @@ def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_pa
 
     resumed = _run(python, args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming training from checkpoint" in resumed.stdout + resumed.stderr
+    assert "\nfinetune_ctc: resuming from " in resumed.stdout
     summary = json.loads((tmp_path / "micro" / "finetune_summary.json").read_text())
     assert summary["global_step"] == epochs * 2
     steps = [step for step, _ in _train_losses(tmp_path / "micro" / "csv_logs" / "metrics.csv")]
     # the resumed run logs only steps after the checkpoint; nothing is trained twice
     assert steps and min(steps) >= step_at_kill
+
+
+def test_sigterm_stops_the_run_saying_where_and_the_command_that_resumes_it(python, micro_setup, tmp_path):
+    epochs = 40
+    args = _recipe_args(micro_setup, tmp_path, f"trainer.max_epochs={epochs}", "evaluate_before_fit=false",
+                        "model.test_ds.manifest_filepath=null")
+    console = tmp_path / "console.txt"
+    with open(console, "w") as out:
+        proc = subprocess.Popen([python, str(SCRIPT), *args], cwd=REPO, stdout=out, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            deadline = time.monotonic() + 600
+            while proc.poll() is None and time.monotonic() < deadline and "validation after epoch 2/" not in \
+                    console.read_text():
+                time.sleep(0.2)
+            assert proc.poll() is None, "the run finished before it could be stopped; raise trainer.max_epochs"
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    assert proc.returncode == 143 and err == "", err[-3000:]
+    stopped = console.read_text().splitlines()[-1]
+    where = re.match(r"finetune_ctc: stopped by SIGTERM at step (\d+), epoch \d+; a re-run resumes from step (\d+) "
+                     r"\(.+-last\.ckpt\); resume with: (.+)$", stopped)
+    assert where and 0 < int(where[2]) <= int(where[1]) < epochs * 2, stopped
+    # the command, as typed in this shell, resumes the run to its end
+    resumed = subprocess.run(shlex.split(where[3]), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "\nfinetune_ctc: resuming from " in resumed.stdout
+    assert json.loads((tmp_path / "micro" / "finetune_summary.json").read_text())["global_step"] == epochs * 2
 
 
 @pytest.mark.integration

@@ -11,6 +11,7 @@ import pytest
 
 import duet.demo as demo
 from duet.demo import Stage
+from duet.foundation import python_command
 from tests.script_helpers import load_script
 
 
@@ -202,7 +203,7 @@ def test_a_stages_output_goes_to_its_log_not_the_console(demo_with_stages, tmp_p
     assert "log line 0" not in console and "warning 29" not in console and "\nnoise\n" not in console
     assert "chatty summary" in out and "answers summary" in out and "demo: 2 stage(s) done" in out
     log = (tmp_path / "experiments" / "chatty" / "log.txt").read_text()
-    assert "[NeMo I] log line 29" in log and "warning 29" in log and log.startswith("$ python -c")
+    assert "[NeMo I] log line 29" in log and "warning 29" in log and log.startswith(f"$ {python_command('-c')}")
     assert answers.read_text() == "{}\n"  # the stage's output file gets its standard output alone, as before
     assert "noise" in (tmp_path / "experiments" / "answers" / "log.txt").read_text()
 
@@ -224,7 +225,7 @@ def test_a_failing_stage_prints_the_end_of_its_log_and_where_it_is(demo_with_sta
     out, err = capfd.readouterr()
     tail = err[err.index("--- last lines of"):err.index("\n---\n")].splitlines()[1:]
     assert len(tail) == 20 and tail[-1] == "warning 29" and "log line 29" in err and "log line 10\n" not in err
-    assert "broken/log.txt" in err and "resume with python tools/demo.py --from broken" in err
+    assert "broken/log.txt" in err and f"resume with {python_command('tools/demo.py', '--from', 'broken')}\n" in err
     assert "should not run" not in out and not (tmp_path / "experiments" / "after").exists()
 
 
@@ -339,12 +340,13 @@ def test_the_demo_ends_with_the_commands_that_answer_with_its_models(tmp_path, m
     requests.write_text(json.dumps({"audio_filepath": str(tmp_path / "q.flac"), "text": "call grandma"}) + "\n")
     monkeypatch.setattr(demo, "DEMO_ASR_MODEL", tmp_path / "demo_asr" / "demo_asr.nemo")
     monkeypatch.setattr(demo, "DEMO_SLM_MODEL", tmp_path / "demo_slm")
-    assert demo.next_steps(requests).startswith("next: python tools/demo.py --from asr")  # no models yet
+    # the commands as typed in the shell that ran the demo (duet.foundation.python_command: python where that is it)
+    assert demo.next_steps(requests).startswith(f"next: {python_command('tools/demo.py', '--from', 'asr')} (")
     demo.DEMO_ASR_MODEL.parent.mkdir()
     demo.DEMO_ASR_MODEL.write_bytes(b"x")
     demo.DEMO_SLM_MODEL.mkdir()
     (demo.DEMO_SLM_MODEL / "config.json").write_text("{}")
     models = f"--asr-model {demo.DEMO_ASR_MODEL} --slm-model {demo.DEMO_SLM_MODEL}"
     first, second = demo.next_steps(requests).splitlines()
-    assert first == f"next: try python tools/pipeline.py {tmp_path / 'q.flac'} {models}"
-    assert second.startswith(f"      or  python tools/serve.py {models}   (then open http://127.0.0.1:8000")
+    assert first == f"next: try {python_command('tools/pipeline.py', str(tmp_path / 'q.flac'), models)}"
+    assert second.startswith(f"      or  {python_command('tools/serve.py', models)}   (then open http://127.0.0.1:8000")

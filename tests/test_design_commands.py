@@ -45,11 +45,13 @@ def clone(tmp_path_factory) -> Path:
 
 
 def typed(clone: Path, command: str, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``command`` as a user types it in the clone (``python`` being this interpreter, the clone's code first)."""
+    """``command`` as a user types it in the clone (``python`` being this interpreter, as in the README's activated
+    venv; the clone's code first)."""
     words = shlex.split(command)
     assert words[0] == "python", command
     # an unroutable proxy: the hub is out of reach even on a machine with internet, at once
-    env = {**os.environ, "PYTHONPATH": str(clone), "HTTPS_PROXY": "http://127.0.0.1:9",
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+    env = {**os.environ, "PATH": path, "PYTHONPATH": str(clone), "HTTPS_PROXY": "http://127.0.0.1:9",
            "HTTP_PROXY": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run([sys.executable, *words[1:], *overrides], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=timeout)

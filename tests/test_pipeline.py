@@ -21,6 +21,7 @@ import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
 from duet.asr.words import TimedTranscript, Word
 from duet.confidence import NOT_UNDERSTOOD_REPLY
+from duet.foundation import python_command
 from duet.asr.batching import PIPELINE_BATCHING
 from duet.cli_args import given_decoding_values
 from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
@@ -346,9 +347,10 @@ def test_cli_names_every_missing_input_in_one_line_before_loading(cli, monkeypat
     code = cli.main([str(tmp_path / "audio.flac"), "--asr-model", str(missing_asr), "--slm-model", str(missing_slm)])
     out, err = capsys.readouterr()
     assert code == 2 and loads == [] and out == ""
+    demo = python_command("tools/demo.py")  # as typed in this shell
     assert err.splitlines() == [f"pipeline: error: no such file: {tmp_path / 'audio.flac'}; --asr-model {missing_asr} "
-                                "does not exist (run python tools/demo.py first, or pass --asr-model); --slm-model "
-                                f"{missing_slm} does not exist (run python tools/demo.py first, or pass --slm-model)"]
+                                f"does not exist (run {demo} first, or pass --asr-model); --slm-model "
+                                f"{missing_slm} does not exist (run {demo} first, or pass --slm-model)"]
 
 
 def test_cli_names_the_bad_files_before_loading_and_answers_the_others(cli, make_pipeline, model_args, monkeypatch,

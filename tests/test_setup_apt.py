@@ -112,7 +112,7 @@ def test_main_packages_install_although_apt_cannot_locate_the_contrib_ones(fake_
     proc = run_steps(fake_apt, "install_system_packages", "install_extra_voices")
     assert proc.returncode == 0, proc.stderr
     main = package_list("SYSTEM_PACKAGES")
-    assert {"sox", "espeak-ng", "festival", "wordnet-base", "ffmpeg"} <= set(main)
+    assert {"sox", "espeak-ng", "festival", "wordnet-base", "ffmpeg", "curl"} <= set(main)
     got = installed(fake_apt)
     assert set(main) <= set(got), proc.stdout + proc.stderr
     assert {"festvox-rablpc16k", "festvox-don", "mbrola-us1"} <= set(got)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from duet.foundation import python_command
 from slm import finetune
 from slm.config import ConfigError, load_config
 
@@ -47,7 +48,7 @@ def test_unreachable_hub_names_offline_preset(overrides, tmp_path, capsys, monke
     assert finetune.main([*overrides, f"output_dir={tmp_path}/run"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "Traceback" not in err  # the hint alone, no config dump before it
-    assert "python slm/finetune.py --config-name slm_tiny_offline" in err
+    assert f"{python_command('slm/finetune.py', '--config-name', 'slm_tiny_offline')}\n" in err
     assert ("tatsu-lab/alpaca" in err) if not overrides else ("'gpt2'" in err)
     assert not (tmp_path / "run").exists() and not list(tmp_path.iterdir())  # nothing half-written
 

@@ -50,6 +50,25 @@ def test_validation_and_the_end_of_training_are_named(tmp_path):
     assert progress.describe(now=5.0) == "epoch 3/3, step 12/12 (100 %), training done: scoring the test set and saving"
 
 
+def test_the_asr_recipes_own_progress_lines_count_with_their_epoch(tmp_path):
+    """nemo_recipes/finetune_ctc.py prints its own progress lines (Lightning's bar goes to its library log)."""
+    log = tmp_path / "log.txt"
+    log.write_text("finetune_ctc: epoch 1/4, step 1/204 (0 %), loss 2.310, time left: measuring the pace\n")
+    progress = LogProgress(log, epochs=4)
+    assert progress.poll(now=0.0).what == "epoch 1/4, step 1/204"
+    with open(log, "a") as f:
+        f.write("finetune_ctc: validation at step 51: WER 41.20 %\n"
+                "finetune_ctc: epoch 2/4, step 61/204 (30 %), loss 0.911, about 2 min left\n")
+    assert progress.poll(now=60.0).done == 61
+    assert progress.describe(now=60.0) == "epoch 2/4, step 61/204 (30 %), about 2 min left"  # 1 s a step
+    with open(log, "a") as f:
+        f.write("finetune_ctc: epoch 4/4, step 204/204 (100 %), loss 0.512, about 0 s left\n"
+                "finetune_ctc: training done at step 204: saving the model and scoring the test set\n")
+    progress.poll(now=200.0)
+    assert progress.describe(now=200.0) == ("epoch 4/4, step 204/204 (100 %), training done: scoring the test set and "
+                                            "saving")
+
+
 def test_slm_step_lines_and_other_bars_count_too(tmp_path):
     log = tmp_path / "log.txt"
     log.write_text("[slm] step 40/2556  epoch 0.19  loss 5.1234  lr 1.00e-04  900 tok/s  35s\n")

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from duet.asr.whisper_weights import read_ctranslate2
+from duet.foundation import python_command
 from duet.whisper_gpt2 import (END_OF_TEXT, GPT2_VOCAB, PREFIX_STAND_IN, WHISPER_PREFIX, WhisperGpt2Error, WhisperTextDecoder,
                                build_gpt2, cross_attention_means, decoder_log_likelihood, decoder_shape,
                                decoder_weights, gpt2_log_likelihood, gpt2_tokenizer, save_gpt2_folder, text_batches,
@@ -295,7 +296,8 @@ def test_whisper_preset_names_the_converter_when_its_folder_is_missing(tmp_path,
     assert finetune.main(["--config-name", "slm_whisper_offline", f"model.name_or_path={tmp_path}/none",
                           f"output_dir={tmp_path}/run"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{tmp_path}/none not found" in err and "python tools/whisper_to_gpt2.py" in err
+    assert err.count("\n") == 1 and f"{tmp_path}/none not found" in err
+    assert f"make it with {python_command('tools/whisper_to_gpt2.py')}\n" in err
 
 
 def test_whisper_preset_trains_on_the_same_rows_and_batches_as_the_scratch_preset():

@@ -64,7 +64,7 @@ from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_
 from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.stage_progress import ConsoleProgress, LogProgress
 from duet.synth.corpus import bundled_sample_kinds
-from duet.foundation import REPO_ROOT
+from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.errors import cli
 from duet.foundation.files import read_jsonl, write_jsonl_atomic
 
@@ -277,7 +277,7 @@ def run_stage(stage: Stage, background: BackgroundRun | None, verbose: bool, row
             if stage.log_path.is_file():
                 print("\n".join([f"--- last lines of {log}:", *log_tail(stage.log_path), "---"]), file=sys.stderr)
             print(f"\ndemo: stage {stage.name!r} failed (exit {code}); its log: {log}; fix it and resume with "
-                  f"python tools/demo.py --from {stage.name}", file=sys.stderr)
+                  f"{python_command('tools/demo.py', '--from', stage.name)}", file=sys.stderr)
             return code
         print(f"{stage.name}: done in {time.time() - start:.0f} s (log: {log})")
     rows.append((stage.name, f"{time.time() - start:.0f} s", stage.summarize()))

@@ -58,11 +58,13 @@ and last time).
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import sys
 from pathlib import Path
 
 import uvicorn
+import uvicorn.config
 
 from duet.asr.inference import load_asr_model
 from duet.asr.streaming import check_streaming_model
@@ -156,20 +158,34 @@ def main(argv: list[str] | None = None) -> int:
     pipeline_settings = dataclasses.replace(pipeline_settings,
                                             batching=dataclasses.replace(pipeline_settings.batching, workers=1))
     print(decoding_line, flush=True)
-    # the models' log lines go to --log (with --verbose: standard error); once they are loaded the console is
-    # the server's own again (uvicorn's lines: where it listens, requests, a port already in use)
-    with disk_full_named("loading the models"), library_output_to(log_target(args)):
-        pipeline, load_s = VoicePipeline.load(pipeline_settings)
-        streaming_model = None
-        if args.streaming_asr_model:
-            streaming_model = load_asr_model(args.streaming_asr_model)
-            check_streaming_model(streaming_model)
-    print(f"models loaded in {load_s:.1f} s (ASR {pipeline_settings.asr_model}, SLM {pipeline_settings.slm_model}); "
-          f"serving on http://{settings.host}:{settings.port}", flush=True)
-    app = create_app(pipeline, settings, asr_model=str(pipeline_settings.asr_model),
-                     slm_model=str(pipeline_settings.slm_model), streaming_model=streaming_model)
-    uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info")
+    # what the models and libraries print, loading and while serving (NeMo's decoding notes on a request), goes to
+    # --log (with --verbose: standard error); the console holds the server's own lines and uvicorn's (where it
+    # listens, requests, a port already in use)
+    with library_output_to(log_target(args)) as (out, err):
+        with disk_full_named("loading the models"):
+            pipeline, load_s = VoicePipeline.load(pipeline_settings)
+            streaming_model = None
+            if args.streaming_asr_model:
+                streaming_model = load_asr_model(args.streaming_asr_model)
+                check_streaming_model(streaming_model)
+        print(f"models loaded in {load_s:.1f} s (ASR {pipeline_settings.asr_model}, "
+              f"SLM {pipeline_settings.slm_model}); serving on http://{settings.host}:{settings.port}", file=out,
+              flush=True)
+        app = create_app(pipeline, settings, asr_model=str(pipeline_settings.asr_model),
+                         slm_model=str(pipeline_settings.slm_model), streaming_model=streaming_model)
+        uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info",
+                    log_config=uvicorn_logging_to(out, err))
     return 0
+
+
+def uvicorn_logging_to(out, err) -> dict:
+    """uvicorn's own logging config with its streams (``sys.stderr`` for its messages, ``sys.stdout`` for the request
+    lines) replaced by the console's ``out`` and ``err``."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    streams = {"ext://sys.stdout": out, "ext://sys.stderr": err}
+    for handler in config["handlers"].values():
+        handler["stream"] = streams.get(handler.get("stream"), err)
+    return config
 
 
 if __name__ == "__main__":

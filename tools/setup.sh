@@ -4,14 +4,14 @@
 # Creates .venv/ with duet and everything it needs; safe to re-run (seconds when nothing changed).
 #   0. Python's venv module where the interpreter lacks it (python3.X-venv: stock Debian's python3 has no ensurepip).
 #   1. Debian/Ubuntu packages for the synthetic corpus and `pipeline.py --speak` (sox, espeak-ng, flite,
-#      festival + English voices, WordNet's example sentences) and tools/serve.py (ffmpeg for WebM uploads;
-#      chromium + chromium-driver, apart, for its page's browser test) when apt-get is usable; otherwise a note and
-#      carry on (the bundled samples/ need none of them). Those are all in Debian main. The other English voices
-#      of the generalisation pool (festival rab/don, mbrola us1/us2/us3/en1, RHVoice, SVOX pico) live in Debian's
-#      contrib/non-free components: they are fetched through a private apt list (the system's sources stay as
-#      they are), best effort. The lists and the apt step are in tools/setup_apt.sh: a failed install shows
-#      apt's own error, and while another apt/dpkg process holds apt's lock the setup says so and waits for it
-#      (APT_LOCK_WAIT seconds, default 600).
+#      festival + English voices, WordNet's example sentences) and tools/serve.py (ffmpeg for WebM uploads; curl
+#      for the README's examples of its API; chromium + chromium-driver, apart, for its page's browser test) when
+#      apt-get is usable; otherwise a note and carry on (the bundled samples/ need none of them). Those are all in
+#      Debian main. The other English voices of the generalisation pool (festival rab/don, mbrola us1/us2/us3/en1,
+#      RHVoice, SVOX pico) live in Debian's contrib/non-free components: they are fetched through a private apt list
+#      (the system's sources stay as they are), best effort. The lists and the apt step are in tools/setup_apt.sh: a
+#      failed install shows apt's own error, and while another apt/dpkg process holds apt's lock the setup says so
+#      and waits for it (APT_LOCK_WAIT seconds, default 600).
 #   2. torch 2.13.0 before anything else, in the build `python -m slm.choose_torch_build` picks from nvidia-smi:
 #      on a machine without an NVIDIA driver plain torch==2.13.0 (a CPU build where pip reads a local wheel mirror
 #      holding one, as the project's own machines do; PyPI's Linux wheel of that version is the CUDA 13.0 build,

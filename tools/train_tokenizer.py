@@ -25,6 +25,7 @@ from pathlib import Path
 from duet.errors import DuetError
 from duet.tokenizer import (DEFAULT_MANIFESTS, DEFAULT_OUT_ROOT, DEFAULT_TYPE, DEFAULT_VOCAB_SIZE, TOKENIZER_TYPES,
                             is_current, manifest_texts, tokenizer_dir_name, train_tokenizer)
+from duet.foundation import python_command
 from duet.foundation.errors import cli
 
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_root / tokenizer_dir_name(args.tokenizer_type, args.vocab_size)
     for path in args.manifests:
         if not path.is_file():
-            raise DuetError(f"manifest {path} not found (build it with python tools/make_manifest.py)")
+            raise DuetError(f"manifest {path} not found (build it with {python_command('tools/make_manifest.py')})")
     start = time.time()
     try:
         texts = manifest_texts(args.manifests)

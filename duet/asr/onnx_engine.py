@@ -27,6 +27,7 @@ from omegaconf import OmegaConf, open_dict
 import duet.nemo_targets
 from duet.asr.inference import pad_batch
 from duet.errors import AsrInputError
+from duet.foundation import python_command
 from duet.foundation.errors import first_line
 
 ENGINES = ("torch", "onnx")
@@ -34,7 +35,7 @@ METADATA = "metadata.json"
 TOKENIZER = "tokenizer.model"
 GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
 FORMAT = "duet-onnx-ctc"  # metadata.json's "format": a folder of ours, not any ONNX file
-EXPORT_COMMAND = "python tools/export_onnx.py"
+EXPORT_SCRIPT = "tools/export_onnx.py"
 
 
 class OnnxExportError(AsrInputError):
@@ -56,7 +57,8 @@ def resolve_export_dir(model_path: str | Path) -> Path:
     folder = model_path if model_path.is_dir() else default_export_dir(model_path)
     if not (folder / METADATA).is_file():
         source = model_path if model_path.suffix == ".nemo" else "MODEL.nemo"
-        raise OnnxExportError(f"no ONNX export in {folder} (no {METADATA}): run {EXPORT_COMMAND} {source} {folder}")
+        raise OnnxExportError(f"no ONNX export in {folder} (no {METADATA}): run "
+                              f"{python_command(EXPORT_SCRIPT, str(source), str(folder))}")
     return folder
 
 
@@ -68,7 +70,7 @@ def read_metadata(folder: str | Path) -> dict:
     except (OSError, ValueError) as e:
         raise OnnxExportError(f"cannot read {path}: {first_line(e)}") from None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
-        raise OnnxExportError(f"{path} is not a {FORMAT} metadata file (written by {EXPORT_COMMAND})")
+        raise OnnxExportError(f"{path} is not a {FORMAT} metadata file (written by {python_command(EXPORT_SCRIPT)})")
     return metadata
 
 
@@ -112,7 +114,7 @@ class OnnxCtcModel:
         self.precision = "int8" if int8 else "fp32"
         graph = self.folder / self.metadata["graphs"].get(self.precision, GRAPHS[self.precision])
         if not graph.is_file():
-            hint = f"{EXPORT_COMMAND} {self.metadata.get('source_model', 'MODEL.nemo')} {self.folder}"
+            hint = f"{python_command(EXPORT_SCRIPT)} {self.metadata.get('source_model', 'MODEL.nemo')} {self.folder}"
             raise OnnxExportError(f"{graph} not found: run {hint}{' --int8' if int8 else ''}")
         tokenizer_path = self.folder / TOKENIZER
         if not tokenizer_path.is_file():

@@ -16,8 +16,10 @@ import os
 import shutil
 import statistics
 import tempfile
-from contextlib import contextmanager
+import time
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Callable
 
 import lightning.pytorch as pl
 import sentencepiece as spm
@@ -25,6 +27,7 @@ import torch
 from filelock import FileLock
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from duet.asr import evaluation, scoring
@@ -32,7 +35,9 @@ from duet.asr.distillation import DistillationSettings, use_distillation
 from duet.asr.inference import load_asr_model
 from duet.errors import DuetError
 from duet.manifest import make_manifest_command
+from duet.stage_progress import PLAIN_EVERY_S, duration
 from duet.tokenizer import training_command
+from duet.foundation import python_command
 from duet.foundation.errors import first_line
 from duet.foundation.files import read_jsonl, write_text_atomic
 from slm.torch_build import require_torch_to_see_the_gpus
@@ -121,17 +126,17 @@ def fill_loader_workers(model_cfg: DictConfig, trainer) -> None:
             model_cfg[split].num_workers = workers
 
 
-def build_trainer(cfg: DictConfig):
+def build_trainer(cfg: DictConfig, callbacks: list[pl.Callback] = ()):
     """Lightning trainer plus NeMo's experiment folder; returns ``(trainer, log_dir)``.
 
     ``exp_manager`` adds the best-by-``val_wer`` and last checkpoints, TensorBoard logs and, with
     ``resume_if_exists``, points the trainer at ``last.ckpt`` of a previous run with the same name.
-    A CSV logger and a gradient-norm callback are added for ``tools/plot_training.py``.
+    A CSV logger and a gradient-norm callback are added for ``tools/plot_training.py``, and ``callbacks``.
     """
     # NeMo takes ~21 s to import: only the calls that use it pay for it
     from nemo.utils.exp_manager import exp_manager
 
-    trainer = pl.Trainer(**resolve_trainer_config(cfg.trainer), callbacks=[GradNormLogger()])
+    trainer = pl.Trainer(**resolve_trainer_config(cfg.trainer), callbacks=[GradNormLogger(), *callbacks])
     log_dir = Path(exp_manager(trainer, cfg.get("exp_manager"))).resolve()
     trainer.loggers = [*trainer.loggers, CSVLogger(save_dir=str(log_dir), name="csv_logs", version="")]
     return trainer, log_dir
@@ -148,6 +153,125 @@ class GradNormLogger(pl.Callback):
         grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
         if grads:
             pl_module.log("grad_norm", torch.nn.utils.get_total_norm(grads, norm_type=2.0), on_step=True, on_epoch=True)
+
+
+def library_log_path(cfg: DictConfig) -> Path:
+    """Where a run's library output goes without ``--verbose`` (NeMo's, Lightning's and OneLogger's lines, Python
+    warnings: ``duet.foundation.files.library_output_to``): ``<exp_dir>/logs/finetune_ctc_<name>.log``. Outside the
+    run folder, whose files exp_manager moves into ``run_<n>/`` when a run resumes; a rank that Lightning or torchrun
+    launched besides local rank 0 writes its own (``...rank<n>.log``), so that no process truncates another's."""
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    suffix = f".rank{rank}.log" if rank else ".log"
+    return Path(cfg.exp_manager.exp_dir) / "logs" / f"finetune_ctc_{cfg.exp_manager.name}{suffix}"
+
+
+def describe_data(cfg: DictConfig) -> str:
+    """``manifests/train-clean.json (520 utterances, 0.62 h); validating on manifests/dev-clean.json`` (the hours
+    where the manifests give durations)."""
+    entries = [entry for path in train_manifests(cfg.model) for entry in read_jsonl(path)]
+    hours = sum(float(entry.get("duration") or 0) for entry in entries) / 3600
+    amount = f"{len(entries)} utterances" + (f", {hours:.2f} h" if hours else "")
+    return (f"{', '.join(train_manifests(cfg.model))} ({amount}); validating on "
+            f"{', '.join(manifest_items(cfg.model.validation_ds.manifest_filepath))}")
+
+
+def describe_checkpoints(cfg: DictConfig) -> str:
+    """When this run saves a checkpoint to resume from, as exp_manager's ``checkpoint_callback_params`` say."""
+    params = cfg.exp_manager.get("checkpoint_callback_params") or {}
+    times = [f"every {params.every_n_train_steps} steps" if params.get("every_n_train_steps") else None,
+             "each epoch" if params.get("save_on_train_epoch_end") or params.get("every_n_epochs") else None]
+    return " and ".join(t for t in times if t) or "at the end"
+
+
+#: Said before training from scratch: what a user would otherwise take for a broken run.
+SCRATCH_NOTE = ("training from scratch: a new CTC model predicts only blanks until it has learnt the tokens, so the "
+                "validation WER stays at 100 % (empty predictions) for the first epochs, often many of them on a "
+                "small data set; the training loss falling is the progress until then")
+
+
+class ConsoleProgress(pl.Callback):
+    """The run's own lines while NeMo's and Lightning's go to the log (``say`` prints one on the console): the epoch,
+    the step of all of them, the loss and the time left at this run's own pace (``epoch 2/4, step 60/204 (29 %),
+    loss 0.911, about 3 min left``) at the first step, then every ``every_s`` seconds; the validation WER after each
+    validation; and, when Ctrl-C or SIGTERM stopped the training, what did (:attr:`interrupted`). Global rank 0
+    only."""
+
+    def __init__(self, say: Callable[[str], None], from_scratch: bool = False, every_s: float = PLAIN_EVERY_S):
+        self.say, self.from_scratch, self.every_s = say, from_scratch, every_s
+        self.interrupted: str | None = None  # "Ctrl-C" or "SIGTERM"
+        self._start: tuple[int, float] | None = None  # (step, time) when this run's training began
+        self._last_line: float | None = None
+        self._loss: torch.Tensor | None = None  # the latest step's
+
+    def on_train_start(self, trainer, pl_module):
+        self._start = (trainer.global_step, time.monotonic())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        self._loss = loss.detach() if isinstance(loss, torch.Tensor) else None  # read (a device sync) once a line
+        now = time.monotonic()
+        if trainer.is_global_zero and (self._last_line is None or now - self._last_line >= self.every_s):
+            self._last_line = now
+            self.say(self.progress_line(trainer, now))
+
+    def progress_line(self, trainer, now: float) -> str:
+        step, total = trainer.global_step, trainer.estimated_stepping_batches
+        parts = [self.position(trainer) + (f" ({100 * step / max(1, total):.0f} %)" if math.isfinite(total) else "")]
+        if self._loss is not None:
+            parts.append(f"loss {float(self._loss):.3f}")
+        first_step, since = self._start or (step, now)
+        if math.isfinite(total) and step > first_step and now > since:
+            parts.append(f"about {duration((total - step) * (now - since) / (step - first_step))} left")
+        else:
+            parts.append("time left: measuring the pace")
+        return ", ".join(parts)
+
+    def on_validation_end(self, trainer, pl_module):
+        wer = trainer.callback_metrics.get("val_wer")
+        if trainer.sanity_checking or not trainer.is_global_zero or wer is None:
+            return
+        note = ""
+        if self.from_scratch and float(wer) >= 0.9999:
+            note = " (expected while a model trained from scratch still predicts only blanks)"
+        self.say(f"validation after {self.position(trainer)}: WER {100 * float(wer):.2f} %{note}")
+
+    @staticmethod
+    def position(trainer) -> str:
+        """``epoch 2/4, step 60/204`` (``epoch 2, step 60`` where the run's length is not known)."""
+        step, total = trainer.global_step, trainer.estimated_stepping_batches
+        epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        return (f"epoch {trainer.current_epoch + 1}" + (f"/{epochs}" if epochs else "")
+                + f", step {step}" + (f"/{int(total)}" if math.isfinite(total) else ""))
+
+    def on_exception(self, trainer, pl_module, exception):
+        if isinstance(exception, KeyboardInterrupt):
+            self.interrupted = "Ctrl-C"
+        elif isinstance(exception, SIGTERMException):
+            self.interrupted = "SIGTERM"
+        else:
+            return
+        # Lightning closes its progress bars at the end of training only: an interrupted one would be closed when
+        # the process exits, onto the console; closed here, while its output still goes to the log
+        bars = trainer.progress_bar_callback
+        for name in ("train_progress_bar", "val_progress_bar"):
+            with suppress(AttributeError, TypeError):  # no such bar, or not made yet (Lightning's TypeError)
+                getattr(bars, name).close()
+
+
+def last_checkpoint(log_dir: Path) -> tuple[Path, int] | None:
+    """The checkpoint a re-run resumes from (exp_manager's newest ``*last.ckpt`` in ``log_dir/checkpoints`` that was
+    written to the end: a save the interruption cut short is marked unfinished) and the step it holds; None before
+    the first."""
+    # NeMo takes ~21 s to import: only the calls that use it pay for it (a run has imported it already)
+    from nemo.utils.callbacks import NeMoModelCheckpoint
+
+    saved = [path for path in (Path(log_dir) / "checkpoints").glob("*last.ckpt")
+             if not NeMoModelCheckpoint.is_checkpoint_unfinished(path)]
+    if not saved:
+        return None
+    path = max(saved, key=lambda p: p.stat().st_mtime)
+    # the step recorded in the file itself; mmap reads only that much of it
+    return path, int(torch.load(path, map_location="cpu", mmap=True, weights_only=False)["global_step"])
 
 
 def load_base_model(cfg: DictConfig, trainer):
@@ -179,7 +303,7 @@ def load_base_model(cfg: DictConfig, trainer):
         log.info("No init_from_* key: training %s from scratch", cfg.name)
         if cfg.model.tokenizer.dir is None:
             raise RecipeError("model.tokenizer.dir=null keeps a checkpoint's tokenizer; training from scratch "
-                              "needs a tokenizer folder (python tools/train_tokenizer.py)")
+                              f"needs a tokenizer folder ({python_command('tools/train_tokenizer.py')})")
         return EncDecCTCModelBPE(cfg=cfg.model, trainer=trainer)
     if not isinstance(model, EncDecCTCModelBPE):
         source = nemo_path or pretrained_name
@@ -471,8 +595,8 @@ def check_inputs(cfg: DictConfig) -> None:
     if tokenizer_dir is not None and not (Path(tokenizer_dir) / "tokenizer.model").is_file():
         command = training_command(tokenizer_dir, train_manifests(cfg.model))
         how = (f"run {command} first" if command else
-               "make one with python tools/train_tokenizer.py (it writes tokenizers/spe_<type>_v<size>) and point "
-               "model.tokenizer.dir at it")
+               f"make one with {python_command('tools/train_tokenizer.py')} (it writes tokenizers/spe_<type>_v<size>) "
+               "and point model.tokenizer.dir at it")
         raise RecipeError(f"model.tokenizer.dir: no tokenizer in {tokenizer_dir} ({how})")
     nemo_path = cfg.get("init_from_nemo_model")
     if nemo_path and not Path(nemo_path).is_file():

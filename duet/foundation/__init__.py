@@ -3,13 +3,16 @@
 ``errors`` (the base of the errors a tool reports in one line, and ``cli`` that reports them), ``files`` (atomic
 writes, JSON Lines, library output to a log), ``spelling`` (whole numbers as a reader says them) and
 ``tarfile_filter`` (tarfile's ``filter=`` keyword on a Python older than 3.11.4, for NeMo's unpacking); here, the
-repository's paths and :func:`usable_cores`. The speech
+repository's paths, :func:`usable_cores` and :func:`python_command` (a command to print in a hint). The speech
 package ``duet`` and the language-model package ``slm`` both import it; it imports nothing else of either (and
 ``duet/__init__.py`` nothing but it), so ``slm`` stays usable without the speech stack (imports run
 duet.foundation <- slm <- duet <- entry scripts).
 """
 
 import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
 
 #: Repository root (the folder holding ``pyproject.toml``); configs/ and samples/ are resolved from it.
@@ -21,3 +24,34 @@ EXPERIMENTS = REPO_ROOT / "experiments"
 def usable_cores() -> int:
     """The CPUs this process may run on (its affinity: what a container or ``taskset`` leaves it)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def python_command(*words: str) -> str:
+    """``words`` (a script and its arguments) after the interpreter as the user would type it in the shell that started
+    this process, so that a hint or "next:" line works as printed: ``python`` (or ``python3``) where that name on
+    PATH runs this very interpreter (an activated venv), else this interpreter's path, relative when it lies under the
+    current folder (``.venv/bin/python tools/demo.py`` typed in the repository), e.g.
+    ``python_command("tools/demo.py", "--from", "asr")``."""
+    executable = sys.executable
+    interpreter = executable or "python"
+    if executable:
+        for name in ("python", "python3"):
+            found = shutil.which(name)
+            if found and _same_interpreter(found, executable):
+                interpreter = name
+                break
+        else:
+            relative = os.path.relpath(executable)
+            if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+                interpreter = relative if os.sep in relative else os.path.join(os.curdir, relative)
+    return " ".join([shlex.quote(interpreter), *words])
+
+
+def _same_interpreter(found: str, executable: str) -> bool:
+    """Both paths run the same Python in the same environment: the same file, from the same folder (a venv's
+    ``bin/python`` links to the system's interpreter but is another environment)."""
+    try:
+        return (os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(executable))
+                and os.path.samefile(found, executable))
+    except OSError:
+        return False
