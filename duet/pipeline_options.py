@@ -13,7 +13,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from duet.asr.decoding import DecodingInputError, DecodingSettings
+from duet.asr.decoding import BEAM_STRATEGIES, DecodingInputError, DecodingSettings
 from duet.cli_args import (
     ASR_BATCHING_FLAGS,
     DECODING_FLAGS,
@@ -152,7 +152,7 @@ def _merged_decoding(asr_model: Path, strategy: str | None, given: dict, stream:
     if "ngram_lm" in given:
         return decoding_settings_from_values(strategy or "beam_lm", given, strategy_flag), None, False
     saved_path = decoding_file_for(asr_model)
-    saved = (read_decoding_file(saved_path) if strategy in (None, "beam", "beam_lm") and saved_path.is_file()
+    saved = (read_decoding_file(saved_path) if strategy in (None, *BEAM_STRATEGIES) and saved_path.is_file()
              else None)
     flags = [DECODING_FLAGS[name] for name in given]
     if saved is not None and saved.strategy != "greedy" and strategy in (None, saved.strategy):
@@ -161,7 +161,7 @@ def _merged_decoding(asr_model: Path, strategy: str | None, given: dict, stream:
     if strategy is None:
         if given:
             why = f"{saved_path} says greedy" if saved is not None else f"there is no {saved_path}"
-            raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} beam or beam_lm: this model "
+            raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} {' or '.join(BEAM_STRATEGIES)}: this model "
                                      f"decodes greedily by default ({why})")
         return DecodingSettings(), None, saved is not None  # a file that says greedy: the model decodes as it says
     return decoding_settings_from_values(strategy, given, strategy_flag), None, False
