@@ -323,12 +323,18 @@ def read_mono_blocks(path: Path, rate: int, channels: int, settings: ServerSetti
     return librosa.util.fix_length(np.concatenate(pieces), size=math.ceil(frames * sample_rate / rate))
 
 
-def without_paths(message: str, path: Path) -> str:
-    """``message`` with the upload's path as "the upload" and any other absolute path as "<path>": a client never
-    learns where the server keeps its files."""
-    for name in (f"file:{path}", str(path), str(path.parent)):
-        message = message.replace(name, "the upload")
+def without_paths(message: str, path: Path | None = None) -> str:
+    """``message`` with the upload's ``path`` as "the upload" and any other absolute path as "<path>": a client
+    never learns where the server keeps its files."""
+    if path is not None:
+        for name in (f"file:{path}", str(path), str(path.parent)):
+            message = message.replace(name, "the upload")
     return re.sub(r"(?:file:)?/[^\s'\"]+", "<path>", message)
+
+
+def internal_error(error: BaseException) -> str:
+    """What a client is told of a failure that is not its fault: its first line, no server path."""
+    return f"internal error: {without_paths(first_line(error))}"
 
 
 def decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float, field: str) -> np.ndarray:
@@ -741,7 +747,7 @@ class TurnsSession:
         except WebSocketDisconnect:
             return
         except Exception as e:  # a model failure outside a turn's answer: the client hears why, the server goes on
-            await self.send({"type": "error", "error": f"internal error: {first_line(e)}"})
+            await self.send({"type": "error", "error": internal_error(e)})
             await self.websocket.close(code=1011)
         finally:
             for task in list(self.tasks):
@@ -826,7 +832,7 @@ class TurnsSession:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a model failure: this turn's error, and the session goes on
-            result = {"error": f"internal error: {first_line(e)}"}
+            result = {"error": internal_error(e)}
         if previous is not None:
             await asyncio.wait([previous])
         if "error" in result:
@@ -1114,7 +1120,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
 
     @app.exception_handler(Exception)
     async def failed(request: Request, error: Exception):
-        return error_response(500, f"internal error: {first_line(error)}")
+        return error_response(500, internal_error(error))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException):
@@ -1276,7 +1282,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
         except WebSocketDisconnect:
             return
         except Exception as e:  # a model or decoding failure: the client hears why, the server keeps serving
-            await websocket.send_json({"type": "error", "error": f"internal error: {first_line(e)}"})
+            await websocket.send_json({"type": "error", "error": internal_error(e)})
             await websocket.close(code=1011)
         finally:
             decoding.cancel()

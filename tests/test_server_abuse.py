@@ -360,6 +360,15 @@ def test_a_hands_free_socket_that_goes_quiet_gets_its_turns_answered_and_is_clos
 # ---------------------------------------------------------------- a full disk
 
 
+def test_a_server_fault_names_no_path(pipeline, clips, monkeypatch):
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", "/tmp/duet-upload-x/upload.flac")
+    monkeypatch.setattr(duet.server, "open", denied, raising=False)
+    with TestClient(create_app(pipeline, SETTINGS), raise_server_exceptions=False) as client:
+        reply = client.post("/v1/audio/transcriptions", files=upload(clips[0]))
+    assert refused(reply, 500) == "internal error: [Errno 13] Permission denied: '<path>'"
+
+
 def test_a_full_disk_is_a_507_naming_no_path(client, clips, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "/tmp/duet-upload-x/upload.flac")
