@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 
 from duet.asr.streaming import convert_to_streaming, streaming_latency
+from duet.cli_args import add_log_arguments, log_target
 from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 
 @cli
@@ -32,8 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="where the streaming .nemo goes")
     parser.add_argument("--att-context-size", type=int, nargs=2, metavar=("LEFT", "RIGHT"), default=None,
                         help="attention context in encoder frames (default: the streaming config's [70, 6])")
+    add_log_arguments(parser, "convert_to_streaming")
     args = parser.parse_args(argv)
-    model, fresh = convert_to_streaming(args.model, args.out, args.att_context_size)
+    with library_output_to(log_target(args)):  # NeMo's lines
+        model, fresh = convert_to_streaming(args.model, args.out, args.att_context_size)
     print(f"convert_to_streaming: {len(fresh)} encoder tensors start fresh: {', '.join(fresh) or 'none'}")
     print(f"convert_to_streaming: {streaming_latency(model).describe()}; wrote {args.out} (fine-tune it before use)")
     return 0

@@ -32,7 +32,9 @@ from pathlib import Path
 from duet import SAMPLES_DIR
 from duet.asr.onnx_engine import OnnxExportError, default_export_dir
 from duet.asr.onnx_export import INT8_METHODS, OnnxExportSettings, export_onnx, export_summary
+from duet.cli_args import add_log_arguments, log_target
 from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 CHECK_SPLIT = SAMPLES_DIR / "LibriSpeech" / "test-clean"
 CHECK_FILES = 8
@@ -49,6 +51,7 @@ def get_parser() -> argparse.ArgumentParser:
                              f"--check-audio (default: {OnnxExportSettings.int8_method})")
     parser.add_argument("--check-audio", nargs="+", type=Path, default=None,
                         help=f"files for the parity check (default: the first {CHECK_FILES} of {CHECK_SPLIT})")
+    add_log_arguments(parser, "export_onnx")
     return parser
 
 
@@ -64,8 +67,9 @@ def main(argv=None) -> int:
         if not path.is_file():
             raise OnnxExportError(f"--check-audio: file not found: {path}")
     out_dir = args.out_dir or default_export_dir(args.model)
-    report = export_onnx(args.model, out_dir, check_audio, OnnxExportSettings(int8=args.int8,
-                                                                               int8_method=args.int8_method))
+    with library_output_to(log_target(args)):  # NeMo's and the exporter's lines
+        report = export_onnx(args.model, out_dir, check_audio, OnnxExportSettings(int8=args.int8,
+                                                                                   int8_method=args.int8_method))
     print(export_summary(report))
     print(f"export_onnx: wrote {out_dir} (checked on {len(check_audio)} files)")
     return 0
