@@ -5,7 +5,9 @@ records the same command and the same inputs (path, size, modification time). St
 (manifests, realmix) rely on the tool's own up-to-date check.
 
 A stage's command writes everything it prints (NeMo's, Lightning's and transformers' logs included) to
-``experiments/<stage name>/log.txt``, which holds the latest run; with ``verbose`` it is shown live as well.
+``experiments/<stage name>/log.txt``, which holds the latest run; with ``verbose`` it is shown live as well. (The
+ASR fine-tune, ``nemo_recipes/finetune_ctc.py``, prints its own lines only and names the log that NeMo's and
+Lightning's go to; the commands run unbuffered, so a log's lines are in the order they were printed.)
 """
 
 from __future__ import annotations
