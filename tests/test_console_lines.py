@@ -1,6 +1,7 @@
 """No library's log line on a tool's console without --verbose: every entry script's --help, and a real call of the
 tools that load NeMo, Lightning or transformers for a user (the pipeline on a file, the server answering a request with
-beam search, the tokenizer trainer; nemo_recipes/finetune_ctc.py's console is checked in tests/test_asr_recipe.py),
+beam search, the tokenizer and token-LM trainers; nemo_recipes/finetune_ctc.py's console is checked in
+tests/test_asr_recipe.py),
 their standard output and error read for NeMo's, Lightning's and OneLogger's lines. Minutes, NeMo's import in most:
 the slow tier."""
 
@@ -107,3 +108,21 @@ def test_training_a_tokenizer_prints_its_own_line_only(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("tokenizer: bpe, 30 tokens") and proc.stderr == ""
     assert foreign_lines((tmp_path / "tokenizers" / "spe_bpe_v30" / "train.log").read_text())
+
+
+def test_training_a_token_lm_prints_its_own_lines_only(tmp_path):
+    from duet.ngram import find_kenlm_tool
+
+    if find_kenlm_tool("lmplz") is None:
+        pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")
+    text = tmp_path / "text.txt"
+    text.write_text("set a timer for five minutes\nplay some jazz\nwhat is the weather like today\n")
+    log = tmp_path / "train_ngram_lm.log"
+    proc = subprocess.run([sys.executable, "tools/train_ngram_lm.py", "--unit", "token", "--tokenizer", str(BASE),
+                           "--order", "3", "--text", str(text), "--out", str(tmp_path / "lm.arpa"), "--no-binary",
+                           "--log", str(log)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith(f"wrote {tmp_path / 'lm.arpa'} (token 3-gram")
+    assert proc.stderr.startswith("lmplz: 3-gram token LM from 3 sentences") and not foreign_lines(proc.stdout,
+                                                                                                  proc.stderr)
+    assert foreign_lines(log.read_text())  # NeMo's, loading the .nemo's tokenizer

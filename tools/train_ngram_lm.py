@@ -21,9 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from duet.cli_args import add_log_arguments, log_target
 from duet.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -36,20 +38,26 @@ def get_parser() -> argparse.ArgumentParser:
                         help=f"n-gram order (default: {DEFAULT_ORDER['token']} for token, {DEFAULT_ORDER['word']} for word)")
     parser.add_argument("--out", default=None, help="output ARPA (default: experiments/lm/<text stem>_<unit><order>.arpa)")
     parser.add_argument("--no-binary", action="store_true", help="skip KenLM's binary format")
+    add_log_arguments(parser, "train_ngram_lm")
     return parser
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     order = args.order if args.order is not None else DEFAULT_ORDER[args.unit]
     out = Path(args.out) if args.out else Path("experiments/lm") / f"{Path(args.text).stem}_{args.unit}{order}.arpa"
     start = time.perf_counter()
     try:
-        sentences = read_training_text(args.text)
-        info = train_ngram_lm(sentences, out, order=order, unit=args.unit, tokenizer_dir=args.tokenizer,
-                              text_source=str(args.text), binary=not args.no_binary)
+        # NeMo's lines (loading a .nemo's tokenizer) go to --log; duet's own (lmplz's time) stay on the console
+        with library_output_to(log_target(args)) as (_, err):
+            own = logging.StreamHandler(err)
+            own.setFormatter(logging.Formatter("%(message)s"))
+            logging.getLogger("duet").addHandler(own)
+            logging.getLogger("duet").setLevel(logging.INFO)
+            sentences = read_training_text(args.text)
+            info = train_ngram_lm(sentences, out, order=order, unit=args.unit, tokenizer_dir=args.tokenizer,
+                                  text_source=str(args.text), binary=not args.no_binary)
     except RuntimeError as e:  # lmplz/build_binary failed: their last stderr lines are in the message
         print(f"train_ngram_lm: error: {e}", file=sys.stderr)
         return 1
