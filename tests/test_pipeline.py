@@ -27,8 +27,8 @@ from duet.cli_args import given_decoding_values
 from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
 from duet.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
 from duet.synth.conversation import room_noise, speech_range
-from tests.script_helpers import load_script
 from slm.tool_calls import ExecutedText
+from tests.script_helpers import load_script
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -821,7 +821,7 @@ def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding,
     # options only beam search reads are refused, saying why greedy is the default here
     from duet.asr.decoding import DecodingInputError
 
-    with pytest.raises(DecodingInputError, match=r"--alpha needs --asr-decoding beam or beam_lm: .* greedily by "
+    with pytest.raises(DecodingInputError, match=r"--alpha needs --asr-decoding beam or beam_lm or joint: .* greedily by "
                                                  r"default \(there is no .*decoding.json\)"):
         resolved(cli, ["--asr-model", str(model), "--alpha", "0.5"])
 
@@ -831,7 +831,7 @@ def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding,
     ('{"strategy": "beam_lm", "beem_size": 16, "lm": "../lms/mine.arpa"}', "unknown key 'beem_size'"),
     ('{"strategy": "beam", "alpha": 0.5}', "'alpha' is not used by strategy beam"),
     ('{"strategy": "beam", "beam_size": 0}', "'beam_size' must be a number >= 1, got 0"),
-    ('{"strategy": "viterbi"}', "'strategy' must be one of greedy, beam, beam_lm, got 'viterbi'"),
+    ('{"strategy": "viterbi"}', "'strategy' must be one of greedy, beam, beam_lm, joint, got 'viterbi'"),
     ('{"strategy": "beam_lm",', "not valid JSON"),
     ('{"strategy": "greedy", "min_confidence": 2}', "'min_confidence' must be a number in 0..1, got 2"),
 ])
