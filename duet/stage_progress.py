@@ -195,10 +195,10 @@ class ConsoleProgress:
             print("\r" + " " * self._width + "\r", end="", file=self.out, flush=True)
 
 
-def count_printer(every: int, unit: str) -> Callable[[int, int], None]:
+def count_printer(every: int, unit: str, out: TextIO | None = None) -> Callable[[int, int], None]:
     """A progress callback ``(done, total)`` for a tool working through items: prints ``  <done>/<total> <unit>``
-    on stderr every ``every`` items and at the last, so a long run shows it is moving."""
+    on ``out`` (default: standard error) every ``every`` items and at the last, so a long run shows it is moving."""
     def progress(done: int, total: int) -> None:
         if done % every == 0 or done == total:
-            print(f"  {done}/{total} {unit}", file=sys.stderr, flush=True)
+            print(f"  {done}/{total} {unit}", file=sys.stderr if out is None else out, flush=True)
     return progress

@@ -1,9 +1,8 @@
 """No library's log line on a tool's console without --verbose: every entry script's --help, and a real call of the
 tools that load NeMo, Lightning or transformers for a user (the pipeline on a file, the server answering a request with
-beam search, the tokenizer and token-LM trainers; nemo_recipes/finetune_ctc.py's console is checked in
-tests/test_asr_recipe.py),
-their standard output and error read for NeMo's, Lightning's and OneLogger's lines. Minutes, NeMo's import in most:
-the slow tier."""
+beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher; nemo_recipes/finetune_ctc.py's
+console is checked in tests/test_asr_recipe.py), their standard output and error read for NeMo's, Lightning's and
+OneLogger's lines. Minutes, NeMo's import in most: the slow tier."""
 
 from __future__ import annotations
 
@@ -126,3 +125,16 @@ def test_training_a_token_lm_prints_its_own_lines_only(tmp_path):
     assert proc.stderr.startswith("lmplz: 3-gram token LM from 3 sentences") and not foreign_lines(proc.stdout,
                                                                                                   proc.stderr)
     assert foreign_lines(log.read_text())  # NeMo's, loading the .nemo's tokenizer
+
+
+def test_pseudo_labelling_with_a_nemo_teacher_prints_its_count_and_result_only(tmp_path):
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    (audio / SAMPLE_FILE.name).symlink_to(SAMPLE_FILE)
+    log = tmp_path / "pseudo_label.log"
+    proc = subprocess.run([sys.executable, "tools/pseudo_label.py", str(audio), "--out", str(tmp_path / "p.json"),
+                           "--teacher", str(BASE), "--threads", "1", "--log", str(log)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("pseudo_label: kept ") and proc.stderr == "  1/1 files\n"
+    assert foreign_lines(log.read_text())  # NeMo's, restoring the teacher

@@ -33,13 +33,12 @@ from pathlib import Path
 
 from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
                                        label_files, make_teacher, pseudo_label, rows_as_dicts)
+from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
-from duet.foundation.files import read_jsonl, write_jsonl_atomic, write_text_atomic
+from duet.foundation.files import library_output_to, read_jsonl, write_jsonl_atomic, write_text_atomic
 from duet.stage_progress import count_printer
 
-
-_PROGRESS = count_printer(25, "files")
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -55,16 +54,18 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--measure-on", type=Path, metavar="MANIFEST",
                         help="instead of labelling: score the rule on a transcribed manifest; --out gets the labels, "
                              "<out>.thresholds.json the table")
+    add_log_arguments(parser, "pseudo_label")
     return parser
 
 
-def measure(args) -> int:
+def measure(args, progress, out) -> int:
+    """--measure-on: the rule's table on a transcribed manifest, printed on ``out``."""
     if not args.measure_on.is_file():
         raise DuetError(f"--measure-on: manifest not found: {args.measure_on}")
     records = read_jsonl(args.measure_on)
     teacher = make_teacher(args.teacher, args.threads)
     labels = label_files([Path(r["audio_filepath"]) for r in records], teacher, args.min_duration,
-                         args.max_duration, _PROGRESS)
+                         args.max_duration, progress)
     rows = confidence_table(labels, [r["text"] for r in records])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomic(args.out, ({**r, "teacher_text": lb.teacher_text, "hypothesis": lb.text,
@@ -73,12 +74,12 @@ def measure(args) -> int:
     table_path = args.out.with_suffix(".thresholds.json")
     write_text_atomic(table_path, json.dumps({"teacher": teacher.name, "manifest": str(args.measure_on),
                                               "rows": rows_as_dicts(rows)}, indent=2) + "\n")
-    print("min_confidence  kept  WER kept  WER dropped")
+    print("min_confidence  kept  WER kept  WER dropped", file=out)
     for row in rows:
         dropped = "-" if row.dropped_wer is None else f"{100 * row.dropped_wer:.1f}%"
         kept = "-" if row.kept_wer is None else f"{100 * row.kept_wer:.1f}%"
-        print(f"{row.min_confidence:>14.2f}  {100 * row.kept_share:>3.0f}%  {kept:>8}  {dropped:>11}")
-    print(f"pseudo_label: measured {len(records)} utterances of {args.measure_on} -> {table_path}")
+        print(f"{row.min_confidence:>14.2f}  {100 * row.kept_share:>3.0f}%  {kept:>8}  {dropped:>11}", file=out)
+    print(f"pseudo_label: measured {len(records)} utterances of {args.measure_on} -> {table_path}", file=out)
     return 0
 
 
@@ -86,14 +87,17 @@ def measure(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     start = time.time()
-    if args.measure_on is not None:
-        return measure(args)
-    if not args.audio:
+    if args.measure_on is None and not args.audio:
         raise DuetError("give audio files or folders to label (or --measure-on MANIFEST)")
-    settings = PseudoLabelSettings(audio=tuple(args.audio), out=args.out, teacher=args.teacher,
-                                   min_confidence=args.min_confidence, min_duration=args.min_duration,
-                                   max_duration=args.max_duration, threads=args.threads)
-    summary = pseudo_label(settings, _PROGRESS)
+    # the teacher's library lines (NeMo's, for a .nemo teacher) go to --log; the count and the results stay here
+    with library_output_to(log_target(args)) as (out, err):
+        progress = count_printer(25, "files", err)
+        if args.measure_on is not None:
+            return measure(args, progress, out)
+        settings = PseudoLabelSettings(audio=tuple(args.audio), out=args.out, teacher=args.teacher,
+                                       min_confidence=args.min_confidence, min_duration=args.min_duration,
+                                       max_duration=args.max_duration, threads=args.threads)
+        summary = pseudo_label(settings, progress)
     print(f"pseudo_label: kept {summary['kept']} of {summary['files']} files ({summary['kept_hours']:.2f} h) in "
           f"{time.time() - start:.0f} s -> {summary['manifest']}; skipped list {summary['skipped_list']}")
     return 0
