@@ -518,16 +518,20 @@ def test_speak_writes_a_wav_of_the_answer(cli, tmp_path):
 def test_a_failed_speak_leaves_no_file(cli, monkeypatch, tmp_path):
     engine = tmp_path / "bin" / "fake-espeak"
     engine.parent.mkdir()
-    engine.write_text('#!/bin/sh\necho half a wav > "$4"\necho "no voice" >&2\nexit 1\n')  # $4: the -w file
+    engine.write_text('#!/bin/sh\necho half a wav\necho "no voice" >&2\nexit 1\n')
     engine.chmod(0o755)
     monkeypatch.setattr(cli.shutil, "which", lambda name: str(engine))
     out_dir = tmp_path / "answers"
+    out_dir.mkdir()
     error = cli.speak("hello", out_dir / "answer.wav")
-    assert error == f"{cli.SPEAK_ENGINE} failed: no voice" and list(out_dir.iterdir()) == []
+    assert error == f"{cli.SPEAK_ENGINE} failed: no voice (nothing written to {out_dir / 'answer.wav'})"
+    assert list(out_dir.iterdir()) == []
     (out_dir / "taken.wav").mkdir()  # a folder where the WAV should go
     monkeypatch.setattr(cli.shutil, "which", lambda name: "espeak-ng-that-is-not-run")
-    monkeypatch.setattr(speech_out.subprocess, "run", lambda cmd, **kw: open(cmd[4], "w").write("RIFF")
-                        and SimpleNamespace(returncode=0, stderr=""))
+    wav = tmp_path / "said.wav"
+    soundfile.write(wav, np.zeros(2205, dtype=np.float32), 22050, subtype="PCM_16")
+    monkeypatch.setattr(speech_out.subprocess, "run",
+                        lambda cmd, **kw: SimpleNamespace(returncode=0, stdout=wav.read_bytes(), stderr=b""))
     assert cli.speak("hello", out_dir / "taken.wav").startswith(f"cannot write {out_dir / 'taken.wav'}")
     assert sorted(p.name for p in out_dir.iterdir()) == ["taken.wav"]
     monkeypatch.setattr(cli.shutil, "which", lambda name: None)

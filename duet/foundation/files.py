@@ -10,16 +10,25 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
+from duet.foundation.errors import DiskFullError, is_disk_full
+
 
 @contextlib.contextmanager
 def atomic_path(final_path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``final_path``; rename it into place only if the block succeeds.
 
-    An interrupted or failing run therefore never leaves a half-written output behind.
+    An interrupted or failing run therefore never leaves a half-written output behind. A full disk while the
+    block writes the temporary file is a :class:`DiskFullError` naming ``final_path`` (what the user asked for,
+    not the temporary name), which ``cli`` prints in one line.
     """
     final_path = Path(final_path)
-    final_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final_path.name}.", suffix=".tmp", dir=final_path.parent)
+    try:
+        final_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{final_path.name}.", suffix=".tmp", dir=final_path.parent)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        raise DiskFullError(final_path, e.errno) from e
     os.close(fd)
     # mkstemp creates 0600; give the output the permissions an ordinary open() would (umask applied).
     umask = os.umask(0)
@@ -29,6 +38,11 @@ def atomic_path(final_path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp_path
         os.replace(tmp_path, final_path)
+    except OSError as e:
+        # a full disk naming another file (one the block wrote of its own) is that file's to report
+        if not is_disk_full(e) or isinstance(e, DiskFullError) or e.filename not in (None, tmp_name):
+            raise
+        raise DiskFullError(final_path, e.errno) from e
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
