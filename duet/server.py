@@ -21,7 +21,9 @@ The WebSocket (``/v1/stream``) takes 16 kHz mono PCM16 little-endian in binary m
 ``{"type": "final", ...}`` with the transcript and the answer (see :class:`RedecodeStream` for how partials
 are made with an offline model, and what they cost, and :class:`CacheAwareStream` for a cache-aware model). The
 socket is read apart from the decoding (:class:`StreamInbox`), so a client sending faster than real time keeps
-answering pings and gets its final; a socket silent for ``stream_idle_seconds`` gets its final and is closed.
+answering pings and gets its final; a socket silent for ``stream_idle_seconds`` gets its final and is closed, and
+one that goes past ``max_audio_seconds`` gets the final of the audio up to the limit (``"ended_by": "limit: ..."``)
+and is closed with 1009.
 Silero VAD (``duet.vad``) listens too: ``{"type": "speech_start" | "speech_end", "turn", "at_s", "decided_at_s"}``
 say where speech began and stopped. With ``?turns=true`` (or ``ServerSettings.turns``) the socket takes turns
 (:class:`TurnsSession`): each time the speaker stops, the final transcript and answer of that turn are sent
@@ -35,7 +37,6 @@ import base64
 import collections
 import contextlib
 import dataclasses
-import errno
 import hmac
 import ipaddress
 import json
@@ -74,7 +75,7 @@ from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
 from duet.turns import TurnEvent, TurnTaker
 from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent, VadSettings
-from duet.foundation.errors import first_line
+from duet.foundation.errors import first_line, is_disk_full
 from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
 
 log = logging.getLogger(__name__)
@@ -362,10 +363,6 @@ def decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float, field: 
     return np.frombuffer(result.stdout, dtype="<f4").astype(np.float32)
 
 
-def is_disk_full(error: BaseException | None) -> bool:
-    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
 @contextlib.contextmanager
 def disk_full_named(what: str):
     """A full disk while ``what`` (loading the models: NeMo unpacks a .nemo into the temporary folder) as one line
@@ -565,11 +562,13 @@ class StreamInbox:
     answers the client's pings) however far decoding is behind: a client sending faster than real time is never
     cut off by a keepalive timeout. What waits is bounded by the stream's length limit (``limit`` samples in all,
     10 min of 16 kHz float32 is 38 MB); while decoding is at most ``CATCH_UP_SECONDS`` behind it takes one message
-    at a time (the partials come as they would live), further behind it takes all that waits at once."""
+    at a time (the partials come as they would live), further behind it takes all that waits at once. Audio past
+    the limit is not kept: the stream is cut there (``cut``) and its transcript covers the limit's worth."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.received = 0
+        self.cut = False  # a message went past the limit: its head was kept, the rest dropped
         self.pieces: collections.deque[np.ndarray] = collections.deque()
         self.waiting = 0
         self.closed = False
@@ -577,8 +576,9 @@ class StreamInbox:
 
     def put(self, pcm: np.ndarray) -> None:
         if self.received + len(pcm) > self.limit:
-            raise RequestError(413, f"audio: the stream is longer than the limit of "
-                                    f"{self.limit / STREAM_SAMPLE_RATE:g} s")
+            pcm, self.cut = pcm[:self.limit - self.received], True
+            if not len(pcm):
+                return
         self.received += len(pcm)
         self.pieces.append(pcm)
         self.waiting += len(pcm)
@@ -606,8 +606,9 @@ class StreamInbox:
 
 async def read_stream(websocket: WebSocket, inbox: StreamInbox, idle_seconds: float, decoding: asyncio.Future) -> str:
     """Read the socket's messages into ``inbox`` until the stream ends: ``"end"`` (the client's ``{"type": "end"}``),
-    ``"idle"`` (no message for ``idle_seconds``) or ``"disconnect"``. A bad message is a ``RequestError``; a failure of
-    ``decoding`` is raised here as soon as it happens."""
+    ``"idle"`` (no message for ``idle_seconds``), ``"limit"`` (the audio reached the inbox's limit: what follows is
+    not read) or ``"disconnect"``. A bad message is a ``RequestError``; a failure of ``decoding`` is raised here as
+    soon as it happens."""
     while True:
         receiving = asyncio.ensure_future(websocket.receive())
         done, _ = await asyncio.wait({receiving, decoding}, timeout=idle_seconds,
@@ -626,6 +627,8 @@ async def read_stream(websocket: WebSocket, inbox: StreamInbox, idle_seconds: fl
             if len(data) % 2:
                 raise RequestError(400, "audio: a binary message must hold whole 16-bit samples (PCM16 LE)")
             inbox.put(pcm16_samples(data))
+            if inbox.cut:
+                return "limit"
             continue
         check_end_message(message)
         return "end"
@@ -1270,12 +1273,17 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
                      "stream": {**decoder.report(), "how": stream_note}}
             if ended_by == "idle":
                 final["ended_by"] = f"idle: no message for {settings.stream_idle_seconds:g} s"
+            elif ended_by == "limit":
+                final["ended_by"] = (f"limit: the stream is longer than the limit of {settings.max_audio_seconds:g} s; "
+                                     "the transcript covers that much, the audio after it was not read")
             if speak and response:
                 wav, error = await asyncio.to_thread(speak_wav_bytes, response)
                 final["speech"], final["error"] = (speech_json(wav) if wav else None), error
             final["latency_s"]["after_end"] = round(time.perf_counter() - ended, 4)
             await websocket.send_json(final)
-            await websocket.close()
+            # 1009 (too big): a client still sending learns why the socket closed under it
+            await websocket.close(**({"code": 1009, "reason": "stream longer than the limit"}
+                                     if ended_by == "limit" else {}))
         except (RequestError, ContextLengthError) as e:
             await websocket.send_json({"type": "error", "error": str(e)})
             await websocket.close(code=1009 if getattr(e, "status", None) == 413 else 1008)

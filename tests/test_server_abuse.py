@@ -342,6 +342,27 @@ def test_a_stream_that_goes_quiet_gets_its_final_and_is_closed(pipeline, clips):
         (np.frombuffer(b"".join(pcm16_chunks(load_audio(clips[0], SR))), dtype="<i2") / 32768.0).astype(np.float32))[0]
 
 
+def test_a_stream_past_the_length_limit_gets_the_final_of_what_fits_and_is_closed(pipeline, clips):
+    """Before: an error and the close, the transcript of the minutes already sent lost."""
+    limit_s = 1.1  # not a whole number of 0.25 s messages: the one that crosses it is cut
+    chunks = pcm16_chunks(np.concatenate([load_audio(path, SR) for path in clips[:2]]))
+    heard = (np.frombuffer(b"".join(chunks), dtype="<i2") / 32768.0).astype(np.float32)
+    assert len(heard) > 2 * limit_s * SR
+    with TestClient(create_app(pipeline, replace(SETTINGS, max_audio_seconds=limit_s))) as client:
+        with client.websocket_connect("/v1/stream") as ws:
+            for chunk in chunks:  # no {"type": "end"}: the limit ends the stream
+                ws.send_bytes(chunk)
+            final, before = receive_until(ws)
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_json()
+        assert client.get("/health").json()["status"] == "ok"
+    assert final["type"] == "final" and "error" not in [m["type"] for m in before]
+    assert final["ended_by"].startswith("limit: the stream is longer than the limit of 1.1 s"), final["ended_by"]
+    assert closed.value.code == 1009
+    assert final["stream"]["audio_s"] == pytest.approx(limit_s)
+    assert final["transcript"] == pipeline.transcribe(heard[:int(limit_s * SR)])[0]
+
+
 def test_a_hands_free_socket_that_goes_quiet_gets_its_turns_answered_and_is_closed(pipeline, clips):
     from tests.test_server import two_turns
 
