@@ -123,7 +123,7 @@ def train(cfg: DictConfig, start: float, say, library_log) -> dict:
     summary = {"name": cfg.name, "log_dir": str(log_dir), "from_checkpoint": from_checkpoint}
     test_bs = cfg.model.test_ds.batch_size
     if from_checkpoint:
-        summary["architecture_differences"] = recipe.warn_if_other_architecture(model, cfg)
+        summary["architecture_differences"] = recipe.warn_if_other_architecture(model, cfg, warn=say)
         recipe.apply_training_settings(model, cfg.model)
     if from_checkpoint and test_manifest and cfg.evaluate_before_fit and trainer.is_global_zero:
         summary["test_before"] = recipe.score_before_fit(model, trainer, test_manifest, log_dir, test_bs)

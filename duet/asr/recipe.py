@@ -446,8 +446,9 @@ def encoder_differences(checkpoint_encoder: DictConfig, config_encoder: DictConf
             if checkpoint_encoder.get(key) != config_encoder.get(key)}
 
 
-def warn_if_other_architecture(model, cfg: DictConfig) -> dict:
-    """Warn when the checkpoint's encoder is not the one ``--config-name`` describes; return the differences.
+def warn_if_other_architecture(model, cfg: DictConfig, warn: Callable[[str], None] = log.warning) -> dict:
+    """Warn (``warn``: the recipe's console line) when the checkpoint's encoder is not the one ``--config-name``
+    describes; return the differences.
 
     The checkpoint's architecture is what trains (the config's encoder section is ignored), so the run
     would carry a misleading name; the differences also go into ``finetune_summary.json``.
@@ -456,9 +457,8 @@ def warn_if_other_architecture(model, cfg: DictConfig) -> dict:
     if differences:
         listed = ", ".join(f"{key} {ours} in the checkpoint, {theirs} in the config"
                            for key, (ours, theirs) in differences.items())
-        log.warning("The checkpoint's encoder is not %s's (%s): the checkpoint's architecture is trained; pick "
-                    "the config that describes it (e.g. conformer_small for stt_en_conformer_ctc_small)",
-                    cfg.name, listed)
+        warn(f"The checkpoint's encoder is not {cfg.name}'s ({listed}): the checkpoint's architecture is trained; "
+             "pick the config that describes it (e.g. conformer_small for stt_en_conformer_ctc_small)")
     return differences
 
 
