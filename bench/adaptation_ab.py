@@ -37,12 +37,18 @@ from duet.real_speech import DEFAULT_ROOT, TRAINABLE_SET, set_dir
 
 #: name -> the AdaptationSettings fields it changes from the defaults
 RECIPES = {
-    "head_3e-4": {"moving": "head", "lr": 3e-4},
-    "block_1e-4": {"moving": "block", "lr": 1e-4},
-    "block_3e-4": {"moving": "block", "lr": 3e-4},
-    "last_layer_1e-4": {"moving": "last_layer", "lr": 1e-4},
-    "all_1e-4": {"moving": "all", "lr": 1e-4},
+    "head_3e-4": {"moving": "head", "lr": 3e-4, "replay_share": 0.0},
+    "block_1e-4": {"moving": "block", "lr": 1e-4, "replay_share": 0.0},
+    "block_3e-4": {"moving": "block", "lr": 3e-4, "replay_share": 0.0},
+    "last_layer_1e-4": {"moving": "last_layer", "lr": 1e-4, "replay_share": 0.0},
+    "all_1e-4": {"moving": "all", "lr": 1e-4, "replay_share": 0.0},
     "block_1e-4_replay": {"moving": "block", "lr": 1e-4, "replay_share": 0.3},
+    # the tool's default: the replay drawn from the bundled sample's synthetic voices, which every user has
+    "block_1e-4_sample_replay": {"moving": "block", "lr": 1e-4, "replay_share": 0.3, "replay": None},
+    "block_1e-3": {"moving": "block", "lr": 1e-3, "replay_share": 0.0},
+    "last_layer_3e-4": {"moving": "last_layer", "lr": 3e-4, "replay_share": 0.0},
+    "all_3e-4": {"moving": "all", "lr": 3e-4, "replay_share": 0.0},
+    "last_layer_3e-4_replay": {"moving": "last_layer", "lr": 3e-4, "replay_share": 0.3},
 }
 DEV_SPEAKERS = 8  # as tools/demo.py and the base's training manifests carve speechocean762/train
 
@@ -51,7 +57,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--real-speech", type=Path, default=DEFAULT_ROOT, help="the real-speech folder")
     parser.add_argument("--speakers", type=int, default=3, help="how many dev speakers adapt one by one (default 3)")
-    parser.add_argument("--recipes", nargs="+", choices=sorted(RECIPES), default=list(RECIPES))
+    parser.add_argument("--recipes", nargs="+", choices=sorted(RECIPES), default=list(RECIPES)[:6])
     parser.add_argument("--pooled", action="store_true", help="also adapt on the dev speakers' halves together")
     parser.add_argument("--others", type=int, default=40, help="utterances scored as 'others' (default 40)")
     parser.add_argument("--max-steps", type=int, default=AdaptationSettings.max_steps)

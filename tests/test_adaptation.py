@@ -56,7 +56,7 @@ def test_replay_makes_its_share_of_the_mix():
 def test_settings_refuse_what_cannot_run(tmp_path):
     ok = AdaptationSettings(source=tmp_path, out=tmp_path / "out")
     for bad, message in (({"moving": "encoder"}, "--moving"), ({"held_out_share": 1.0}, "--held-out-share"),
-                         ({"replay_share": 0.3}, "needs --replay"), ({"lr": 0.0}, "--lr"),
+                         ({"replay_share": 1.0}, "--replay-share"), ({"lr": 0.0}, "--lr"),
                          ({"source": tmp_path / "missing"}, "source: not found")):
         with pytest.raises(AdaptationError, match=message):
             AdaptationSettings(**{**ok.__dict__, **bad}).validate()
@@ -164,3 +164,11 @@ def test_too_few_recordings_is_one_line(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("adapt: error: ") and "3 usable utterances" in err and len(err.splitlines()) == 1
+
+
+def test_a_replay_share_without_a_manifest_replays_the_bundled_sample(tmp_path):
+    settings = AdaptationSettings(source=tmp_path, out=tmp_path, replay_share=0.3)
+    if not adaptation.SAMPLE_REPLAY.is_dir():
+        pytest.skip("bundled sample missing")
+    replay = adaptation.replay_entries(settings)
+    assert replay and all(str(adaptation.SAMPLE_REPLAY) in e["audio_filepath"] for e in replay)

@@ -12,9 +12,10 @@ Usage:
   # recordings with transcripts: give a NeMo manifest instead of the folder
   python tools/adapt.py data/mine/manifest.json --out experiments/mine
 
-  # also score a general set before and after (what else moved), replay some other speech while adapting
+  # also score a general set before and after (what else moved); replay 30 % of real speech the base trained on
+  # (e.g. speechocean762/train outside your speakers: it kept other speakers level in the bench)
   python tools/adapt.py my_recordings/ --out experiments/mine --general manifests/dev-clean.json \
-      --replay manifests/train-clean.json --replay-share 0.3
+      --replay data/speechocean762/train.train.json --replay-share 0.3
 
 The base (default: the bundled samples/checkpoints/whisper_tiny_ctc.nemo) is fine-tuned on the rest of your
 utterances with the recipe bench/adaptation_ab.py chose (RESULTS.md, "Adapting to one speaker"): the options below
@@ -56,7 +57,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--patience", type=int, default=DEFAULTS.patience,
                         help=f"validations without improvement before stopping (default {DEFAULTS.patience})")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help=f"default {DEFAULTS.batch_size}")
-    parser.add_argument("--replay", type=Path, help="a manifest of other speech mixed into training")
+    parser.add_argument("--replay", type=Path,
+                        help="a manifest of other speech mixed into training (default with --replay-share: the bundled "
+                             "sample's train-clean)")
     parser.add_argument("--replay-share", type=float, default=DEFAULTS.replay_share,
                         help=f"share of the training utterances drawn from --replay (default {DEFAULTS.replay_share})")
     parser.add_argument("--general", type=Path, help="a manifest scored before and after (what else moved)")
