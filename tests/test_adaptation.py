@@ -172,3 +172,10 @@ def test_a_replay_share_without_a_manifest_replays_the_bundled_sample(tmp_path):
         pytest.skip("bundled sample missing")
     replay = adaptation.replay_entries(settings)
     assert replay and all(str(adaptation.SAMPLE_REPLAY) in e["audio_filepath"] for e in replay)
+
+
+def test_a_folder_without_audio_is_one_line_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code = load_script(REPO / "tools" / "adapt.py").main([str(tmp_path / "empty"), "--out", str(tmp_path / "out")])
+    assert code == 2 and "no audio files in folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,7 @@ from duet.asr.inference import load_asr_model
 from duet.asr.pseudo_labelling import DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, pseudo_label
 from duet.decoding_file import DECODING_FILE_NAME, decoding_file_for
 from duet.errors import DuetError
+from duet.io import expand_audio_paths
 from duet.foundation.files import write_text_atomic
 from duet.manifest import build_split_manifest, read_manifest, write_manifest
 from duet.text import normalize_spoken
@@ -97,6 +98,8 @@ class AdaptationSettings:
                            ("general", self.general)):
             if path is not None and not Path(path).exists():
                 raise AdaptationError(f"{name}: not found: {path}")
+        if Path(self.source).is_dir():
+            expand_audio_paths([self.source])  # a folder without audio is one line before the run folder exists
 
     def as_json(self) -> dict:
         return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
