@@ -1,8 +1,8 @@
 """No library's log line on a tool's console without --verbose: every entry script's --help, and a real call of the
 tools that load NeMo, Lightning or transformers for a user (the pipeline on a file, the server answering a request with
-beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher; nemo_recipes/finetune_ctc.py's
-console is checked in tests/test_asr_recipe.py), their standard output and error read for NeMo's, Lightning's and
-OneLogger's lines. Minutes, NeMo's import in most: the slow tier."""
+beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher, importing Whisper;
+nemo_recipes/finetune_ctc.py's console is checked in tests/test_asr_recipe.py), their standard output and error read
+for NeMo's, Lightning's and OneLogger's lines. Minutes, NeMo's import in most: the slow tier."""
 
 from __future__ import annotations
 
@@ -138,3 +138,17 @@ def test_pseudo_labelling_with_a_nemo_teacher_prints_its_count_and_result_only(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("pseudo_label: kept ") and proc.stderr == "  1/1 files\n"
     assert foreign_lines(log.read_text())  # NeMo's, restoring the teacher
+
+
+def test_importing_whisper_prints_its_result_line_only(tmp_path):
+    from tests.asr_helpers import train_tokenizer
+
+    tokenizer = train_tokenizer(["set a timer for five minutes", "play some jazz", "what is the weather"] * 4,
+                                tmp_path / "tokenizer", 30)
+    log = tmp_path / "import_whisper.log"
+    proc = subprocess.run([sys.executable, "tools/import_whisper.py", "--tokenizer", str(tokenizer), "--out",
+                           str(tmp_path / "w.nemo"), "--log", str(log)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("import_whisper: Whisper tiny.en encoder + CTC head") and proc.stderr == ""
+    assert foreign_lines(log.read_text())  # NeMo's, building and saving the model

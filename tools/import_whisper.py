@@ -54,9 +54,10 @@ from pathlib import Path
 
 from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
 from duet.asr.whisper_import import ImportSettings, build_model
+from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
-from duet.foundation.files import atomic_path, write_text_atomic
+from duet.foundation.files import atomic_path, library_output_to, write_text_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -85,6 +86,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dropout", type=float,
                         help="dropout in the encoder's blocks while training (default 0, or the --from-nemo model's: "
                              "Whisper was trained without it, and 0.1 more than doubles the warm-started model's CTC loss)")
+    add_log_arguments(parser, "import_whisper")
     return parser
 
 
@@ -126,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         for path in (*warm.manifests, *([warm.dev_manifest] if warm.dev_manifest else [])):
             if not path.is_file():  # before the model is built: a typo costs nothing
                 raise DuetError(f"--warm-start manifest not found: {path}")
-    model = build_model(settings)
-    report = warm_start(model, warm) if warm else None
-    with atomic_path(args.out) as tmp:
-        model.save_to(str(tmp))
+    # NeMo's lines, building and saving the model, go to --log; the warm start's progress stays on the console
+    with library_output_to(log_target(args)) as (out, _):
+        model = build_model(settings)
+        report = warm_start(model, warm, out) if warm else None
+        with atomic_path(args.out) as tmp:
+            model.save_to(str(tmp))
     if warm:  # after the model: a report never describes a .nemo that failed to be written
         write_text_atomic(args.out.with_suffix(".warm_start.json"),
                           json.dumps({"settings": asdict(warm), "report": asdict(report)}, indent=2, default=str) + "\n")
@@ -140,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def warm_start(model, settings: WarmStartSettings):
-    """Run the head warm start with a progress line every tenth of each phase."""
+def warm_start(model, settings: WarmStartSettings, out):
+    """Run the head warm start with a progress line on ``out`` every tenth of each phase."""
     shown = {}
 
     def progress(phase: str, done: int, total: int, loss: float | None) -> None:
@@ -149,14 +153,14 @@ def warm_start(model, settings: WarmStartSettings):
         if shown.get(phase) != tenth:
             shown[phase] = tenth
             extra = f", loss {loss:.3f}" if loss is not None else ""
-            print(f"  warm start: {phase} {done}/{total}{extra}", flush=True)
+            print(f"  warm start: {phase} {done}/{total}{extra}", file=out, flush=True)
 
     report = warm_start_head(model, settings, progress)
     dev = (f", dev greedy WER {report.dev_wer_before:.1%} -> {report.dev_wer_after:.1%}"
            if report.dev_wer_after is not None else "")
     what = "head and adapter" if settings.train_adapter and len(model.encoder.adapter) else "head"
     print(f"warm start: {what} trained {settings.steps} steps on {report.audio_seconds / 3600:.2f} h of encoder outputs, "
-          f"CTC loss {report.first_loss:.2f} -> {report.last_loss:.2f}{dev}, in {report.elapsed_s:.0f} s")
+          f"CTC loss {report.first_loss:.2f} -> {report.last_loss:.2f}{dev}, in {report.elapsed_s:.0f} s", file=out)
     return report
 
 
