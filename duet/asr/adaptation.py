@@ -160,20 +160,23 @@ def _data_config(manifest: Path, batch_size: int, shuffle: bool, sample_rate: in
             "shuffle": shuffle, "num_workers": 0, "pin_memory": False, "min_duration": 0.1, "max_duration": 29.0}
 
 
-class _Progress(pl.Callback):
-    """One console line per validation: the step, the held-out WER and the best so far (the base's included)."""
+class _ValidationLog(pl.Callback):
+    """Every validation's (step, held-out WER), the base's first; from the second on, one console line each with the
+    best so far marked (the base's included)."""
 
-    def __init__(self, say: Callable[[str], None], base_wer: float):
-        self.say, self.best = say, base_wer
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.rows: list[tuple[int, float]] = []
 
     def on_validation_end(self, trainer, pl_module):
         wer = trainer.callback_metrics.get("val_wer")
         if wer is None or trainer.sanity_checking:
             return
         wer = float(wer)
-        mark = " (best)" if wer < self.best else ""
-        self.best = min(self.best, wer)
-        self.say(f"  step {trainer.global_step}: held-out WER {100 * wer:.2f} %{mark}")
+        if self.rows:
+            mark = " (best)" if wer < min(w for _, w in self.rows) else ""
+            self.say(f"  step {trainer.global_step}: held-out WER {100 * wer:.2f} %{mark}")
+        self.rows.append((trainer.global_step, wer))
 
 
 @dataclass
@@ -184,16 +187,6 @@ class FineTuneResult:
     best_step: int | None  # None: no step beat the base, which is handed back
     steps_run: int
     validations: list[tuple[int, float]] = field(default_factory=list)
-
-
-class _History(pl.Callback):
-    def __init__(self):
-        self.rows: list[tuple[int, float]] = []
-
-    def on_validation_end(self, trainer, pl_module):
-        wer = trainer.callback_metrics.get("val_wer")
-        if wer is not None and not trainer.sanity_checking:
-            self.rows.append((trainer.global_step, float(wer)))
 
 
 def fine_tune(model, train_manifest: Path, held_out_manifest: Path, settings: AdaptationSettings, run_dir: Path,
@@ -212,7 +205,7 @@ def fine_tune(model, train_manifest: Path, held_out_manifest: Path, settings: Ad
     if settings.moving == "all" and settings.encoder_lr_scale != 1.0:
         recipe.use_encoder_finetune(model, None, OmegaConf.create({"lr_scale": settings.encoder_lr_scale,
                                                                    "freeze_steps": 0}))
-    history = _History()
+    history = _ValidationLog(say)
     checkpoint = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor="val_wer", mode="min",
                                  save_top_k=1, save_weights_only=True, enable_version_counter=False)
     stopping = EarlyStopping(monitor="val_wer", mode="min", patience=settings.patience, check_on_train_epoch_end=False)
@@ -220,10 +213,9 @@ def fine_tune(model, train_manifest: Path, held_out_manifest: Path, settings: Ad
                          val_check_interval=settings.validate_every, check_val_every_n_epoch=None,
                          num_sanity_val_steps=0, logger=CSVLogger(str(run_dir), name="csv_logs", version=""),
                          log_every_n_steps=1, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[history, checkpoint, stopping], deterministic=False)
+                         callbacks=[history, checkpoint, stopping])
     model.set_trainer(trainer)
     base_wer = float(trainer.validate(model, verbose=False)[0]["val_wer"])
-    trainer.callbacks.append(_Progress(say, base_wer))
     say(f"  base: held-out WER {100 * base_wer:.2f} %; training {sum(p.numel() for p in moving) / 1e6:.2f} M "
         f"parameters ({settings.moving}) for up to {settings.max_steps} steps")
     base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
