@@ -972,7 +972,8 @@ class RequestGuard:
     - an ``Origin`` other than the page's own (the scheme and the ``Host`` it was served from) or one of
       ``allowed_origins`` (403): another web page in the user's browser. Clients that are not browsers send none;
     - with an ``api_key``, a request without ``Authorization: Bearer <key>`` (401), except the page, its files
-      and /health;
+      and /health; a browser's WebSocket, which cannot send headers, offers the key as a subprotocol instead
+      (:func:`presented_key`);
     - a body over the upload limit (413), counted as it streams in (a ``Content-Length`` over it is refused at
       once, a chunked body when it passes the limit): the route is told the client left, and nothing past the
       limit reaches the multipart parser, its temporary files or the disk.
@@ -1012,9 +1013,8 @@ class RequestGuard:
             return 403, f"Origin {origin!r} is not allowed (the page's own origin and --allowed-origin only)", None
         path = scope.get("path", "")
         if settings.api_key is not None and path not in self.PUBLIC and not path.startswith("/static/"):
-            scheme, _, given = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                                       settings.api_key.strip().encode()):
+            given = presented_key(scope, headers)
+            if given is None or not hmac.compare_digest(given.encode(), settings.api_key.strip().encode()):
                 return 401, "authorization: this server needs its API key (Authorization: Bearer <key>)", \
                     {"WWW-Authenticate": "Bearer"}
         length = headers.get("content-length")
@@ -1047,6 +1047,31 @@ class RequestGuard:
             await send(message)
 
         await self.app(scope, counted_receive, guarded_send)
+
+
+#: The WebSocket subprotocol the server agrees to when a client offers it: a browser that offers any subprotocol
+#: (the key's, below) fails the handshake unless the server picks one of them, and it must not be the key's
+STREAM_SUBPROTOCOL = "duet"
+#: A browser's WebSocket cannot send an Authorization header: it offers ``duet.key.<key in base64url, unpadded>``
+#: beside ``duet`` (a subprotocol is a token: base64url's characters are all allowed in one). The page does this.
+KEY_SUBPROTOCOL_PREFIX = "duet.key."
+
+
+def presented_key(scope, headers: Headers) -> str | None:
+    """The API key a request presents: ``Authorization: Bearer <key>``, or on a WebSocket the key subprotocol."""
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return given.strip()
+    if scope["type"] != "websocket":
+        return None
+    for protocol in scope.get("subprotocols", []):
+        if protocol.startswith(KEY_SUBPROTOCOL_PREFIX):
+            encoded = protocol[len(KEY_SUBPROTOCOL_PREFIX):]
+            try:
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode().strip()
+            except ValueError:  # not base64 (binascii.Error), not UTF-8 (UnicodeDecodeError): no key given
+                return None
+    return None
 
 
 def exposure_warning(settings: ServerSettings) -> str | None:
@@ -1221,7 +1246,8 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
 
     @app.websocket("/v1/stream")
     async def stream(websocket: WebSocket, speak: bool = False, turns: bool | None = None):
-        await websocket.accept()
+        offered = websocket.scope.get("subprotocols", [])
+        await websocket.accept(subprotocol=STREAM_SUBPROTOCOL if STREAM_SUBPROTOCOL in offered else None)
         if settings.turns if turns is None else turns:
             await TurnsSession(websocket, pipeline, worker, settings, speak, stream_note, streaming_model).run()
             return

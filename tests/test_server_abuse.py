@@ -8,6 +8,7 @@ where the socket itself matters (keepalive pings).
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import shutil
@@ -245,6 +246,31 @@ def test_the_api_key_is_needed_on_http_and_the_websocket(pipeline, clips):
             assert receive_until(ws)[0]["type"] == "final"
     with pytest.raises(duet.server.ServerSettingsError, match="--api-key must be at least 8"):
         replace(SETTINGS, api_key="short").validate()
+
+
+def key_subprotocol(key: str) -> str:
+    return "duet.key." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def test_a_browser_websocket_offers_the_key_as_a_subprotocol(pipeline, clips):
+    """A browser cannot set Authorization on a WebSocket (duet/web/app.js offers the key's subprotocol beside
+    "duet"): the server agrees to "duet", never echoing the key's."""
+    key = KEY + "+/"  # base64url's "-" and "_" on the wire
+    with TestClient(create_app(pipeline, replace(SETTINGS, api_key=key))) as client:
+        with client.websocket_connect("/v1/stream", subprotocols=["duet", key_subprotocol(key)]) as ws:
+            assert ws.accepted_subprotocol == "duet"
+            for chunk in pcm16_chunks(load_audio(clips[0], SR)):
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            assert receive_until(ws)[0]["type"] == "final"
+        for offered in (["duet", key_subprotocol("wrong-key-0000")], ["duet", "duet.key.%%%"], ["duet"]):
+            with pytest.raises(WebSocketDisconnect) as closed:
+                with client.websocket_connect("/v1/stream", subprotocols=offered) as ws:
+                    ws.receive_json()
+            assert closed.value.code == 1008, offered
+        # on HTTP only the header counts
+        refused(client.post("/v1/respond", json={"text": "hi"},
+                            headers={"sec-websocket-protocol": key_subprotocol(key)}), 401, "API key")
 
 
 def test_other_host_names_and_other_pages_are_refused(pipeline):

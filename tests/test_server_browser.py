@@ -178,3 +178,64 @@ def test_hands_free_answers_each_utterance_when_the_speaker_pauses(micro_model_a
         assert said and said != "(nothing heard)", "the micro model should hear some tokens"
         assert answer == "→ " + " ".join(pipeline.respond(said).split())  # the server's answer to that turn
     assert int(done.split()[1]) >= 2, done
+
+
+@pytest.mark.integration
+def test_the_page_sends_the_api_key_on_fetch_and_the_websocket(micro_model_and_manifest, tiny_slm_folder, tmp_path):
+    """The key comes in the address's fragment (#key=...), is kept in localStorage and taken off the address; the
+    WebSocket carries it as a subprotocol, the upload as Authorization: Bearer. A recording that runs past the
+    server's length limit ends there with its final (the page stops the microphone); a wrong key is said."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = "page-key-0123456789+/="  # base64's own characters too: the subprotocol carries it as base64url
+    model, _, _, entries = micro_model_and_manifest
+    audio = load_audio(entries[0]["audio_filepath"], SR)
+    wav = tmp_path / "speech.wav"  # the fake microphone loops it; the upload is it too
+    soundfile.write(wav, audio, SR, subtype="PCM_16")
+    limit_s = round(len(audio) / SR + 1.0, 1)  # the upload fits, the looped microphone does not
+    tokenizer, slm = load_model(tiny_slm_folder)
+    pipeline = VoicePipeline(model, slm, tokenizer, PipelineSettings(
+        generation=GenerationSettings(max_new_tokens=8), batching=replace(PIPELINE_BATCHING, workers=1)))
+    server, url = serve_in_thread(create_app(pipeline, ServerSettings(stream_interval=0.5, api_key=key,
+                                                                      max_audio_seconds=limit_s),
+                                             asr_model="micro.nemo"))
+    driver = start_chromium(wav, tmp_path / "profile")
+    status = lambda d: d.find_element(By.ID, "status").text  # noqa: E731
+    try:
+        driver.get(f"{url}/#key={key}")
+        wait = WebDriverWait(driver, 40)
+        wait.until(lambda d: "micro.nemo" in d.find_element(By.ID, "models").text)
+        address = driver.current_url
+        driver.get(url)  # again, without the fragment: the key is kept in this browser
+        wait.until(lambda d: "micro.nemo" in d.find_element(By.ID, "models").text)
+        field = driver.find_element(By.ID, "api-key")
+        shown, kept = field.is_displayed(), field.get_attribute("value")
+        driver.find_element(By.ID, "speak").click()  # no spoken answer: nothing here needs espeak-ng
+        driver.find_element(By.ID, "record").click()
+        wait.until(lambda d: status(d).startswith("done"))  # no Stop: the server ends the stream at its limit
+        recorded = (status(driver), driver.find_element(By.ID, "transcript").text,
+                    driver.find_element(By.ID, "stop").is_enabled())
+        driver.find_element(By.ID, "file").send_keys(str(wav))
+        driver.find_element(By.ID, "send-file").click()
+        wait.until(lambda d: d.find_element(By.ID, "partial").text == "(a file is answered whole)")
+        uploaded = (status(driver), driver.find_element(By.ID, "transcript").text)
+        field.clear()
+        field.send_keys("wrong-key-0000", Keys.TAB)  # TAB: the change event saves it
+        driver.find_element(By.ID, "send-file").click()
+        wait.until(lambda d: status(d).startswith("error"))
+        refused_upload = status(driver)
+        driver.find_element(By.ID, "record").click()
+        wait.until(lambda d: "refused" in status(d))
+        refused_stream = status(driver)
+        driver.find_element(By.ID, "stop").click()
+    finally:
+        driver.quit()
+        server.should_exit = True
+    assert "key=" not in address and shown and kept == key
+    assert recorded[0].startswith(f"done (limit: the stream is longer than the limit of {limit_s:g} s"), recorded
+    assert recorded[1] and recorded[1] != "(nothing heard)" and not recorded[2]
+    assert uploaded[0] == "done" and uploaded[1] and uploaded[1] != "(nothing heard)"
+    assert refused_upload.startswith("error: authorization: this server needs its API key"), refused_upload
+    assert refused_stream == "the server refused the stream (is the API key right?)"

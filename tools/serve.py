@@ -32,13 +32,16 @@ allowed audio containers only (no playlists or lists that name other files). Req
 truncated, corrupt or empty audio and bad options (language-model options within slm.generation's bounds: at most
 16 beams and 1024 new tokens, finite temperature and penalty) are answered 4xx with {"error": "..."}; more than
 --queue-size requests at once, 503 with Retry-After (/health gives the queue's wait and run times). All inference
-runs on one thread. A WebSocket that sends nothing for --stream-idle-seconds gets its final and is closed.
+runs on one thread. A WebSocket that sends nothing for --stream-idle-seconds gets its final and is closed; one that
+goes past --max-audio-seconds gets the final of the audio up to the limit ("ended_by": "limit: ...") and is closed.
 
 Who may use it: requests must name the server by an IP address, localhost or an --allowed-host (a web page whose
 name was re-pointed here is refused: DNS rebinding), and a browser's requests must come from the server's own
 page or an --allowed-origin. With --api-key(-file) every request but the page, its files and /health needs
-"Authorization: Bearer <key>" (the page itself sends none: use it without a key, on loopback); listening beyond
-127.0.0.1 without one prints a warning. No /docs page (it would load Swagger from a CDN); /openapi.json is served.
+"Authorization: Bearer <key>" (a browser's WebSocket offers the subprotocol duet.key.<key in base64url> instead;
+the page takes the key from its field, or from http://host:port/#key=<key>, and keeps it in the browser's
+localStorage); listening beyond 127.0.0.1 without one prints a warning. No /docs page (it would load Swagger
+from a CDN); /openapi.json is served.
 
 /v1/pipeline and the WebSocket's final message carry the transcript's "confidence" (mean word confidence,
 duet/confidence.py) and "understood"; below --min-confidence (as in tools/pipeline.py; 0 turns it off) the

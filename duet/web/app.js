@@ -3,6 +3,8 @@
 // Hands-free: the socket takes turns (?turns=true): the server's voice activity detection ends each turn when the
 // speaker pauses and answers it; the microphone stays open for the next turn (and is not sent while the spoken
 // answer plays, so the page does not answer itself) until Stop.
+// A server started with --api-key wants its key on every request: the page takes it from its address's fragment
+// (…/#key=<key>: a fragment never leaves the browser) or from the field, and keeps it in localStorage.
 "use strict";
 
 const TARGET_RATE = 16000;
@@ -13,6 +15,40 @@ let recording = null; // {socket, context, stream, processor, resampler, pending
 let answering = false; // a spoken answer is playing: hands-free mode does not send the microphone meanwhile
 
 function setStatus(text) { $("status").textContent = text; }
+
+const KEY_STORE = "duet.api-key";
+
+function apiKey() { return $("api-key").value.trim(); }
+
+function authorization() {
+  const key = apiKey();
+  return key ? { Authorization: "Bearer " + key } : {};
+}
+
+// A browser's WebSocket sends no headers of the page's: the key goes as the subprotocol duet.key.<base64url>, beside
+// "duet", the one the server agrees to (duet/server.py: presented_key).
+function streamProtocols() {
+  const key = apiKey();
+  if (!key) return [];
+  const bytes = new TextEncoder().encode(key);
+  const encoded = btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return ["duet", "duet.key." + encoded];
+}
+
+function loadKey() {
+  // not URLSearchParams: it reads "+" as a space, and keys hold base64's "+" as often as not
+  const given = /(?:^|&)key=([^&]*)/.exec(location.hash.slice(1));
+  if (given && given[1]) {
+    localStorage.setItem(KEY_STORE, decodeURIComponent(given[1]));
+    history.replaceState(null, "", location.pathname + location.search); // the key off the address bar
+  }
+  $("api-key").value = localStorage.getItem(KEY_STORE) || "";
+}
+
+function saveKey() {
+  if (apiKey()) localStorage.setItem(KEY_STORE, apiKey());
+  else localStorage.removeItem(KEY_STORE);
+}
 
 function clearResults() {
   for (const id of ["partial", "transcript", "confidence", "response", "tool-calls", "turns"]) $(id).textContent = "";
@@ -73,7 +109,9 @@ function showResult(result) {
     audio.hidden = false;
     audio.play().catch(() => {}); // autoplay may be refused; the controls stay
   }
-  setStatus(result.error ? "done, with an error: " + result.error : "done");
+  // ended_by: the stream was ended by the server (idle, or past the length limit: the transcript covers the limit)
+  const ended = result.ended_by ? " (" + result.ended_by + ")" : "";
+  setStatus(result.error ? "done, with an error: " + result.error + ended : "done" + ended);
 }
 
 // Box-filter decimation from the context's rate to 16 kHz, carrying the leftover samples between callbacks.
@@ -121,7 +159,8 @@ async function startRecording() {
   }
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const socket = new WebSocket(
-    `${scheme}//${location.host}/v1/stream?speak=${$("speak").checked}&turns=${$("hands-free").checked}`);
+    `${scheme}//${location.host}/v1/stream?speak=${$("speak").checked}&turns=${$("hands-free").checked}`,
+    streamProtocols());
   socket.binaryType = "arraybuffer";
   const context = new AudioContext();
   const source = context.createMediaStreamSource(stream);
@@ -147,12 +186,19 @@ async function startRecording() {
       addTurn(message);
       showResult(message);
       if (recording) setStatus(turn + "answered; listening…");
-    } else if (message.type === "final") { showResult(message); socket.close(); }
+    } else if (message.type === "final") {
+      if (recording && recording.socket === socket) stopRecording(); // the server ended the stream (idle, limit)
+      showResult(message);
+      socket.close();
+    }
     else if (message.type === "done") { setStatus(`done: ${message.turns} turn(s)`); socket.close(); }
     else if (message.type === "error") setStatus(turn + "error: " + message.error);
   };
-  socket.onerror = () => setStatus("connection error");
+  let opened = false;
+  socket.onerror = () => setStatus(opened ? "connection error"
+    : "the server refused the stream" + (apiKey() ? " (is the API key right?)" : " (does it need an API key?)"));
   socket.onopen = () => {
+    opened = true;
     source.connect(processor);
     processor.connect(mute);
     mute.connect(context.destination);
@@ -186,7 +232,7 @@ async function sendFile() {
   const form = new FormData();
   form.append("file", file);
   form.append("speak", $("speak").checked ? "true" : "false");
-  const reply = await fetch("/v1/pipeline", { method: "POST", body: form });
+  const reply = await fetch("/v1/pipeline", { method: "POST", body: form, headers: authorization() });
   const body = await reply.json();
   if (!reply.ok) { setStatus("error: " + body.error); return; }
   $("partial").textContent = "(a file is answered whole)";
@@ -199,11 +245,14 @@ async function showModels() {
     const check = health.min_confidence > 0 ? `not understood below confidence ${health.min_confidence}`
                                             : "confidence check off";
     $("models").textContent = `ASR ${health.asr_model} (${health.asr_decoding}), SLM ${health.slm_model}; ${check}`;
+    $("key-row").hidden = !health.api_key && !apiKey();
   } catch (e) {
     $("models").textContent = "server not reachable";
   }
 }
 
+loadKey();
+$("api-key").addEventListener("change", saveKey);
 $("answer-audio").addEventListener("play", () => { answering = true; });
 for (const name of ["ended", "pause", "error"]) $("answer-audio").addEventListener(name, () => { answering = false; });
 $("record").addEventListener("click", startRecording);
