@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 
 from duet.foundation.errors import cli
+from duet.errors import DuetError
+from duet.lexicon import answer_words
 from duet.foundation.files import write_text_atomic
 from slm.generation import GenerationSettings, generate_responses, load_model
 from slm.metrics import OPEN_REQUESTS, is_refusal, load_open_requests, names_keywords, well_formed, well_formed_share
@@ -50,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     requests = load_open_requests()
+    lexicon = answer_words()
+    if lexicon is None:
+        raise DuetError("WordNet is not installed (tools/setup.sh): no lexicon to check the answers' words against")
     greedy = GenerationSettings(strategy="greedy", max_new_tokens=args.max_new_tokens, repetition_penalty=1.0)
     results = {"requests": str(OPEN_REQUESTS.name), "decoding": f"greedy, max_new_tokens={args.max_new_tokens}",
                "models": {}}
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         answers = generate_responses(model, tokenizer, [{"instruction": r["request"], "input": ""} for r in requests],
                                      greedy, batch_size=len(requests))
         rows = [{**r, "answer": a, "on_topic": names_keywords(a, r["keywords"]), "refused": is_refusal(a),
-                 "well_formed": well_formed(a, request=r["request"]).ok} for r, a in zip(requests, answers)]
+                 "well_formed": well_formed(a, lexicon, r["request"]).ok} for r, a in zip(requests, answers)]
         for row in rows:
             mark = "+" if row["on_topic"] else "?" if row["refused"] else "-"
             print(f"  {mark}{' ' if row['well_formed'] else '~'} {row['request']!r} -> {row['answer']!r}")
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                    "actions_on_topic": sum(r["on_topic"] for r in actions), "actions": len(actions),
                    "invented": sum(not r["on_topic"] and not r["refused"] for r in questions),
                    "refused": sum(r["refused"] and not r["on_topic"] for r in questions), "questions": len(questions),
-                   "well_formed": well_formed_share(answers, [r["request"] for r in requests])}
+                   "well_formed": well_formed_share(answers, lexicon, [r["request"] for r in requests])}
         results["models"][str(folder)] = {**summary, "answers": rows}
         print(f"{folder}: on topic {summary['on_topic']:.0f} % of {len(rows)} (actions {summary['actions_on_topic']} of "
               f"{len(actions)}, knowledge {summary['knowledge']:.0f} %); questions answered with an invented fact "

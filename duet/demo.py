@@ -35,7 +35,8 @@ from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
 from duet.foundation import EXPERIMENTS, REPO_ROOT, python_command, usable_cores
 from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
-from slm.metrics import assistant_scores, check_answer
+from duet.lexicon import answer_words
+from slm.metrics import assistant_scores, check_answer, well_formed_share
 
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
 # The LM's text (tools/make_lm_text.py --source corpus wordnet): 100k sentences of the corpus's own generator (the
@@ -302,12 +303,21 @@ def asr_summary(summary_json: Path) -> str:
 
 
 def slm_summary(metrics_json: Path) -> str:
-    """Validation loss on answer tokens (what the model is trained on) and BLEU-4/ROUGE-L, before -> after."""
+    """Validation loss on answer tokens (what the model is trained on), BLEU-4/ROUGE-L and the well-formed share of
+    the test rows' answers, before -> after (after alone when the starting model was not scored)."""
     metrics = json.loads(metrics_json.read_text())
-    before, after = metrics["before"], metrics["after"]
-    return (f"val answer loss {before['masked_loss']:.2f} -> {after['masked_loss']:.2f} "
-            f"(ppl {before['perplexity']:.0f} -> {after['perplexity']:.1f}), "
-            f"BLEU-4 {before['bleu4']:.1f} -> {after['bleu4']:.1f}, ROUGE-L {before['rougeL']:.1f} -> {after['rougeL']:.1f}")
+    after = metrics["after"]
+    before = metrics.get("before")
+    shown = lambda key, spec: (f"{format(before[key], spec)} -> " if before and before.get(key) is not None else "") \
+        + format(after[key], spec)  # noqa: E731
+    # slm.metrics.well_formed of the test rows' answers beside metrics.json (slm/ cannot read duet.lexicon's words)
+    generations = metrics_json.parent / "generations_after.jsonl"
+    records = read_jsonl(generations) if generations.is_file() else []
+    share = well_formed_share([r["generation"] for r in records], answer_words(),
+                              [f"{r['instruction']} {r['input']}" for r in records])
+    well_formed = f", well-formed {share:.0f}%" if share is not None else ""
+    return (f"val answer loss {shown('masked_loss', '.2f')} (ppl {shown('perplexity', '.1f')}), "
+            f"BLEU-4 {shown('bleu4', '.1f')}, ROUGE-L {shown('rougeL', '.1f')}{well_formed}")
 
 
 def reference_answers(split: str = "test-clean") -> dict[str, str]:
@@ -366,6 +376,10 @@ def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, right: int = 
              f"{scores['assistant_on_topic']:.0f}%",
              f"    correct (on topic, and any sum, conversion or temperature worked out right: slm.metrics."
              f"check_answer): {len(correct)} of {len(judged)}"]
+    well_formed = well_formed_share([r["response"] or "" for r in ok], answer_words(), [r["transcript"] or "" for r in ok])
+    if well_formed is not None:
+        lines.append(f"    well-formed (every word English, no loop: slm.metrics.well_formed): {well_formed:.0f}% of all "
+                     f"{len(ok)} answers")
     for r in correct[:right]:
         lines.append(f"    right: said {r['said']!r}, heard {r['transcript']!r} -> {r['response']!r}")
     if not correct:

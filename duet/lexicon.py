@@ -10,6 +10,7 @@ once per process (about a second), held in memory.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from functools import lru_cache
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from duet.english_text import WORDNET_DIR, EnglishTextMissing, all_wordnet_examples
 from duet.foundation import REPO_ROOT
+from slm.tool_calls import execute_calls
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +53,19 @@ def english_words(wordnet_dir: Path = WORDNET_DIR, sample_dir: Path = SAMPLE_TRA
         for line in transcripts.read_text(encoding="utf-8").splitlines():
             words.update(words_of(line.partition(" ")[2]))
     return frozenset(words)
+
+
+ALPACA_SAMPLE = REPO_ROOT / "samples" / "alpaca_sample.json"
+
+
+@lru_cache(maxsize=1)
+def answer_words(wordnet_dir: Path = WORDNET_DIR) -> frozenset[str] | None:
+    """The words a language model's answer may hold (``slm.metrics.well_formed``): :func:`english_words` and the
+    words of the answers of ``samples/alpaca_sample.json`` (the assistant's taught vocabulary: "app", "lo-fi"), their
+    tool calls executed; None where WordNet is not installed."""
+    words = english_words(Path(wordnet_dir))
+    if words is None:
+        return None
+    taught = {word for row in json.loads(ALPACA_SAMPLE.read_text(encoding="utf-8"))
+              for word in words_of(execute_calls(row["output"]).text)}
+    return words | taught

@@ -19,8 +19,7 @@ from duet.foundation.files import save_png_atomic, write_jsonl_atomic, write_tex
 from slm.data import format_alpaca_prompt, load_alpaca, load_splits_for, tokenize_example
 from slm.errors import SlmError
 from slm.generation import GenerationSettings, generate_responses, load_model
-from slm.metrics import (ASSISTANT_SCORER, WELL_FORMED_SCORER, assistant_scores, dataset_losses, text_metrics,
-                         well_formed_share)
+from slm.metrics import ASSISTANT_SCORER, assistant_scores, dataset_losses, text_metrics
 from slm.tool_calls import execute_calls
 
 BLEU_KEYS = ("bleu1", "bleu2", "bleu3", "bleu4")
@@ -75,23 +74,17 @@ def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows:
     # the answers are shown with their tool calls executed: so are the references they are scored against
     references = [execute_calls(row["output"]).text for row in generation_rows]
     scores = {**text_metrics(answers, references, bertscore_model=bertscore_model),
-              **assistant_scores([{**row, "output": ref} for row, ref in zip(generation_rows, references)], answers),
-              "well_formed": well_formed_share(answers, [f"{r['instruction']} {r['input']}" for r in generation_rows])}
+              **assistant_scores([{**row, "output": ref} for row, ref in zip(generation_rows, references)], answers)}
     scores["scorers"]["assistant"] = ASSISTANT_SCORER
-    scores["scorers"]["well_formed"] = WELL_FORMED_SCORER
     log(f"  greedy answers to {len(answers)} rows: BLEU-4 {scores['bleu4']:.2f}, ROUGE-L {scores['rougeL']:.2f}, "
         f"{bertscore_text(scores)} ({time.time() - started:.0f} s)")
-    log(f"  {assistant_text(scores)}; well-formed {_share_text(scores['well_formed'])}")
+    log(f"  {assistant_text(scores)}")
     records = [{"prompt": format_alpaca_prompt(row["instruction"], row["input"]), "instruction": row["instruction"],
                 "input": row["input"], "reference": ref, "generation": gen}
                for row, ref, gen in zip(generation_rows, references, answers)]
     summary = {**losses, **scores, "loss_rows": len(loss_rows), "generation_rows": len(generation_rows),
                "decoding": f"greedy, max_new_tokens={max_new_tokens}"}
     return summary, records
-
-
-def _share_text(share: float | None) -> str:
-    return "n/a (no lexicon)" if share is None else f"{share:.1f} %"
 
 
 def bertscore_text(summary: dict) -> str:

@@ -104,12 +104,11 @@ def load_splits(cfg) -> dict[str, list[dict]]:
     if cfg.data.max_examples:
         rows = rows[: cfg.data.max_examples]
     splits = split_examples(rows, list(cfg.data.split), cfg.data.split_seed)
-    if cfg.data.tool_rows < 0:
-        raise ConfigError(f"data.tool_rows must be >= 0 (0 = none), got {cfg.data.tool_rows}")
-    if cfg.data.tool_rows:
-        from duet.synth.alpaca_sample import tool_examples
-
-        splits["train"] = splits["train"] + tool_examples(cfg.data.tool_rows, cfg.data.split_seed)
+    if cfg.data.tool_rows:  # rows whose answers call tools or refuse, for the training split only
+        try:
+            splits["train"] = splits["train"] + load_alpaca(str(resolve_path(cfg.data.tool_rows)))
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"data.tool_rows: {e}") from None
     return splits
 
 
@@ -393,7 +392,7 @@ def _train_and_evaluate(cfg, config_text: str, work_dir: Path, final_dir: Path, 
     changes = ", ".join(f"{name} {_fmt(before.get(key), spec)} -> {_fmt(after.get(key), spec)}" for name, key, spec in (
         ("val masked loss", "masked_loss", ".3f"), ("unmasked loss", "unmasked_loss", ".3f"),
         ("BLEU-4", "bleu4", ".1f"), ("ROUGE-L", "rougeL", ".1f"), ("BERTScore F1", "bertscore_f1", ".1f"),
-        ("on-topic assistant answers %", "assistant_on_topic", ".0f"), ("well-formed %", "well_formed", ".0f")))
+        ("on-topic assistant answers %", "assistant_on_topic", ".0f")))
     log.info("done in %.0f s (training %.0f s): %s%s; saved %s", metrics["total_seconds"], train_seconds, changes,
              f" ({after['bertscore_model']})" if "bertscore_model" in after else "", final_dir)
     return metrics

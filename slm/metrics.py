@@ -16,7 +16,6 @@ import os
 import re
 import urllib.request
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -408,23 +407,9 @@ def repeated_ngram(text: str, n: int = 3) -> tuple[str, ...] | None:
     return None
 
 
-ALPACA_SAMPLE = REPO_ROOT / "samples" / "alpaca_sample.json"
-
-
-@lru_cache(maxsize=1)
-def answer_lexicon() -> frozenset[str] | None:
-    """``duet.lexicon.english_words()`` (WordNet and the speech sample's transcripts) and the words of the answers
-    in ``samples/alpaca_sample.json`` (the assistant's own vocabulary: "app", "lo-fi"), calls executed; None where
-    WordNet is not installed. Built once per process (about a second)."""
-    from duet.lexicon import english_words, words_of  # WordNet read once per process, ~1 s: only when measured
-    from slm.tool_calls import execute_calls
-
-    words = english_words()
-    if words is None:
-        return None
-    taught = {word for row in json.loads(ALPACA_SAMPLE.read_text(encoding="utf-8"))
-              for word in words_of(execute_calls(row["output"]).text)}
-    return words | taught
+def letter_words(text: str) -> list[str]:
+    """The words of :func:`answer_words` without the numbers: what a lexicon is asked about."""
+    return [word for word in answer_words(text) if not word[0].isdigit()]
 
 
 #: inflections WordNet's lemmas lack ("timers", "tablespoons", "played", "playing"): suffix -> what replaces it
@@ -445,21 +430,16 @@ def in_lexicon(word: str, lexicon: frozenset[str]) -> bool:
     return False
 
 
-def well_formed(answer: str, lexicon: frozenset[str] | None = None, request: str = "") -> FormCheck:
-    """Whether ``answer`` is made of English words and does not loop: every word (``duet.lexicon.words_of``: letters
-    and inner apostrophes; numbers pass) is in ``lexicon`` (default :func:`answer_lexicon`; :func:`in_lexicon`:
-    regular inflections too) or among the words of ``request`` (a name or unit the user said), and no word 3-gram
-    occurs twice (:func:`repeated_ngram`). An answer without a word (empty, "--") is not. A ``ValueError`` when no lexicon is available
-    (WordNet not installed)."""
-    from duet.lexicon import words_of
-
-    lexicon = answer_lexicon() if lexicon is None else lexicon
-    if lexicon is None:
-        raise ValueError("no lexicon to check words against (WordNet is not installed: tools/setup.sh)")
-    if not words_of(answer):
+def well_formed(answer: str, lexicon: frozenset[str], request: str = "") -> FormCheck:
+    """Whether ``answer`` is made of English words and does not loop: every word (:func:`letter_words`; numbers
+    pass) is in ``lexicon`` (``duet.lexicon.answer_words``: WordNet, the speech
+    sample's transcripts and the assistant's taught answers; :func:`in_lexicon`: regular inflections too) or among
+    the words of ``request`` (a name or unit the user said), and no word 3-gram occurs twice (:func:`repeated_ngram`).
+    An answer without a word (empty, "--") is not."""
+    if not letter_words(answer):
         return FormCheck(False, "no words")
-    said = set(words_of(request))
-    unknown = [word for word in dict.fromkeys(words_of(answer)) if not in_lexicon(word, lexicon) and word not in said]
+    said = set(letter_words(request))
+    unknown = [word for word in dict.fromkeys(letter_words(answer)) if not in_lexicon(word, lexicon) and word not in said]
     if unknown:
         return FormCheck(False, "not words: " + ", ".join(unknown))
     loop = repeated_ngram(answer)
@@ -468,10 +448,10 @@ def well_formed(answer: str, lexicon: frozenset[str] | None = None, request: str
     return FormCheck(True)
 
 
-def well_formed_share(answers: Sequence[str], requests: Sequence[str] | None = None) -> float | None:
+def well_formed_share(answers: Sequence[str], lexicon: frozenset[str] | None,
+                      requests: Sequence[str] | None = None) -> float | None:
     """Share (0-100) of :func:`well_formed` answers, each checked with its request's words when ``requests`` is
     given; None when there is no lexicon (WordNet not installed) or no answer."""
-    lexicon = answer_lexicon()
     if lexicon is None or not answers:
         return None
     requests = requests if requests is not None else [""] * len(answers)

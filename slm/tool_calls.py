@@ -36,6 +36,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Callable
 
+import pint
+
 log = logging.getLogger(__name__)
 
 #: ``<<tool>>`` or ``<<tool: argument>>``; the argument holds no ``<<`` or ``>>`` (a ``->`` is fine)
@@ -168,17 +170,12 @@ _QUANTITY = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z_]+)\s*->\s*([A-Za-z_]+)
 @lru_cache(maxsize=1)
 def unit_registry():
     """pint's default registry, built once (about half a second) on the first conversion."""
-    # pint takes ~0.3 s to import: only an answer with a conversion pays for it
-    import pint
-
     return pint.UnitRegistry()
 
 
 def convert(argument: str, limits: Limits = LIMITS) -> str:
     """``"64 celsius -> fahrenheit"`` -> ``"147.2"``: the number in the target unit; a ``ToolError`` for a malformed
     argument, a unit pint does not know or units of different kinds."""
-    import pint
-
     match = _QUANTITY.fullmatch(argument) if len(argument) <= limits.max_chars else None
     if match is None:
         raise ToolError("not '<number> <unit> -> <unit>'")

@@ -64,14 +64,15 @@ def test_demo_fine_tune_keeps_what_the_base_hears(demo):
 
 
 def test_slm_offline_preset_learns(demo):
-    metrics = json.loads((demo / "demo_slm" / "metrics.json").read_text())
-    before, after = metrics["before"], metrics["after"]
-    assert after["masked_loss"] < 0.5 * before["masked_loss"]
-    assert after["rougeL"] > before["rougeL"] + 10
-    # the SLM acceptance: greedy answers to held-out spoken assistant requests are on topic (right kind of
-    # answer and every slot word of the request); measured 89.5-91.5 % / 65-68.5 % over three seeds (RESULTS.md)
-    assert after["assistant_rows"] >= 200
-    assert after["assistant_kind"] >= 80 and after["assistant_on_topic"] >= 55
+    """The demo's preset (configs/slm_whisper_demo.yaml) scores only the fine-tuned model: its starting point, the
+    converted Whisper decoder, answers no instruction (RESULTS.md "slm-whisper")."""
+    after = json.loads((demo / "demo_slm" / "metrics.json").read_text())["after"]
+    assert after["masked_loss"] < 0.5  # measured 0.26 (RESULTS.md "Demo answers"; 0.46 at 250 steps and twice the rate)
+    # greedy answers to held-out spoken assistant requests: the right kind and on topic (right kind and every slot
+    # word of the request), made of English words without a loop; measured 92.0 / 76.8 % and 91 % (one run)
+    assert after["assistant_rows"] >= 100
+    assert after["assistant_kind"] >= 80 and after["assistant_on_topic"] >= 60
+    # well-formed: 91 % of the answers (duet.demo.slm_summary reports it from generations_after.jsonl)
 
 
 def test_pipeline_transcribes_and_answers_held_out_requests(demo):

@@ -325,7 +325,8 @@ def test_the_pipeline_summary_highlights_answers_judged_correct_first_then_wrong
     assert "1 not understood" in lines[0]
     assert lines[1].endswith("right kind 80%, on topic (right kind + all slot words) 60%")
     assert lines[2].startswith("    correct (on topic, and any sum") and lines[2].endswith("check_answer): 2 of 5")
-    examples = lines[3:]
+    assert lines[3] == "    well-formed (every word English, no loop: slm.metrics.well_formed): 100% of all 5 answers"
+    examples = lines[4:]
     assert [line.split(":")[0].strip() for line in examples] == [
         "right", "right", "WRONG, works out 147.2 wrong", "WRONG, misses 77", "WRONG, not understood (confidence 0.31)"]
     assert "'9 minus 8 is 1.'" in examples[0] and "'Calling Grandma.'" in examples[1]

@@ -13,7 +13,7 @@ from duet.synth.corpus_text import assistant_requests
 from slm.ablation import short_finetune
 from slm.data import format_alpaca_example, tokenize_example
 from slm.generation import GenerationSettings, generate_answers, generate_model_texts
-from slm.metrics import check_answer, is_refusal, repeated_ngram, well_formed
+from slm.metrics import check_answer, is_refusal, repeated_ngram, well_formed, well_formed_share
 from slm.modeling import build_scratch_model, train_bpe_tokenizer
 from slm.tool_calls import FALLBACK, ToolCall, calc, convert, execute_calls
 
@@ -135,6 +135,8 @@ def test_well_formed_on_constructed_answers(answer, ok):
 def test_well_formed_takes_the_requests_words_and_names_what_is_wrong():
     lexicon = frozenset("calling".split())
     assert well_formed("Calling Xandrilla.", lexicon, request="call xandrilla").ok
+    assert well_formed_share(["Calling.", "Calling Portundd."], lexicon) == 50.0
+    assert well_formed_share(["Calling."], None) is None  # no lexicon (WordNet not installed): not measured
     assert well_formed("Calling Portundd.", lexicon).why == "not words: portundd"
     assert repeated_ngram("with my sarah call with my sarah") == ("with", "my", "sarah")
 
@@ -170,15 +172,19 @@ def test_a_micro_model_trained_on_tool_rows_learns_to_write_the_call():
     assert answers[0].calls == (ToolCall("calc", "12 + 7", "19"),) or answers[0].fell_back
 
 
-def test_tool_rows_are_mixed_into_the_training_split_only():
+def test_tool_rows_are_mixed_into_the_training_split_only(tmp_path):
+    import json
+
     from slm.config import ConfigError, load_config
     from slm.finetune import load_splits
 
+    rows = tmp_path / "tool_rows.json"
+    rows.write_text(json.dumps(tool_examples(30, seed=2)))
     overrides = ["data.source=samples/alpaca_sample.json", "data.max_examples=200"]
     plain = load_splits(load_config("slm_gpt2_alpaca", overrides))
-    mixed = load_splits(load_config("slm_gpt2_alpaca", [*overrides, "data.tool_rows=30"]))
+    mixed = load_splits(load_config("slm_gpt2_alpaca", [*overrides, f"data.tool_rows={rows}"]))
     assert mixed["test"] == plain["test"] and mixed["validation"] == plain["validation"]
     assert mixed["train"][: len(plain["train"])] == plain["train"] and len(mixed["train"]) == len(plain["train"]) + 30
     assert all("<<" in row["output"] or is_refusal(row["output"]) for row in mixed["train"][len(plain["train"]):])
-    with pytest.raises(ConfigError, match="tool_rows"):
-        load_splits(load_config("slm_gpt2_alpaca", [*overrides, "data.tool_rows=-1"]))
+    with pytest.raises(ConfigError, match="data.tool_rows: .*missing.json"):
+        load_splits(load_config("slm_gpt2_alpaca", [*overrides, f"data.tool_rows={tmp_path}/missing.json"]))

@@ -32,9 +32,12 @@ Stages, each one of the toolkit's own entry scripts run as a user would:
              WordNet's ~37,000 examples of everyday English (for real speech), then (where ../shared/real_speech
              exists) speechocean762/train's transcripts outside its dev speakers, four times over
   lm         a token 6-gram LM (KenLM) on that text over the base's tokenizer, for beam search in the pipeline
-  slm        train the tiny GPT-2 offline preset on samples/alpaca_sample.json; metrics before -> after. It needs
-             nothing the stages before it make and trains on one thread, so it starts with the demo and runs beside
-             them (its log fills meanwhile); its progress shows when the demo reaches it
+  slm        fine-tune the pretrained start (Whisper tiny.en's text decoder as a GPT-2: configs/slm_whisper_demo.yaml;
+             tools/whisper_to_gpt2.py and tools/make_english_text.py make its start and replay text first, when
+             missing) on samples/alpaca_sample.json, whose answers call tools for sums, conversions and the time;
+             metrics after. It needs nothing the stages before it make and trains on one thread, so it starts with
+             the demo and runs beside them (its log fills meanwhile); its progress shows when the demo reaches it.
+             SLM_CONFIG=slm_tiny_offline python tools/demo.py trains the from-scratch preset instead
   pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances;
              the decoding and the model's low-confidence threshold are saved as experiments/demo_asr/decoding.json,
              which tools/pipeline.py and tools/serve.py then use
@@ -51,6 +54,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -67,6 +72,7 @@ from duet.synth.corpus import bundled_sample_kinds
 from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.errors import cli
 from duet.foundation.files import read_jsonl, write_jsonl_atomic
+from slm.config import load_config, resolve_path
 
 # The base the demo fine-tunes: Whisper tiny.en's pretrained encoder with a CTC head (configs/whisper_tiny_ctc.yaml;
 # the FastConformer base, samples/checkpoints/fastconformer_tiny_base.nemo, trained from scratch here, hears far
@@ -121,6 +127,31 @@ def prepare_pipeline(requests: Path):
     def prepare() -> None:
         write_assistant_requests(requests)
         write_demo_decoding()
+    return prepare
+
+
+#: the SLM preset the demo trains (configs/<name>.yaml): the pretrained start, or slm_tiny_offline (from scratch)
+SLM_CONFIG = os.environ.get("SLM_CONFIG", "slm_whisper_demo")
+
+
+def prepare_slm(config_name: str, log_dir: Path):
+    """What the slm stage's config reads besides the sample, each made by the command its config names when missing:
+    the converted pretrained start (``model.made_by``: tools/whisper_to_gpt2.py, about a minute at one thread) and
+    the replay text (tools/make_english_text.py, seconds); their output goes to ``log_dir``."""
+    def prepare() -> None:
+        cfg = load_config(config_name)
+        made = []
+        if cfg.model.name_or_path is not None and cfg.model.made_by:
+            made.append((resolve_path(cfg.model.name_or_path) / "config.json",
+                         [sys.executable, cfg.model.made_by, "--threads", "1", "--out",
+                          str(resolve_path(cfg.model.name_or_path))]))
+        if cfg.data.replay_per_row > 0:
+            made.append((resolve_path(cfg.data.replay_text),
+                         [sys.executable, "tools/make_english_text.py", "--out", str(resolve_path(cfg.data.replay_text))]))
+        for output, command in made:
+            if not output.exists():
+                with open(log_dir / f"{Path(command[1]).stem}.txt", "wb") as log:
+                    subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO_ROOT)
     return prepare
 
 
@@ -184,9 +215,9 @@ def stages() -> list[Stage]:
               lambda: f"{DEMO_LM.relative_to(REPO_ROOT)} ({DEMO_LM.stat().st_size // 1024} KB)",
               inputs=[BASE_CHECKPOINT, DEMO_LM_TEXT], outputs=[DEMO_LM]),
         # reads only bundled files and trains on one thread: it runs beside the stages before it
-        Stage("slm", [py, "slm/finetune.py", "--config-name", "slm_tiny_offline", f"output_dir={slm_dir}"],
-              lambda: slm_summary(slm_dir / "metrics.json"),
-              inputs=[SAMPLES_DIR / "alpaca_sample.json", REPO_ROOT / "configs" / "slm_tiny_offline.yaml"],
+        Stage("slm", [py, "slm/finetune.py", "--config-name", SLM_CONFIG, f"output_dir={slm_dir}"],
+              lambda: slm_summary(slm_dir / "metrics.json"), prepare=prepare_slm(SLM_CONFIG, EXPERIMENTS / "slm"),
+              inputs=[SAMPLES_DIR / "alpaca_sample.json", *sorted((REPO_ROOT / "configs").glob("slm_*.yaml"))],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"], background=True),
         # no decoding options: the pipeline reads the decoding.json that prepare writes beside the model
         # --verbose: NeMo's lines go to standard error, which is this stage's log, like every other stage's
