@@ -49,7 +49,8 @@ def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float 
     ``{"type": "end"}``; reads until a message of a type in ``until`` (or an error) and the close. ``api_key``: the
     server's (``tools/serve.py --api-key``), sent as ``Authorization: Bearer``; ``end`` False: no ``{"type": "end"}``,
     the client goes quiet (the server's idle timeout ends the stream). Raises
-    :class:`StreamClientError` when the server refuses, closes early or sends nothing for ``timeout_s``."""
+    :class:`StreamClientError` when the server refuses, closes early or sends nothing for ``timeout_s`` (a close
+    after a message of a type in ``until``, as at the server's length limit, is no early close)."""
     host, port = url.split("//", 1)[1].rstrip("/").split(":")
     data, step = pcm16(audio), int(piece_s * SAMPLE_RATE) * 2
     pieces = [data[at:at + step] for at in range(0, len(data), step)]
@@ -98,10 +99,12 @@ def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float 
             due = played.start + (k + 1) * piece_s if realtime else 0.0
             while (left := due - time.perf_counter()) > 0:  # read what arrives while the next piece is recorded
                 read(left)
+            if closed and finished:  # the server ended the stream itself (its length limit) and said so
+                break
             if closed:
                 raise StreamClientError(f"{where}: closed after {k} of {len(pieces)} pieces")
             sock.sendall(connection.send(BytesMessage(data=piece)))
-        if end:
+        if end and not closed:
             sock.sendall(connection.send(TextMessage(data=json.dumps({"type": "end"}))))
         last = time.monotonic()
         while not (finished and closed):

@@ -389,6 +389,20 @@ def test_a_stream_past_the_length_limit_gets_the_final_of_what_fits_and_is_close
     assert final["transcript"] == pipeline.transcribe(heard[:int(limit_s * SR)])[0]
 
 
+def test_a_client_streaming_past_the_limit_over_a_real_socket_gets_the_final(pipeline, clips):
+    from duet.stream_client import play
+
+    audio = load_audio(clips[0], SR)
+    server, url = serve_in_thread(create_app(pipeline, replace(SETTINGS, max_audio_seconds=0.6)))
+    try:
+        # in real time: the server ends the stream while the client still has audio to send
+        played = play(url, np.concatenate([audio] * 2), query="turns=false", timeout_s=60, until=("final",))
+    finally:
+        server.should_exit = True
+    (_, final), = played.of_type("final")
+    assert final["ended_by"].startswith("limit") and final["stream"]["audio_s"] == pytest.approx(0.6)
+
+
 def test_a_hands_free_socket_that_goes_quiet_gets_its_turns_answered_and_is_closed(pipeline, clips):
     from tests.test_server import two_turns
 
