@@ -45,6 +45,7 @@ RECIPES = {
     "block_1e-4_replay": {"moving": "block", "lr": 1e-4, "replay_share": 0.3},
     # the tool's default: the replay drawn from the bundled sample's synthetic voices, which every user has
     "block_1e-4_sample_replay": {"moving": "block", "lr": 1e-4, "replay_share": 0.3, "replay": None},
+    "all_1e-4_replay": {"moving": "all", "lr": 1e-4, "replay_share": 0.3},
     "block_1e-3": {"moving": "block", "lr": 1e-3, "replay_share": 0.0},
     "last_layer_3e-4": {"moving": "last_layer", "lr": 3e-4, "replay_share": 0.0},
     "all_3e-4": {"moving": "all", "lr": 3e-4, "replay_share": 0.0},
