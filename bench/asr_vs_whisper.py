@@ -1,30 +1,33 @@
 #!/usr/bin/env python
-"""Our Whisper-encoder CTC base (ONNX Runtime, int8) against faster-whisper tiny.en (int8): same files, same threads.
+"""The pipeline's transcription against faster-whisper tiny.en with its defaults: same files, same threads, one run.
 
 Usage:
-  python bench/asr_vs_whisper.py --model samples/checkpoints/whisper_tiny_ctc.nemo            # the sample's test-clean
-  python bench/asr_vs_whisper.py --model M.nemo --manifest data/speechocean762/test.json --rounds 3
-  python bench/asr_vs_whisper.py --model M.nemo --threads 1
-  python bench/asr_vs_whisper.py --model M.nemo --whisper-fallback      # faster-whisper as it decodes by default
+  # the demo's model and its decoding.json (after python tools/demo.py), on the held-out real sets and the sample's
+  # test voices
+  python bench/asr_vs_whisper.py --model experiments/demo_asr/demo_asr.nemo --real-speech ../shared/real_speech
+  python bench/asr_vs_whisper.py --model M.nemo --manifest my_test.json --threads 1
+  python bench/asr_vs_whisper.py --model samples/checkpoints/whisper_tiny_ctc.nemo --decoding greedy --engine onnx
 
-Both read the same audio files (reading included in the time) with --threads CPU threads:
-  ours      the .nemo exported by tools/export_onnx.py (written beside it as <stem>_onnx/ when missing), int8 graph,
-            duet.asr.inference.transcribe_files: duration-sorted batches of --batch-size shared among --threads
-            threads of one-thread sessions, NeMo's greedy CTC decoding
-  whisper   faster-whisper 1.2 (CTranslate2) with Whisper tiny.en's own decoder, int8, greedy (beam 1, temperature
-            0; --whisper-fallback: its default fallback to higher temperatures), no timestamps, one file at a time
-            (its transcribe() takes one recording), cpu_threads=--threads; its transcripts get whole numbers spelt
-            out, like every transcript scored here
-Each round times both, alternating which goes first; the figures are medians over --rounds after a warm-up pass.
-Throughput = audio seconds / wall seconds; the ratio is ours / whisper. Latency: one ~5 s clip alone, to transcript,
-the best of --rounds. Also prints both WERs on the files (normalised text). Writes <out>/asr_vs_whisper.json.
+Systems, each reading the same audio files (reading included in the time) with --threads CPU threads:
+  ours      the model through duet.asr.inference.transcribe_files with the decoding the pipeline uses for it: its
+            decoding.json (duet.decoding_file) unless --decoding names a strategy; --engine onnx: its int8 export
+            (tools/export_onnx.py, written beside the .nemo when missing)
+  whisper   faster-whisper 1.2 (CTranslate2, int8) with Whisper tiny.en's own decoder and transcribe()'s defaults:
+            beam 5, temperature fallback, one file at a time (its transcribe() takes one recording); its transcripts
+            get whole numbers spelt out, like every transcript scored here
+Sets: every --manifest (default: the sample's test-clean voices), and with --real-speech the held-out sets
+speechocean762/test, read_sentences and common_voice. Each set is run once by each system, the order alternating from
+set to set; WER is on normalised text. Also: clips of non-speech generated here (digital silence, dither, coloured
+noise, hum, fan, music-like tones; --noise-clips of each kind) and how many of them each system writes any word
+for; throughput (audio seconds / wall seconds) over all the sets and its ratio ours / whisper; a ~5 s clip alone,
+to transcript. Writes <out>/asr_vs_whisper.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,29 +38,42 @@ import torch
 
 from duet import SAMPLES_DIR
 from duet.asr.batching import PIPELINE_BATCHING
-from duet.asr.inference import load_audio, transcribe_files
-from duet.asr.onnx_engine import default_export_dir, load_onnx_model
+from duet.asr.decoding import STRATEGIES, DecodingSettings, set_decoding
+from duet.asr.generalisation import build_manifest, real_sets
+from duet.asr.inference import load_asr_model, load_audio, transcribe_files
+from duet.asr.onnx_engine import ENGINES, default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
-from duet.asr.pseudo_labelling import WhisperTeacher, manifest_text
+from duet.asr.pseudo_labelling import manifest_text, whisper_tiny_en
 from duet.asr.scoring import score
+from duet.decoding_file import decoding_file_for, read_decoding_file
 from duet.errors import DuetError
 from duet.manifest import build_split_manifest, read_manifest
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
+from duet.synth.noise import SYNTH_NOISES
+
+REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
+SAMPLE_RATE = 16000
+NOISE_SECONDS = 5.0
 
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True, help="our .nemo (a Whisper-encoder CTC model)")
-    parser.add_argument("--manifest", type=Path, help="files to transcribe (default: the sample's test-clean)")
+    parser.add_argument("--model", type=Path, required=True, help="our .nemo CTC model")
+    parser.add_argument("--decoding", choices=STRATEGIES, default=None,
+                        help="a strategy at its defaults instead of the model's decoding.json")
+    parser.add_argument("--engine", choices=ENGINES, default=ENGINES[0], help="torch, or the int8 ONNX export")
+    parser.add_argument("--manifest", type=Path, nargs="*", default=None,
+                        help="sets to transcribe (default: the sample's test-clean)")
+    parser.add_argument("--real-speech", type=Path, default=None,
+                        help=f"../shared/real_speech: adds its held-out sets {', '.join(REAL_TEST_SETS)}")
+    parser.add_argument("--max-utterances", type=int, default=None,
+                        help="at most this many utterances of each real set, spread evenly over it (default: all)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for both (default 2)")
     parser.add_argument("--batch-size", type=int, default=PIPELINE_BATCHING.batch_size,
                         help="our batches (default: the voice pipeline's, %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up (default 3)")
-    parser.add_argument("--whisper-fallback", action="store_true",
-                        help="faster-whisper's default temperature fallback (a hard utterance is decoded again at rising "
-                             "temperatures, up to six times); default: one greedy decode at temperature 0")
+    parser.add_argument("--noise-clips", type=int, default=3, help="non-speech clips of each kind (default 3)")
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "asr_vs_whisper")
     return parser
 
@@ -70,15 +86,87 @@ def entries_of(manifest: Path | None) -> list[dict]:
     return read_manifest(manifest)
 
 
+def non_speech_clips(folder: Path, per_kind: int) -> list[Path]:
+    """5 s clips with no speech in them: digital silence, dither, sox's coloured noises, hum and fan
+    (duet.synth.noise's kinds) and music-like tones, at several levels; the same files for the same arguments."""
+    rng = np.random.default_rng(20261206)
+    folder.mkdir(parents=True, exist_ok=True)
+    n = int(NOISE_SECONDS * SAMPLE_RATE)
+    t = np.arange(n) / SAMPLE_RATE
+    clips = []
+    for k in range(per_kind):
+        level = 10 ** (-(20 + 15 * k) / 20)  # -20, -35, -50 dBFS
+        made = {"silence": np.zeros(n), "dither": rng.normal(0, 10 ** (-70 / 20), n)}
+        # chords of plucked-like decaying tones, a new note every half second
+        notes = 220 * 2 ** (rng.integers(0, 24, size=10) / 12)
+        music = np.zeros(n)
+        for i, f in enumerate(notes):
+            start = i * SAMPLE_RATE // 2
+            decay = np.exp(-3 * t[: n - start])
+            music[start:] += decay * (np.sin(2 * np.pi * f * t[: n - start]) + 0.5 * np.sin(4 * np.pi * f * t[: n - start]))
+        made["music"] = music
+        for name, audio in made.items():
+            path = folder / f"{name}_{k}.flac"
+            peak = np.abs(audio).max()
+            sf.write(path, (audio / peak * level if peak and name == "music" else audio).astype(np.float32),
+                     SAMPLE_RATE)
+            clips.append(path)
+        for name, (synth, effects) in SYNTH_NOISES.items():
+            path = folder / f"{name}_{k}.flac"
+            subprocess.run(["sox", "-n", "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(path), "synth",
+                            f"{NOISE_SECONDS}", *synth, *effects, "norm", f"{-(20 + 15 * k)}"],
+                           check=True, capture_output=True)
+            clips.append(path)
+    return clips
+
+
 def five_second_clip(entries: list[dict], folder: Path) -> Path:
     """The file nearest 5 s, or the first files joined to ~5 s when none is close."""
     best = min(entries, key=lambda e: abs(float(e["duration"]) - 5.0))
     if abs(float(best["duration"]) - 5.0) < 1.0:
         return Path(best["audio_filepath"])
-    audio = np.concatenate([load_audio(e["audio_filepath"], 16000) for e in entries[:8]])[: 5 * 16000]
+    audio = np.concatenate([load_audio(e["audio_filepath"], SAMPLE_RATE) for e in entries[:8]])[: 5 * SAMPLE_RATE]
     path = folder / "clip_5s.wav"
-    sf.write(path, audio, 16000)
+    sf.write(path, audio, SAMPLE_RATE)
     return path
+
+
+def our_system(args):
+    """Our transcriber (paths -> texts) and the decoding it uses, described."""
+    if args.decoding is not None:
+        settings = DecodingSettings(args.decoding)
+    elif decoding_file_for(args.model).is_file():
+        settings = read_decoding_file(decoding_file_for(args.model))
+    else:
+        settings = DecodingSettings()
+    if args.engine == "onnx":
+        export = default_export_dir(args.model)
+        if not (export / "metadata.json").is_file():
+            print(f"asr_vs_whisper: exporting {args.model} to {export} (once)", file=sys.stderr)
+            export_onnx(args.model, export, [str(p) for p in sorted(SAMPLES_DIR.rglob("*.flac"))[:4]],
+                        OnnxExportSettings(int8=True))
+        model = load_onnx_model(export, int8=True, threads=args.threads)
+    else:
+        model = load_asr_model(args.model, device="cpu")
+    set_decoding(model, settings)
+
+    def transcribe(files):
+        return transcribe_files(model, files, batch_size=args.batch_size, workers=args.threads)
+
+    return transcribe, f"{args.engine}, {settings.describe()}"
+
+
+def whisper_system(threads: int):
+    model = whisper_tiny_en(threads)
+
+    def transcribe(files):
+        texts = []
+        for path in files:
+            segments, _ = model.transcribe(load_audio(path, SAMPLE_RATE), language="en")
+            texts.append(" ".join(s.text.strip() for s in segments))
+        return texts
+
+    return transcribe
 
 
 @cli
@@ -86,67 +174,64 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if not args.model.is_file():
         raise DuetError(f"--model: no such file: {args.model}")
-    if args.threads < 1 or args.rounds < 1:
-        raise DuetError("--threads and --rounds must be >= 1")
-    entries = entries_of(args.manifest)
-    paths = [e["audio_filepath"] for e in entries]
-    audio_seconds = sum(float(e["duration"]) for e in entries)
-    torch.set_num_threads(args.threads)
-    export = default_export_dir(args.model)
-    if not (export / "metadata.json").is_file():
-        print(f"asr_vs_whisper: exporting {args.model} to {export} (once)", file=sys.stderr)
-        export_onnx(args.model, export, paths[:4], OnnxExportSettings(int8=True))
-    ours_model = load_onnx_model(export, int8=True, threads=args.threads)
-    whisper = WhisperTeacher(threads=args.threads, temperature_fallback=args.whisper_fallback)
-
-    def ours(files):
-        return transcribe_files(ours_model, files, batch_size=args.batch_size, workers=args.threads)
-
-    def theirs(files):
-        return [manifest_text(text) for text, _ in whisper.label([load_audio(p, 16000) for p in files])]
-
-    systems = {"ours (ONNX int8)": ours, "whisper tiny.en (faster-whisper int8)": theirs}
-    hyps = {name: run(paths) for name, run in systems.items()}  # warm-up pass, also the WER
-    seconds = {name: [] for name in systems}
-    for r in range(args.rounds):
-        order = list(systems) if r % 2 == 0 else list(reversed(systems))
-        for name in order:
-            start = time.perf_counter()
-            systems[name](paths)
-            seconds[name].append(time.perf_counter() - start)
+    if args.threads < 1 or args.noise_clips < 0:
+        raise DuetError("--threads must be >= 1 and --noise-clips >= 0")
     args.out.mkdir(parents=True, exist_ok=True)
-    clip = five_second_clip(entries, args.out)
-    clip_seconds = sf.info(str(clip)).duration
-    latency = {name: min(_timed(run, [str(clip)]) for _ in range(args.rounds)) for name, run in systems.items()}
-    ids = [Path(p).stem for p in paths]
-    rows = {}
-    for name in systems:
-        s = score(ids, [e["text"] for e in entries], hyps[name], [float(e["duration"]) for e in entries]).summary
-        wall = statistics.median(seconds[name])
-        rows[name] = {"wer": s["wer"], "cer": s["cer"], "median_seconds": round(wall, 3),
-                      "rounds_seconds": [round(x, 3) for x in seconds[name]],
-                      "throughput_rtfx": round(audio_seconds / wall, 1), "latency_seconds": round(latency[name], 3)}
+    sets: dict[str, list[dict]] = {}
+    for manifest in args.manifest or [None]:
+        sets[manifest.stem if manifest else "sample test-clean"] = entries_of(manifest)
+    if args.real_speech is not None:
+        for eval_set in real_sets(args.real_speech, REAL_TEST_SETS):
+            sets[eval_set.name] = read_manifest(build_manifest(eval_set, args.out / "manifests",
+                                                               max_utterances=args.max_utterances))
+    noise = [str(p) for p in non_speech_clips(args.out / "non_speech", args.noise_clips)]
+    torch.set_num_threads(args.threads)
+    ours, described = our_system(args)
+    theirs = whisper_system(args.threads)
+    systems = {f"ours ({described})": ours, "whisper tiny.en (faster-whisper defaults)": theirs}
     names = list(systems)
-    ratio = rows[names[0]]["throughput_rtfx"] / rows[names[1]]["throughput_rtfx"]
-    report = {"model": str(args.model), "files": len(paths), "audio_seconds": round(audio_seconds, 1),
-              "manifest": str(args.manifest or "samples/LibriSpeech/test-clean"), "threads": args.threads,
-              "rounds": args.rounds, "clip_seconds": round(clip_seconds, 2), "whisper_fallback": args.whisper_fallback,
-              "rows": rows,
-              "throughput_ratio": round(ratio, 2)}
-    write_text_atomic(args.out / "asr_vs_whisper.json", json.dumps(report, indent=2) + "\n")
-    print(f"{len(paths)} files, {audio_seconds / 60:.1f} min of audio, {args.threads} threads, median of {args.rounds} rounds")
-    print(f"{'system':<40} {'WER':>7} {'CER':>7} {'RTFx':>7} {f'{clip_seconds:.1f} s clip':>11}")
-    for name, row in rows.items():
-        print(f"{name:<40} {100 * row['wer']:>6.2f}% {100 * row['cer']:>6.2f}% {row['throughput_rtfx']:>7.1f} "
-              f"{row['latency_seconds']:>9.3f} s")
-    print(f"asr_vs_whisper: ours / whisper throughput {ratio:.2f}x; wrote {args.out / 'asr_vs_whisper.json'}")
+    for run in systems.values():  # warm-up: the models' first calls
+        run([sets[next(iter(sets))][0]["audio_filepath"]])
+    rows, seconds = [], {name: 0.0 for name in names}
+    audio_seconds = 0.0
+    for k, (set_name, entries) in enumerate(sets.items()):
+        paths = [e["audio_filepath"] for e in entries]
+        audio_seconds += sum(float(e["duration"]) for e in entries)
+        row = {"set": set_name, "utterances": len(paths)}
+        for name in names if k % 2 == 0 else list(reversed(names)):
+            start = time.perf_counter()
+            texts = systems[name](paths)
+            seconds[name] += time.perf_counter() - start
+            hyps = [manifest_text(t) for t in texts]
+            row[name] = score([Path(p).stem for p in paths], [e["text"] for e in entries], hyps,
+                              [float(e["duration"]) for e in entries]).summary["wer"]
+        rows.append(row)
+        print(f"  {set_name}: " + ", ".join(f"{n.split(' ')[0]} {100 * row[n]:.2f} %" for n in names), file=sys.stderr)
+    worded = {name: sum(bool(manifest_text(t)) for t in systems[name](noise)) for name in names}
+    clip = five_second_clip(next(iter(sets.values())), args.out)
+    latency = {}
+    for name in names:
+        start = time.perf_counter()
+        systems[name]([str(clip)])
+        latency[name] = time.perf_counter() - start
+    throughput = {name: audio_seconds / seconds[name] for name in names}
+    ratio = throughput[names[0]] / throughput[names[1]]
+    report = {"model": str(args.model), "ours": described, "threads": args.threads, "rows": rows,
+              "non_speech_clips": len(noise), "clips_with_words": worded, "throughput_rtfx": throughput,
+              "throughput_ratio": ratio, "latency_seconds": latency, "clip": str(clip),
+              "audio_seconds": round(audio_seconds, 1)}
+    write_text_atomic(args.out / "asr_vs_whisper.json", json.dumps(report, indent=1) + "\n")
+    print(f"| set | utterances | {names[0]} | {names[1]} | ours / whisper |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        r = row[names[0]] / row[names[1]] if row[names[1]] else float("nan")
+        print(f"| {row['set']} | {row['utterances']} | {100 * row[names[0]]:.2f} | {100 * row[names[1]]:.2f} | {r:.2f} |")
+    print(f"| non-speech clips with any word | {len(noise)} | {worded[names[0]]} | {worded[names[1]]} | |")
+    print(f"| throughput (x real time) | {audio_seconds / 60:.1f} min | {throughput[names[0]]:.1f} | "
+          f"{throughput[names[1]]:.1f} | {ratio:.2f} |")
+    print(f"| {Path(clip).name} alone (s) | 1 | {latency[names[0]]:.2f} | {latency[names[1]]:.2f} | |")
+    print(f"asr_vs_whisper: {args.threads} threads; wrote {args.out / 'asr_vs_whisper.json'}")
     return 0
-
-
-def _timed(run, files) -> float:
-    start = time.perf_counter()
-    run(files)
-    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

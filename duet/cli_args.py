@@ -23,7 +23,8 @@ from duet.foundation import EXPERIMENTS, REPO_ROOT
 # field's name). Which of them each strategy reads is duet.asr.decoding.STRATEGY_FIELDS.
 DECODING_FLAGS = {"beam_size": "--beam-size", "ngram_lm": "--lm", "alpha": "--alpha", "beta": "--beta",
                   "whisper_weight": "--whisper-weight", "whisper_beam": "--whisper-beam", "ctc_weight": "--ctc-weight",
-                  "lm_weight": "--lm-weight", "token_bonus": "--token-bonus"}
+                  "lm_weight": "--lm-weight", "token_bonus": "--token-bonus", "whisper_sure": "--whisper-sure",
+                  "spoken_share": "--spoken-share"}
 # Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
 LOG_DIR = EXPERIMENTS / "logs"
 # OfflineBatching field -> its flag (the argparse attribute is the field's name); each script adds the fields it uses.
@@ -99,6 +100,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str =
                        help=f"joint: weight of the n-gram LM's log-probability of a candidate (default: {d.lm_weight:g})")
     group.add_argument("--token-bonus", type=float, default=None,
                        help=f"joint: bonus per CTC token of a candidate (default: {d.token_bonus:g})")
+    group.add_argument("--whisper-sure", type=float, default=None,
+                       help="joint: keep Whisper's first hypothesis unjudged when its log-likelihood per written word "
+                            f"is above this (<= 0; default: {d.whisper_sure:g}, always judged)")
+    group.add_argument("--spoken-share", type=float, default=None,
+                       help="joint: the share (0..1) of Whisper's log-likelihood read from a candidate's spoken form "
+                            f"rather than as written (default: {d.spoken_share:g})")
 
 
 def given_decoding_values(args: argparse.Namespace) -> dict:

@@ -32,7 +32,8 @@ DECODING_FILE_NAME = "decoding.json"
 # (duet.asr.decoding.STRATEGY_FIELDS): one it would ignore is refused, never dropped silently
 KEYS = {"strategy": "strategy", "beam_size": "beam_size", "lm": "ngram_lm", "alpha": "alpha", "beta": "beta",
         "whisper_weight": "whisper_weight", "whisper_beam": "whisper_beam", "ctc_weight": "ctc_weight",
-        "lm_weight": "lm_weight", "token_bonus": "token_bonus"}
+        "lm_weight": "lm_weight", "token_bonus": "token_bonus", "whisper_sure": "whisper_sure",
+        "spoken_share": "spoken_share"}
 FILE_KEY = {field: key for key, field in KEYS.items()}
 # the optional key every strategy may have: the model's low-confidence threshold under this decoding
 THRESHOLD_KEY = "min_confidence"
@@ -117,7 +118,8 @@ def read_decoding_file(path: str | os.PathLike) -> DecodingSettings:
     for key, kind, low in (("beam_size", int, 1), ("alpha", (int, float), 0), ("beta", (int, float), None),
                            ("whisper_weight", (int, float), 0), ("whisper_beam", int, 1),
                            ("ctc_weight", (int, float), 0), ("lm_weight", (int, float), 0),
-                           ("token_bonus", (int, float), None)):
+                           ("token_bonus", (int, float), None), ("whisper_sure", (int, float), None),
+                           ("spoken_share", (int, float), 0)):
         value = record.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool) or not math.isfinite(value)
                                   or (low is not None and value < low)):

@@ -65,6 +65,9 @@ class JointWeights:
     # Whisper's log-likelihood of the spoken form: the CTC beam's candidates are written that way (lower case, no
     # punctuation), so this compares the two sources' candidates as Whisper would read the same spelling
     whisper_spoken: float = 0.0
+    # Whisper's first hypothesis is kept without judging when its log-likelihood per written word is above this
+    # (Whisper is sure of it); 0 never (a log-likelihood is never above 0)
+    whisper_sure: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,11 @@ class Judged:
 
 
 def best_judged(judged: Sequence[Judged], weights: JointWeights) -> Judged | None:
-    """The candidate with the highest score (the first on a tie), None when there is none."""
+    """Whisper's first hypothesis when Whisper is sure of it (``weights.whisper_sure``), else the candidate with the
+    highest score (the first on a tie); None when there is none."""
+    first = next((j for j in judged if j.from_whisper), None)
+    if first is not None and first.whisper / max(1, len(first.text.split())) > weights.whisper_sure:
+        return first
     return max(judged, key=lambda j: j.score(weights)) if judged else None
 
 

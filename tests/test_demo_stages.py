@@ -153,7 +153,7 @@ def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tm
     cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     stage = next(s for s in cli.stages() if s.name == "pipeline")
     assert not {"--asr-decoding", "--lm", "--beam-size"} & set(stage.command)  # tools/pipeline.py reads the file
-    assert demo.DEMO_DECODING in stage.outputs and stage.settings["asr_decoding"]["strategy"] == "beam_lm"
+    assert demo.DEMO_DECODING in stage.outputs and stage.settings["asr_decoding"]["strategy"] == "joint"
     lm = tmp_path / "demo_lm" / "token.arpa"
     lm.parent.mkdir()
     lm.write_text("\\data\\\n")

@@ -181,3 +181,13 @@ def test_joint_is_reachable_from_the_command_line_and_decoding_json(tmp_path):
         read_decoding_file(saved)
     saved.write_text(json.dumps({"strategy": "joint"}))  # no LM: the beam alone proposes beside Whisper
     assert read_decoding_file(saved) == DecodingSettings("joint")
+
+
+def test_whisper_sure_keeps_whisper_first_hypothesis_unjudged():
+    sure = judged("What is fifty?", whisper=-0.6, ctc=-40.0)  # -0.2 a written word
+    ctc_likes = judged("what is fifteen", whisper=-9.0, ctc=-5.0, from_whisper=False)
+    assert best_judged([sure, ctc_likes], JointWeights(ctc=0.5)) is ctc_likes
+    assert best_judged([sure, ctc_likes], JointWeights(ctc=0.5, whisper_sure=-0.3)) is sure
+    assert best_judged([sure, ctc_likes], JointWeights(ctc=0.5, whisper_sure=-0.1)) is ctc_likes  # not sure enough
+    with pytest.raises(DecodingInputError, match="whisper_sure"):
+        DecodingSettings("joint", whisper_sure=0.5).validate()

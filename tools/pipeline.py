@@ -12,6 +12,8 @@ Usage:
   python tools/pipeline.py talk.flac --asr-decoding beam --beam-size 8
   python tools/pipeline.py talk.flac --asr-decoding beam_lm --lm experiments/lm/train-clean_token6.arpa \
       --alpha 0.3 --beta 2
+  # joint decoding: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges (duet/whisper_joint.py)
+  python tools/pipeline.py talk.flac --asr-decoding joint --ctc-weight 0.5
   # cache-aware streaming ASR (a model trained with configs/fastconformer_small_streaming.yaml):
   # partial transcripts are printed as each chunk is decoded
   python tools/pipeline.py talk.flac --asr-model streaming.nemo --stream
@@ -26,13 +28,14 @@ Usage:
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample, the language model the slm_whisper_offline
 preset's (experiments/slm_whisper) once it has been trained (PipelineSettings in duet/pipeline.py, from
-duet/demo_models.py). The ASR decoding, when no --asr-decoding/--beam-size/--lm/--alpha/--beta/--whisper-weight
-says otherwise, is read from the ASR model's decoding file, if there is one: <stem>.decoding.json beside a .nemo, else
-decoding.json in its folder; the demo writes one beside its model (beam search with the demo's token LM at the
-width and weights tuned on held-in data, Whisper tiny.en's decoder rescoring the beam's candidates, and the
-model's low-confidence threshold):
-  {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
-   "whisper_weight": 0.5, "min_confidence": 0.45}
+duet/demo_models.py). The ASR decoding, when no decoding option (--asr-decoding, --beam-size, --lm, ...) says
+otherwise, is read from the ASR model's decoding file, if there is one: <stem>.decoding.json beside a .nemo, else
+decoding.json in its folder; the demo writes one beside its model (joint decoding: Whisper tiny.en's beam search
+and the CTC beam with the demo's token LM propose, the fine-tuned CTC model judges, at the weights chosen on held-in
+data, and the model's low-confidence threshold), e.g.:
+  {"strategy": "joint", "beam_size": 16, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
+   "whisper_beam": 5, "ctc_weight": 0.5, "lm_weight": 0.2, "token_bonus": 1, "whisper_sure": -0.3,
+   "spoken_share": 0.5, "min_confidence": 0.45}
 ("lm" is relative to the file's folder). Options given replace its values, --asr-decoding greedy or --lm
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 STRATEGY_FIELDS = {"greedy": (), "beam": ("beam_size", "beta", "whisper_weight"),
                    "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_weight"),
                    "joint": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_beam", "ctc_weight", "lm_weight",
-                             "token_bonus")}
+                             "token_bonus", "whisper_sure", "spoken_share")}
 STRATEGIES = tuple(STRATEGY_FIELDS)
 #: The strategies built on NeMo's beam search (all but greedy)
 BEAM_STRATEGIES = tuple(s for s in STRATEGIES if s != "greedy")
@@ -78,6 +78,12 @@ class DecodingSettings:
     ctc_weight: float = 0.3
     lm_weight: float = 0.0
     token_bonus: float = 0.0
+    # joint: Whisper's first hypothesis is kept unjudged when its log-likelihood per written word is above this (<= 0;
+    # 0: always judged)
+    whisper_sure: float = 0.0
+    # joint: the share of Whisper's log-likelihood read from a candidate's spoken form (lower case, numbers in words,
+    # as the CTC beam writes its candidates) rather than from its text as written
+    spoken_share: float = 0.0
 
     def validate(self) -> None:
         """Raise ``DecodingInputError`` for an unknown strategy, a beam narrower than 1, beam_lm without an LM, or a
@@ -96,6 +102,10 @@ class DecodingSettings:
             if not math.isfinite(value) or (name != "token_bonus" and value < 0):
                 rule = "a finite number" + ("" if name == "token_bonus" else " >= 0")
                 raise DecodingInputError(f"{name} must be {rule}, got {value}")
+        if not 0 <= self.spoken_share <= 1:  # NaN fails too
+            raise DecodingInputError(f"spoken_share must be a number in 0..1, got {self.spoken_share}")
+        if not (math.isfinite(self.whisper_sure) and self.whisper_sure <= 0):
+            raise DecodingInputError(f"whisper_sure must be a finite number <= 0, got {self.whisper_sure}")
         if self.strategy == "joint" and self.lm_weight and not self.ngram_lm:
             raise DecodingInputError("lm_weight scores candidates with the n-gram LM: pass ngram_lm=<token ARPA>")
         if not (self.whisper_weight >= 0 and math.isfinite(self.whisper_weight)):  # NaN fails both
@@ -115,8 +125,10 @@ class DecodingSettings:
             return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "") + rescored
         if self.strategy == "joint":
             beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "")
+            sure = (f",sure={self.whisper_sure:g}" if self.whisper_sure else "") + \
+                (f",spoken={self.spoken_share:g}" if self.spoken_share else "")
             return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
-                    f"lm={self.lm_weight:g},bonus={self.token_bonus:g})")
+                    f"lm={self.lm_weight:g},bonus={self.token_bonus:g}{sure})")
         return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})" + rescored
 
 
@@ -197,7 +209,9 @@ def _joint_decoding(model, settings: DecodingSettings, current) -> JointDecoding
     takes seconds)."""
     if int(model.cfg.sample_rate) != 16000:
         raise DecodingInputError(f"strategy joint: Whisper hears 16000 Hz audio, the model {model.cfg.sample_rate} Hz")
-    weights = JointWeights(ctc=settings.ctc_weight, lm=settings.lm_weight, token_bonus=settings.token_bonus)
+    weights = JointWeights(ctc=settings.ctc_weight, lm=settings.lm_weight, token_bonus=settings.token_bonus,
+                           whisper=1 - settings.spoken_share, whisper_spoken=settings.spoken_share,
+                           whisper_sure=settings.whisper_sure)
     lm = load_token_lm(settings.ngram_lm, int(model.tokenizer.vocab_size)) if settings.lm_weight else None
     try:
         if isinstance(current, JointDecoding) and current.proposer.beam_size == settings.whisper_beam:
