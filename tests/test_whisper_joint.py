@@ -104,7 +104,7 @@ def test_the_union_keeps_one_candidate_per_spoken_form_in_whisper_formatting():
     log_probs = frames(1, 0, 2, 0)
     [candidates] = decoder.judge(model, log_probs, torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
     assert [(c.text, c.spoken, c.from_whisper) for c in candidates] == [
-        ("Ab.", "ab", True), ("Ba.", "ba", True), ("aa", "aa", False)]
+        ("Ab.", "ab", True), ("Ba.", "ba", True), ("aa", "aa", False), ("", "", False)]  # nothing said: always judged
     assert candidates[0].tokens == (1, 2)
 
 
@@ -119,17 +119,20 @@ def test_the_ctc_judge_vetoes_text_whisper_invents_on_silence():
     silence = frames(0, 0, 0, 0, 0, 0, sure=0.99)
     [chosen] = decoder.best(model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
     assert chosen == NOTHING_HEARD
-    # Whisper alone would have written its first proposal
-    decoder.weights = JointWeights(ctc=0.0)
+    # the veto holds whatever the weights: the CTC model gives "nothing said" most of its probability
+    decoder.weights = JointWeights(ctc=0.0, whisper_sure=-5.0)
     [alone] = decoder.best(model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
-    assert alone.text == "Ab ab."  # the stub rescorer's -1.0 for both: the first wins
+    assert alone == NOTHING_HEARD
+    # on speech ("ab" said surely) it does not fire, and Whisper's sure hypothesis is kept
+    [spoken] = decoder.best(model, frames(1, 0, 2, 0, 0, 0), torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
+    assert spoken.text == "Ab ab."
 
 
 def test_audio_longer_than_whisper_window_is_judged_among_the_beam_alone():
     decoder, model = joint(["Ab."], ["ba"])
     long_audio = np.zeros(31 * 16000, dtype=np.float32)
     [candidates] = decoder.judge(model, frames(2, 0, 1, 0), torch.tensor([4]), [long_audio])
-    assert [c.text for c in candidates] == ["ba"]
+    assert [c.text for c in candidates] == ["ba", ""]
 
 
 def test_joint_settings_are_checked():
