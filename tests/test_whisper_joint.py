@@ -5,6 +5,7 @@ read, no audio)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -105,6 +106,7 @@ def test_the_union_keeps_one_candidate_per_spoken_form_in_whisper_formatting():
     [candidates] = decoder.judge(model, log_probs, torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
     assert [(c.text, c.spoken, c.from_whisper) for c in candidates] == [
         ("Ab.", "ab", True), ("Ba.", "ba", True), ("aa", "aa", False), ("", "", False)]  # nothing said: always judged
+    assert [c.veto_only for c in candidates] == [False, False, False, True]  # ... for the veto, not to be chosen
     assert candidates[0].tokens == (1, 2)
 
 
@@ -194,3 +196,11 @@ def test_whisper_sure_keeps_whisper_first_hypothesis_unjudged():
     assert best_judged([sure, ctc_likes], JointWeights(ctc=0.5, whisper_sure=-0.1)) is ctc_likes  # not sure enough
     with pytest.raises(DecodingInputError, match="whisper_sure"):
         DecodingSettings("joint", whisper_sure=0.5).validate()
+
+
+def test_nothing_said_added_for_the_veto_is_never_chosen_by_score():
+    said = judged("Ab.", whisper=-50.0, ctc=-300.0)
+    nothing = Judged("", "", (), whisper=-1.0, whisper_spoken=-1.0, ctc=-20.0, lm=0.0, from_whisper=False,
+                     veto_only=True)
+    assert best_judged([said, nothing], JointWeights(ctc=0.1)) is said  # -80 against -3: speech is never emptied
+    assert best_judged([said, replace(nothing, veto_only=False)], JointWeights(ctc=0.1)).text == ""  # proposed: it competes
