@@ -43,7 +43,7 @@ from duet.asr import decoding, inference
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.scoring import score
 from duet.errors import DuetError
-from duet.demo import DEMO_ASR_MODEL, DEMO_LM, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+from duet.demo import add_demo_beam_arguments
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
@@ -62,11 +62,7 @@ BOOTSTRAP_DRAWS = 200
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, default=DEMO_ASR_MODEL, help=".nemo CTC model (default: the demo's)")
-    p.add_argument("--lm", type=Path, default=DEMO_LM, help="token ARPA (default: the demo's)")
-    p.add_argument("--alpha", type=float, default=PIPELINE_ALPHA, help="the beam's LM weight (default: the pipeline's)")
-    p.add_argument("--beta", type=float, default=PIPELINE_BETA, help="the beam's token bonus (default: the pipeline's)")
-    p.add_argument("--beam-size", type=int, default=PIPELINE_BEAM, help="CTC beams (default: the pipeline's)")
+    add_demo_beam_arguments(p)
     p.add_argument("--whisper-beam", type=int, default=5, help="Whisper's beam and n-best (default: 5, faster-whisper's)")
     p.add_argument("--dev", type=Path, nargs="+", required=True, help="manifests the weights are chosen on (held in)")
     p.add_argument("--exclude", type=Path, nargs="*", default=[],

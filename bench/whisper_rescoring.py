@@ -37,7 +37,7 @@ import torch
 
 from duet.asr import decoding, inference, scoring
 from duet.errors import DuetError
-from duet.demo import DEMO_ASR_MODEL, DEMO_LM, PIPELINE_ALPHA, PIPELINE_BEAM, PIPELINE_BETA
+from duet.demo import add_demo_beam_arguments
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
@@ -47,11 +47,7 @@ from duet.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, default=DEMO_ASR_MODEL, help=".nemo CTC model (default: the demo's)")
-    p.add_argument("--lm", type=Path, default=DEMO_LM, help="token ARPA (default: the demo's)")
-    p.add_argument("--alpha", type=float, default=PIPELINE_ALPHA, help="LM weight (default: the demo pipeline's)")
-    p.add_argument("--beta", type=float, default=PIPELINE_BETA, help="bonus per token (default: the demo pipeline's)")
-    p.add_argument("--beam-size", type=int, default=PIPELINE_BEAM, help="beams, so candidates (default: the pipeline's)")
+    add_demo_beam_arguments(p)
     p.add_argument("--dev", type=Path, nargs="+", required=True, help="manifests the weight is chosen on (held in)")
     p.add_argument("--test", type=Path, nargs="+", required=True, help="manifests scored at the chosen weight")
     p.add_argument("--weights", default="0,0.25,0.5,0.75,1,1.5,2,3", help="Whisper log-likelihood weights to try")

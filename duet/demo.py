@@ -290,6 +290,17 @@ def log_tail(path: Path, lines: int = 20) -> list[str]:
     return drawn[-lines:]
 
 
+def add_demo_beam_arguments(parser) -> None:
+    """The options of a bench that decodes the demo's model with a CTC beam + LM (``--model --lm --alpha --beta
+    --beam-size``), each defaulting to the demo pipeline's."""
+    parser.add_argument("--model", type=Path, default=DEMO_ASR_MODEL, help=".nemo CTC model (default: the demo's)")
+    parser.add_argument("--lm", type=Path, default=DEMO_LM, help="token ARPA (default: the demo's)")
+    parser.add_argument("--alpha", type=float, default=PIPELINE_ALPHA, help="the beam's LM weight (default: the pipeline's)")
+    parser.add_argument("--beta", type=float, default=PIPELINE_BETA,
+                        help="the beam's bonus per token (default: the pipeline's)")
+    parser.add_argument("--beam-size", type=int, default=PIPELINE_BEAM, help="CTC beams (default: the pipeline's)")
+
+
 def demo_decoding() -> DecodingSettings:
     """The pipeline's ASR decoding for the demo's model: joint decoding, the beam search with DEMO_LM at the tuned
     width and weights proposing beside Whisper's, the CTC model judging at the tuned weights."""
