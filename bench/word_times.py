@@ -14,7 +14,8 @@ any training pool). Words spoken one by one are in citation form, not running sp
 timing, on speech easier to cut than a conversation.
 
 Both systems read the same files:
-  ours      the .nemo's greedy transcript with word times (duet.asr.words: NeMo's CTC timestamps)
+  ours      the .nemo's greedy transcript with word times (duet.asr.words: NeMo's CTC timestamps); with
+            --pipeline-decoding its decoding.json's (beam search, joint decoding: the chosen text force-aligned)
   whisper   faster-whisper tiny.en, int8, greedy, word_timestamps=True (its cross-attention alignment)
 Hypothesis words are matched to reference words by difflib over the normalised word sequences; only words
 spelt right are timed. For each system: the share of reference words matched, the median absolute error of word
@@ -46,7 +47,9 @@ from faster_whisper import WhisperModel
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_asr_model
 from duet.asr.pseudo_labelling import whisper_tiny_en
+from duet.asr.decoding import set_decoding
 from duet.asr.words import transcribe_files_with_words
+from duet.decoding_file import decoding_file_for, read_decoding_file
 from duet.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
@@ -81,6 +84,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="which sentences, and the pauses (default 0)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for both systems (default 2)")
     parser.add_argument("--no-whisper", action="store_true", help="time ours only")
+    parser.add_argument("--pipeline-decoding", action="store_true",
+                        help="ours decodes as the model's decoding.json says (as tools/pipeline.py does), not greedily")
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "word_times", help="output folder")
     add_log_arguments(parser, "word_times")
     return parser
@@ -204,7 +209,10 @@ def main(argv=None) -> int:
     with library_output_to(log_target(args)) as (out, err):
         # both models load before any speech is made: a file that does not restore costs nothing
         torch.set_num_threads(args.threads)
-        systems = {"ours": functools.partial(ours, load_asr_model(args.model, device="cpu"))}
+        model = load_asr_model(args.model, device="cpu")
+        if args.pipeline_decoding:
+            set_decoding(model, read_decoding_file(decoding_file_for(args.model)))
+        systems = {"ours": functools.partial(ours, model)}
         if not args.no_whisper:
             systems["whisper"] = functools.partial(whisper, whisper_tiny_en(args.threads))
         audio_dir = args.out / "audio"
