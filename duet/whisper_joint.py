@@ -42,9 +42,9 @@ from faster_whisper.audio import pad_or_trim
 from faster_whisper.tokenizer import Tokenizer
 from faster_whisper.transcribe import get_suppressed_tokens
 
+from duet.asr.pseudo_labelling import whisper_tiny_en
 from duet.ngram import score_token_sentences
 from duet.text import normalize_spoken
-from duet.asr.pseudo_labelling import whisper_tiny_en
 from duet.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
 from duet.whisper_rescoring import NOTHING_HEARD, Candidate, WhisperRescorer, nbest_candidates
 
