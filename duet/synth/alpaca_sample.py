@@ -462,9 +462,14 @@ def _degrees_answer(raw) -> str:
     return f"{n} degrees {scale.capitalize()} is about {fmt_number(value)} degrees {other.capitalize()}."
 
 
+def _unit_for(n, plural: str) -> str:
+    """The unit's name for ``n`` of it: the plural, or its singular for exactly one ("1 foot", "1 inch", "1 meter")."""
+    return plural if n != 1 else {"inches": "inch", "feet": "foot"}.get(plural, plural[:-1])
+
+
 def _unit_answer(raw) -> str:
     small, n, big_plural = raw
-    big = big_plural if n != 1 else {"inches": "inch", "feet": "foot"}.get(big_plural, big_plural[:-1])
+    big = _unit_for(n, big_plural)
     return f"There are about {fmt_number(n * _PER_UNIT[(small, big_plural)])} {small} in {n} {big}."
 
 
@@ -528,7 +533,7 @@ CORPUS_ANSWERS = {
 
 def _unit_call(raw) -> str:
     small, n, big_plural = raw
-    big = big_plural if n != 1 else {"inches": "inch", "feet": "foot"}.get(big_plural, big_plural[:-1])
+    big = _unit_for(n, big_plural)
     return f"There are about <<convert: {n} {big} -> {small}>> {small} in {n} {big}."
 
 
