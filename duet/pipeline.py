@@ -5,7 +5,7 @@ model as an Alpaca instruction. Models load once; each file then costs audio loa
 generation, timed separately. Long recordings are cut at pauses (where Silero VAD hears no speech:
 ``duet.vad``) into chunks of at most ``max_chunk_seconds`` so memory stays bounded whatever the file's length.
 Everything a pipeline is told is one :class:`PipelineSettings`, built once where the request comes in (the command
-line: ``duet.pipeline_options``; a server request replaces its language-model decoding).
+line: ``duet.cli.pipeline_options``; a server request replaces its language-model decoding).
 
 With ``stream=True`` (a model trained with ``configs/fastconformer_small_streaming.yaml``) the ASR runs
 through a ``duet.asr.streaming.StreamingSession`` instead: the audio goes in 100 ms pieces, each chunk that
@@ -33,11 +33,11 @@ from duet.asr.onnx_engine import load_onnx_model
 from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_model, session_partials,
                                 streaming_report)
 from duet.asr.words import TimedTranscript, Word, transcribe_with_words
-from duet.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
+from duet.asr.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
                              utterance_confidence)
-from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
+from duet.demo.models import DEMO_ASR_MODEL, default_slm_model
 from duet.io import audio_file_problem
-from duet.lexicon import english_words
+from duet.data.lexicon import english_words
 from duet.vad import VadSettings, speech_segments
 from slm.generation import GenerationSettings, load_model, respond_with_calls
 from slm.tool_calls import ExecutedText
@@ -53,10 +53,10 @@ RECORDING_VAD = VadSettings(min_silence_s=0.3, min_speech_s=0.1, pad_s=0.0)
 @dataclass(frozen=True)
 class PipelineSettings:
     """What a :class:`VoicePipeline` loads and how it answers: built once at the boundary (the command line:
-    ``duet.pipeline_options.pipeline_settings_from_args``), typed and validated; everything below takes it.
+    ``duet.cli.pipeline_options.pipeline_settings_from_args``), typed and validated; everything below takes it.
 
     The model defaults are the models tools/demo.py trains, the language model the Whisper-start preset's once
-    it exists (``duet.demo_models``).
+    it exists (``duet.demo.models``).
     """
 
     asr_model: Path = DEMO_ASR_MODEL  # NeMo .nemo (engine onnx: its export, or the folder holding it)
@@ -72,7 +72,7 @@ class PipelineSettings:
     # VAD: speech_bounds; None: all of it): models trained on clips with little silence around them mis-hear long
     # silences (RESULTS.md, "Silence around a recording")
     trim_silence_s: float | None = None
-    # a transcript whose utterance confidence (duet.confidence) is below it is not understood: answered
+    # a transcript whose utterance confidence (duet.asr.confidence) is below it is not understood: answered
     # NOT_UNDERSTOOD_REPLY without asking the language model (0: never)
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
 
@@ -122,7 +122,7 @@ class PipelineResult:
     # each word's start/end (seconds from the start of the file) and confidence: duet.asr.words.Word as dicts;
     # None when the transcription gives no word times (streaming)
     words: list[dict] | None = None
-    # duet.confidence.utterance_confidence of ``words`` (None: no word confidences, e.g. streaming), and whether
+    # duet.asr.confidence.utterance_confidence of ``words`` (None: no word confidences, e.g. streaming), and whether
     # the transcript was good enough to answer (False: empty, or below the pipeline's min_confidence, in which
     # case the response is NOT_UNDERSTOOD_REPLY and the language model was not asked)
     confidence: float | None = None

@@ -11,14 +11,14 @@ NeMo's other LM strategies need packages that are not usable here: ``beam`` need
 ``pyctcdecode`` (word LM) pins ``numpy<2`` which conflicts with the rest of the environment.
 
 A ``whisper_weight`` adds Whisper tiny.en's decoder judging the beam's candidates with the audio
-(``duet.whisper_rescoring``): the beam keeps its n-best and the model carries the rescoring beside NeMo's decoding
+(``duet.asr.whisper_rescoring``): the beam keeps its n-best and the model carries the rescoring beside NeMo's decoding
 (``duet.asr.inference.rescoring_of``), which the decode paths below ask for each utterance's transcript.
 
 After ``set_decoding`` every NeMo decode path of the model uses it: ``duet.asr.inference`` (which calls
 ``model.decoding.ctc_decoder_predictions_tensor``) as well as ``model.transcribe`` (which knows nothing of the
 rescoring: with a ``whisper_weight`` it returns each utterance's n-best, unrescored). Entry scripts take
-the settings as options through ``duet.cli_args`` (``nemo_recipes/evaluate_ctc.py --decoding``,
-``tools/pipeline.py --asr-decoding``), and a model's saved choice through ``duet.decoding_file``.
+the settings as options through ``duet.cli.cli_args`` (``nemo_recipes/evaluate_ctc.py --decoding``,
+``tools/pipeline.py --asr-decoding``), and a model's saved choice through ``duet.cli.decoding_file``.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ from duet.asr.batching import OfflineBatching
 from duet.asr.inference import RESCORING_ATTRIBUTE, audio_length, decode_texts, load_audio, rescoring_of
 from duet.asr.whisper_weights import WhisperWeightsError
 from duet.errors import DuetError
-from duet.ngram import load_token_lm, nemo_token_lm, read_lm_info
-from duet.whisper_gpt2 import WhisperGpt2Error
-from duet.whisper_joint import JointDecoding, JointWeights, WhisperProposer
-from duet.whisper_rescoring import BeamRescoring, WhisperRescorer
+from duet.asr.ngram import load_token_lm, nemo_token_lm, read_lm_info
+from duet.asr.whisper_gpt2 import WhisperGpt2Error
+from duet.asr.whisper_joint import JointDecoding, JointWeights, WhisperProposer
+from duet.asr.whisper_rescoring import BeamRescoring, WhisperRescorer
 
 log = logging.getLogger(__name__)
 
-# The settings each strategy reads, the one table of them: the command line (duet.cli_args) and decoding.json
-# (duet.decoding_file) refuse a value the chosen strategy would ignore, and decoding.json saves these alone.
+# The settings each strategy reads, the one table of them: the command line (duet.cli.cli_args) and decoding.json
+# (duet.cli.decoding_file) refuse a value the chosen strategy would ignore, and decoding.json saves these alone.
 STRATEGY_FIELDS = {"greedy": (), "beam": ("beam_size", "beta", "whisper_weight"),
                    "beam_lm": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_weight"),
                    "joint": ("beam_size", "beta", "ngram_lm", "alpha", "whisper_beam", "ctc_weight", "lm_weight",
@@ -61,7 +61,7 @@ class DecodingInputError(DuetError, ValueError):
 @dataclass(frozen=True)
 class DecodingSettings:
     """What to decode with. ``beam`` is beam search without an LM; ``beam_lm`` fuses ``ngram_lm``; ``joint`` lets
-    Whisper tiny.en's beam search propose beside that beam and the CTC model judge (``duet.whisper_joint``)."""
+    Whisper tiny.en's beam search propose beside that beam and the CTC model judge (``duet.asr.whisper_joint``)."""
 
     strategy: str = "greedy"
     beam_size: int = 4  # beam 8 + LM cost as much CPU as the encoder on the sample; 4 costs ~60 %
@@ -69,7 +69,7 @@ class DecodingSettings:
     alpha: float = 0.5  # LM weight (natural-log LM score times alpha)
     beta: float = 0.0  # bonus per emitted token; counters the LM's bias towards short outputs
     beam_threshold: float = 20.0  # hypotheses this far (log-prob) below the best are pruned
-    # Whisper tiny.en's decoder rescores the beam's n-best (duet.whisper_rescoring): each candidate's beam score plus
+    # Whisper tiny.en's decoder rescores the beam's n-best (duet.asr.whisper_rescoring): each candidate's beam score plus
     # this weight times Whisper's log-likelihood of it given the audio; 0 keeps the beam's own choice
     whisper_weight: float = 0.0
     # joint: Whisper's beam width (and n-best), and how the judge adds up a candidate's scores beside Whisper's own
@@ -187,7 +187,7 @@ def decoding_config(model, settings: DecodingSettings, n_best: bool = False):
 def set_decoding(model, settings: DecodingSettings | None = None, **kwargs) -> DecodingSettings:
     """Switch ``model`` (a NeMo CTC model, or its ONNX export) to ``settings`` (or ``DecodingSettings(**kwargs)``) in
     place; with a ``whisper_weight`` the beam keeps its n-best and the model carries Whisper's rescoring of it, with
-    strategy ``joint`` the joint decoding (``duet.whisper_joint.JointDecoding``) that judges it with Whisper's."""
+    strategy ``joint`` the joint decoding (``duet.asr.whisper_joint.JointDecoding``) that judges it with Whisper's."""
     settings = settings or DecodingSettings(**kwargs)
     settings.validate()
     rescoring = None

@@ -12,7 +12,7 @@ from duet.asr.inference import transcribe_files
 from duet.asr.scoring import Scored, score
 from duet.asr.words import transcribe_files_with_words
 from duet.errors import AsrInputError
-from duet.manifest import read_manifest
+from duet.data.manifest import read_manifest
 
 
 def evaluate_manifest(model, manifest: str | Path, batch_size: int = OfflineBatching.batch_size, progress: bool = True,

@@ -6,9 +6,9 @@ The sets, nearest first:
   training split, sentences from the same generator (telephone band);
 * ``unseen voices`` -- synthetic speech from TTS voices that no training pool contains, speaking WordNet
   sentences that no training corpus holds (``tools/make_sample_corpus.py --unseen-voices``, wideband);
-* every held-out set of recorded human speech in ``../shared/real_speech`` (:mod:`duet.real_speech`).
+* every held-out set of recorded human speech in ``../shared/real_speech`` (:mod:`duet.data.real_speech`).
 
-Each set's manifest is built from its LibriSpeech-layout folder by :mod:`duet.manifest`; every set is
+Each set's manifest is built from its LibriSpeech-layout folder by :mod:`duet.data.manifest`; every set is
 scored by :func:`duet.asr.evaluation.evaluate_manifest`, so the figures match ``evaluate_ctc.py``'s.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from duet.asr import evaluation, scoring
 from duet.asr.batching import EVALUATION_BATCHING
 from duet.errors import AsrInputError
-from duet.manifest import ManifestOptions, build_split_manifest, spread_subset, write_manifest
-from duet.real_speech import HELD_OUT_SETS, set_dir
+from duet.data.manifest import ManifestOptions, build_split_manifest, spread_subset, write_manifest
+from duet.data.real_speech import HELD_OUT_SETS, set_dir
 
 
 @dataclass(frozen=True)

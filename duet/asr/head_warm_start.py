@@ -24,7 +24,7 @@ import soundfile as sf
 import torch
 
 from duet.errors import AsrInputError
-from duet.manifest import read_manifest
+from duet.data.manifest import read_manifest
 from duet.text import normalize_text
 
 log = logging.getLogger(__name__)

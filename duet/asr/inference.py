@@ -46,7 +46,7 @@ __all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cp
 #: log-probabilities); a decoding that rescores with the audio (:func:`rescoring_of`) needs them.
 BatchDecoder = Callable[[Any, "torch.Tensor", "torch.Tensor", "Sequence[np.ndarray] | None"], list]
 
-#: The attribute of a model that holds its beam's rescoring (``duet.whisper_rescoring.BeamRescoring``), set and
+#: The attribute of a model that holds its beam's rescoring (``duet.asr.whisper_rescoring.BeamRescoring``), set and
 #: cleared by ``duet.asr.decoding.set_decoding`` beside NeMo's decoding: NeMo's decoding object never sees the audio
 RESCORING_ATTRIBUTE = "duet_rescoring"
 
@@ -355,7 +355,7 @@ def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> 
 
 
 def rescoring_of(model):
-    """The rescoring of ``model``'s beam that ``set_decoding`` set (``duet.whisper_rescoring.BeamRescoring``: its
+    """The rescoring of ``model``'s beam that ``set_decoding`` set (``duet.asr.whisper_rescoring.BeamRescoring``: its
     ``best(model, log_probs, lengths, audios)`` gives each utterance's chosen candidate), or None."""
     return getattr(model, RESCORING_ATTRIBUTE, None)
 

@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from duet.errors import DuetError
-from duet.manifest import read_manifest
+from duet.data.manifest import read_manifest
 
 __all__ = ["CtcLengthError", "CtcLengthReport", "check_ctc_lengths", "ctc_required_frames", "encoder_output_lengths"]
 

@@ -34,9 +34,9 @@ from duet.asr import evaluation, scoring
 from duet.asr.distillation import DistillationSettings, use_distillation
 from duet.asr.inference import load_asr_model
 from duet.errors import DuetError
-from duet.manifest import make_manifest_command
-from duet.stage_progress import PLAIN_EVERY_S, duration
-from duet.tokenizer import training_command
+from duet.data.manifest import make_manifest_command
+from duet.demo.progress import PLAIN_EVERY_S, duration
+from duet.data.tokenizer import training_command
 from duet.foundation import python_command
 from duet.foundation.errors import first_line
 from duet.foundation.files import read_jsonl, write_text_atomic

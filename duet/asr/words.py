@@ -23,7 +23,7 @@ tokens, but of the *aligned* token's probability rather than the frame's best on
 the same number (a beam transcript equal to greedy's gets greedy's words, times and confidences), and where the
 beam (its LM) wrote a token the acoustic model did not prefer, the word reads unsure (down to 0: below a uniform
 distribution's probability the formula goes negative, clipped) instead of borrowing the confidence of the token it
-replaced. Where the decoding rescores the beam's n-best with Whisper's decoder (``duet.whisper_rescoring``), the
+replaced. Where the decoding rescores the beam's n-best with Whisper's decoder (``duet.asr.whisper_rescoring``), the
 candidate it chose is the one aligned, so its words keep times and confidences. The model's decoding is not
 touched: the word decoding is a second NeMo decoding object, greedy, built from the model's decoding config.
 """

@@ -1,4 +1,4 @@
-"""One side of a spoken conversation, as a microphone hears it, for testing turn-taking (``duet.turns``): utterances
+"""One side of a spoken conversation, as a microphone hears it, for testing turn-taking (``duet.serving.turns``): utterances
 with pauses and room noise between them, and where each utterance's speech lies.
 
 :func:`room_noise` is noise without speech, made with numpy alone (no sox, no voices): pink noise (ventilation, a

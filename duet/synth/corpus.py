@@ -39,7 +39,7 @@ from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
-from duet.real_speech import held_out_transcripts
+from duet.data.real_speech import held_out_transcripts
 from duet.synth.corpus_text import Sentence, generate_sentences, iter_sentences, to_transcript
 from duet.synth.tts import Speaker, speaker_catalogue, synthesize, usable
 from duet.synth.voices import check_exclusion, generalisation_pool, unseen_speakers

@@ -23,7 +23,7 @@ import numpy as np
 import soundfile
 from lhotse import Recording, RecordingSet
 
-from duet.manifest import write_manifest
+from duet.data.manifest import write_manifest
 from duet.synth.corpus_text import iter_sentences
 from duet.synth.tts import SAMPLE_RATE, synthesize
 from duet.synth.voices import generalisation_pool

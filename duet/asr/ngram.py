@@ -33,7 +33,7 @@ from typing import Sequence
 
 from duet.errors import DuetError
 from duet.text import normalize_text
-from duet.tokenizer import nemo_tokenizer_model
+from duet.data.tokenizer import nemo_tokenizer_model
 from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
 
 log = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ from torch import nn
 from duet import SAMPLES_DIR
 from duet.asr.whisper_import import encoder_state_dict
 from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
-from duet.english_text import wordnet_examples
+from duet.data.english_text import wordnet_examples
 from duet.errors import DuetError
 
 GPT2_VOCAB = 50257              # GPT-2's BPE: the first 50,257 ids of Whisper's English vocabulary

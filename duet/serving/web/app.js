@@ -26,7 +26,7 @@ function authorization() {
 }
 
 // A browser's WebSocket sends no headers of the page's: the key goes as the subprotocol duet.key.<base64url>, beside
-// "duet", the one the server agrees to (duet/server.py: presented_key).
+// "duet", the one the server agrees to (duet/serving/server.py: presented_key).
 function streamProtocols() {
   const key = apiKey();
   if (!key) return [];
@@ -59,7 +59,7 @@ function clearResults() {
   audio.removeAttribute("src");
 }
 
-// The server's judgement of the transcript (duet/confidence.py): its confidence, and whether it was understood;
+// The server's judgement of the transcript (duet/asr/confidence.py): its confidence, and whether it was understood;
 // a transcript that was not is marked, and its answer is the server's apology, not the language model's.
 function describeConfidence(result) {
   if (!result.transcript) return "";

@@ -28,15 +28,15 @@ from typing import BinaryIO, Callable, Iterable, TextIO
 import jiwer
 
 from duet.asr.decoding import DecodingSettings
-from duet.confidence import NOT_UNDERSTOOD_REPLY
-from duet.decoding_file import decoding_file_for, write_decoding_file
-from duet.demo_models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
+from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
+from duet.cli.decoding_file import decoding_file_for, write_decoding_file
+from duet.demo.models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.text import normalize_spoken
 from duet.synth.corpus import SAMPLE_COUNTS, SAMPLE_SEED, sample_sentences
 from duet.foundation import EXPERIMENTS, REPO_ROOT, python_command, usable_cores
 from duet.foundation.files import atomic_path, read_jsonl, write_text_atomic
-from duet.lexicon import answer_words
+from duet.data.lexicon import answer_words
 from slm.metrics import assistant_scores, check_answer, well_formed_share
 
 STAMP_DIR = EXPERIMENTS / ".demo_stamps"
@@ -51,7 +51,7 @@ LM_SENTENCES, LM_ORDER, LM_TRANSCRIPT_TIMES = 100_000, 6, 4
 DEMO_LM_TEXT = EXPERIMENTS / "demo_lm" / "lm_text.txt"
 DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_token{LM_ORDER}.arpa"
 # Beam width, LM weight and per-token bonus of the pipeline's beam search with DEMO_LM, for the demo's fine-tune of
-# the Whisper base, and the weight of Whisper tiny.en's decoder rescoring the beam's candidates (duet.whisper_rescoring,
+# the Whisper base, and the weight of Whisper tiny.en's decoder rescoring the beam's candidates (duet.asr.whisper_rescoring,
 # each utterance's audio at its own length). The LM weights: chosen by bench/decoding_ab.py (beam 8, alpha 0.5-1.4 x
 # beta 1-6) on held-in data of both kinds the pipeline hears, together: the sample's dev-clean (60) and the 86
 # utterances of the 8 dev speakers of speechocean762/train that the fine-tune's real mix does not hold; alpha 1.1,
@@ -63,13 +63,13 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_token{LM_ORDER}.arpa"
 # in about 0.4 s on one thread against beam 8's 0.25 s without Whisper (bench/pipeline_latency.py).
 # Held out, evaluation only: RESULTS.md, "Whisper's decoder rescoring the beam's n-best".
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 1.1, 4.0
-# The pipeline decodes jointly (duet.whisper_joint): that beam's n-best and Whisper tiny.en's beam-5 n-best are the
+# The pipeline decodes jointly (duet.asr.whisper_joint): that beam's n-best and Whisper tiny.en's beam-5 n-best are the
 # candidates, the CTC model judges. The judge's weights: chosen by bench/joint_decoding.py on the same held-in data
 # (the dev speakers' utterances the fine-tune never trained on), by the one-standard-error rule: the lowest dev WER,
 # 17.19 %, leant on the CTC judge (1.0 / LM 1.5) and lost to Whisper on native speech; within one standard error
 # (1.85 points) the weighting that leaves the most to Whisper, 18.76 % (RESULTS.md, "Joint decoding").
 JOINT_WHISPER_BEAM, JOINT_CTC_WEIGHT, JOINT_LM_WEIGHT, JOINT_TOKEN_BONUS, JOINT_WHISPER_SURE = 5, 0.5, 0.2, 2.0, -0.3
-# The low-confidence threshold of the demo's model under that decoding (duet.confidence: words outside the
+# The low-confidence threshold of the demo's model under that decoding (duet.asr.confidence: words outside the
 # lexicon count 0; beam search + LM gives lower word confidences than greedy, so the base's own threshold does not
 # fit it). Chosen by bench/confidence_threshold.py on the same held-in data as the weights: the highest threshold
 # flagging at most 10 % of the utterances it heard right (WER <= 0.25); for the fine-tune of base v6 with the LM of
@@ -114,7 +114,7 @@ class Stage:
     # the same command and inputs, deleted when they changed, so a new base checkpoint or tokenizer never
     # "resumes" the previous run's finished training.
     run_dir: Path | None = None
-    # trainer.max_epochs of a Lightning training command: the progress line (duet.stage_progress) counts the
+    # trainer.max_epochs of a Lightning training command: the progress line (duet.demo.progress) counts the
     # steps of all of them, not just the current epoch's
     epochs: int | None = None
     # Started at the beginning of a run and left to run beside the stages before it in the list (BackgroundRun):
@@ -330,7 +330,7 @@ def slm_summary(metrics_json: Path) -> str:
     before = metrics.get("before")
     shown = lambda key, spec: (f"{format(before[key], spec)} -> " if before and before.get(key) is not None else "") \
         + format(after[key], spec)  # noqa: E731
-    # slm.metrics.well_formed of the test rows' answers beside metrics.json (slm/ cannot read duet.lexicon's words)
+    # slm.metrics.well_formed of the test rows' answers beside metrics.json (slm/ cannot read duet.data.lexicon's words)
     generations = metrics_json.parent / "generations_after.jsonl"
     records = read_jsonl(generations) if generations.is_file() else []
     share = well_formed_share([r["generation"] for r in records], answer_words(),

@@ -1,7 +1,7 @@
 """How far a running demo stage has got, read from the log its command writes, and the console line that says so;
 and the count a long-running tool prints as it goes (:func:`count_printer`).
 
-A stage's command writes everything it prints to ``experiments/<stage>/log.txt`` (``duet.demo``), so the demo
+A stage's command writes everything it prints to ``experiments/<stage>/log.txt`` (``duet.demo.stages``), so the demo
 learns its progress from there, without the command's cooperation:
 
 * ``nemo_recipes/finetune_ctc.py``'s progress lines: ``finetune_ctc: epoch 2/4, step 60/204 (29 %), loss ...``
@@ -163,7 +163,7 @@ def duration(seconds: float) -> str:
 
 
 class ConsoleProgress:
-    """The demo's line for a running stage, given the seconds elapsed about once a second (``duet.demo.run_logged``'s
+    """The demo's line for a running stage, given the seconds elapsed about once a second (``duet.demo.stages.run_logged``'s
     ``on_tick``): on a terminal one line redrawn in place; elsewhere (a file, CI) a new line every
     ``PLAIN_EVERY_S`` seconds, so a long stage is never silent for a minute."""
 

@@ -1,6 +1,6 @@
 """Voice-acted dialogue of freeware adventure games in Debian main, written as audio files to pseudo-label.
 
-Each game keeps its lines in its own way (``duet.queen_speech``: MP3 inside one container; ``duet.drascula_speech``:
+Each game keeps its lines in its own way (``duet.data.queen_speech``: MP3 inside one container; ``duet.data.drascula_speech``:
 raw 8-bit files); what they share lives here: a voice line is a name, a scene and a way to read its samples, and
 :func:`write_lines` writes lines as 16-bit FLAC files -- optionally joining consecutive lines of a scene, since a
 teacher that reads a fixed 30 s window (Whisper) labels several short lines per pass as fast as one -- into an output

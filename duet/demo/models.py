@@ -1,6 +1,6 @@
 """Where ``tools/demo.py`` writes the models it trains: the models ``tools/pipeline.py`` and ``tools/serve.py``
 answer with unless told otherwise (the language model: the Whisper-start preset's when it has been trained). Its own
-module, so that inference reads these paths without loading the demo's stages (``duet.demo``) and the synthesis
+module, so that inference reads these paths without loading the demo's stages (``duet.demo.stages``) and the synthesis
 package they import."""
 
 from pathlib import Path

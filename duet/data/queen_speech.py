@@ -5,7 +5,7 @@ which Debian ships, keeps it as one MP3 stream (11,025 Hz, mono) per line inside
 starts with a table: ``QTBL``, a 6-byte version, 3 bytes, the entry count (u16, big-endian) at byte 13, then
 21-byte entries: the name (12 bytes, NUL-padded), the bundle (1 byte), the offset and the size (u32 big-endian
 each) of the entry's bytes in the same file. Voice lines are the ``*.SB`` entries. There are no transcripts:
-label them with ``tools/pseudo_label.py``. Writing them: ``duet.game_speech``.
+label them with ``tools/pseudo_label.py``. Writing them: ``duet.data.game_speech``.
 
 The game's content and its licence: README.md, "Credits and licences of the data".
 """
@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from duet.errors import DuetError
-from duet.game_speech import ExtractReport, VoiceLine, write_lines
+from duet.data.game_speech import ExtractReport, VoiceLine, write_lines
 from duet.io import read_mono
 
 #: Where the Debian package installs the container.
@@ -82,7 +82,7 @@ def voice_line(data: bytes, entry: Entry) -> VoiceLine:
 
 def extract(container: Path, out_dir: Path, sample_rate: int = 16000, join_seconds: float = 0.0,
             progress: Callable[[int, int], None] | None = None) -> ExtractReport:
-    """Write the voice lines of ``container`` as FLAC files under ``out_dir`` (``duet.game_speech.write_lines``:
+    """Write the voice lines of ``container`` as FLAC files under ``out_dir`` (``duet.data.game_speech.write_lines``:
     ``<scene>/<first line>[+N].flac``)."""
     try:
         data = container.read_bytes()

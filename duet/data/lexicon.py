@@ -1,4 +1,4 @@
-"""The English words a transcript may hold: what ``duet.confidence`` checks a recogniser's words against.
+"""The English words a transcript may hold: what ``duet.asr.confidence`` checks a recogniser's words against.
 
 A recogniser that mishears often writes what it heard letter by letter ("prantin then for oura porpes"), and it
 can be sure of those frames. Such a word is in no dictionary, so it is a sign of mishearing that the acoustic
@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from duet.english_text import WORDNET_DIR, EnglishTextMissing, all_wordnet_examples
+from duet.data.english_text import WORDNET_DIR, EnglishTextMissing, all_wordnet_examples
 from duet.foundation import REPO_ROOT
 from slm.tool_calls import execute_calls
 

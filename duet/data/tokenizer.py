@@ -19,7 +19,7 @@ from pathlib import Path
 
 from duet.errors import DuetError
 from duet.io import shown_path
-from duet.manifest import MANIFEST_DIR
+from duet.data.manifest import MANIFEST_DIR
 from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.files import native_output_to, read_jsonl
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from duet.asr.decoding import BEAM_STRATEGIES, DecodingInputError, DecodingSettings
-from duet.cli_args import (
+from duet.cli.cli_args import (
     ASR_BATCHING_FLAGS,
     DECODING_FLAGS,
     add_batching_arguments,
@@ -25,9 +25,9 @@ from duet.cli_args import (
     given_decoding_values,
     offline_batching_from_args,
 )
-from duet.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
-from duet.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence
-from duet.demo_models import DEMO_SLM_MODEL, WHISPER_SLM_MODEL
+from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
+from duet.cli.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence
+from duet.demo.models import DEMO_SLM_MODEL, WHISPER_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.pipeline import PipelineSettings
@@ -57,7 +57,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, streaming: bool = False
                              "last, as Silero VAD hears it (a recording without speech whole; e.g. 0.5; default: all "
                              f"of it{not_streaming}); see RESULTS.md, 'Silence around a recording'")
     parser.add_argument("--min-confidence", type=float, default=None, metavar="C",
-                        help="a transcript whose confidence (its mean word confidence, duet/confidence.py) is below C "
+                        help="a transcript whose confidence (its mean word confidence, duet/asr/confidence.py) is below C "
                              f"is not understood: answered {NOT_UNDERSTOOD_REPLY!r} without asking the language model; "
                              "0 turns the check off (default: the min_confidence of the ASR model's decoding file "
                              "(<stem>.decoding.json beside it, else decoding.json in its folder) when the model "
@@ -125,7 +125,7 @@ class ModelDecoding:
 def resolve_asr_decoding(asr_model: Path, strategy: str | None, given: dict, stream: bool = False,
                          min_confidence: float | None = None, strategy_flag: str = "--asr-decoding") -> ModelDecoding:
     """The decoding of ``asr_model``: ``strategy`` (None: left unsaid) and the values ``given`` on the command line
-    (``DecodingSettings`` field -> value, :func:`duet.cli_args.given_decoding_values`) merged with the decoding.json
+    (``DecodingSettings`` field -> value, :func:`duet.cli.cli_args.given_decoding_values`) merged with the decoding.json
     in the model's folder. Messages name the options (``strategy_flag`` for the strategy).
 
     Without a strategy (or with the one the file names) and without ``--lm``, the file is used, each value given

@@ -12,7 +12,7 @@ threshold where each wrongly flags about 9 % of what the bundled base heard righ
 heard badly and the minimum 64 %; under the demo model's beam search + LM the minimum is unusable (a single
 force-aligned LM token reads 0: 71 % of the rightly heard flagged already at 0.05).
 
-A word outside the English lexicon (``duet.lexicon``: WordNet's words and the sample's) counts as confidence 0,
+A word outside the English lexicon (``duet.data.lexicon``: WordNet's words and the sample's) counts as confidence 0,
 however sure its frames were: a recogniser that mishears spells what it heard ("prantin then for oura porpes"),
 often surely, and under greedy decoding such words are the plainest sign of it (RESULTS.md "Low-confidence turns"
 compares the flags with and without this). Under beam search + LM the LM writes real words, so there it matters
@@ -28,13 +28,13 @@ from typing import Collection, Sequence
 
 from duet.asr.words import Word
 from duet.errors import DuetError
-from duet.lexicon import english_words, words_of
+from duet.data.lexicon import english_words, words_of
 
 #: What the pipeline answers instead of the language model's reply when it did not understand.
 NOT_UNDERSTOOD_REPLY = "Sorry, I didn't catch that."
 
 #: The utterance confidence below which a transcript counts as not understood (0 turns the check off), for a model
-#: whose decoding file names none (the demo's does: ``duet.demo.DEMO_MIN_CONFIDENCE``; so does the Whisper base's
+#: whose decoding file names none (the demo's does: ``duet.demo.stages.DEMO_MIN_CONFIDENCE``; so does the Whisper base's
 #: samples/checkpoints/whisper_tiny_ctc.decoding.json, chosen by the same rule on the same held-in data,
 #: RESULTS.md "Low-confidence turns"). Chosen by ``bench/confidence_threshold.py`` for the FastConformer base
 #: checkpoint (samples/checkpoints/fastconformer_tiny_base.nemo, greedy) on held-in data: the sample's dev-clean
@@ -57,7 +57,7 @@ def check_min_confidence(value: float, flag: str = "--min-confidence") -> float:
     return value
 
 
-#: ``utterance_confidence``'s lexicon argument meaning "duet.lexicon's English words"
+#: ``utterance_confidence``'s lexicon argument meaning "duet.data.lexicon's English words"
 ENGLISH = "english"
 
 

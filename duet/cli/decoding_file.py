@@ -13,7 +13,7 @@ Only ``strategy`` is required; the others default as in ``duet.asr.decoding.Deco
 (``whisper_weight``: Whisper's decoder rescoring the beam's candidates, off when absent). An optional
 ``"min_confidence"`` (0..1) is the low-confidence threshold chosen for this model under this decoding
 (``bench/confidence_threshold.py``; confidences depend on both, beam search + LM giving lower ones than greedy):
-the pipeline uses it whenever it decodes as the file says, instead of ``duet.confidence.DEFAULT_MIN_CONFIDENCE``.
+the pipeline uses it whenever it decodes as the file says, instead of ``duet.asr.confidence.DEFAULT_MIN_CONFIDENCE``.
 """
 
 from __future__ import annotations

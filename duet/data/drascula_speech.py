@@ -5,7 +5,7 @@ its ``en`` folder: ``<speaker><number>.ALS`` (``259.ALS`` the hero, ``D40.ALS``,
 characters), unsigned 8-bit mono samples at 11,025 Hz; the same folder's ``S<n>.ALS`` and ``F<n>.ALS`` are sound
 effects, left out. The transcripts live in the engine's text tables
 (``drascula.dat``), which this reader does not parse: label the lines with ``tools/pseudo_label.py`` like any
-untranscribed audio. Writing them: ``duet.game_speech``.
+untranscribed audio. Writing them: ``duet.data.game_speech``.
 
 The game's content and its licence: README.md, "Credits and licences of the data".
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from duet.errors import DuetError
-from duet.game_speech import ExtractReport, VoiceLine, write_lines
+from duet.data.game_speech import ExtractReport, VoiceLine, write_lines
 from duet.io import RawPcm, read_mono
 
 #: Where the Debian package installs the English voice files.
@@ -64,6 +64,6 @@ def voice_lines(folder: Path) -> list[VoiceLine]:
 
 def extract(folder: Path, out_dir: Path, sample_rate: int = 16000, join_seconds: float = 0.0,
             progress: Callable[[int, int], None] | None = None) -> ExtractReport:
-    """Write the voice lines of ``folder`` as FLAC files under ``out_dir`` (``duet.game_speech.write_lines``:
+    """Write the voice lines of ``folder`` as FLAC files under ``out_dir`` (``duet.data.game_speech.write_lines``:
     ``<speaker>/<first line>[+N].flac``)."""
     return write_lines(voice_lines(folder), out_dir, "drascula", sample_rate, join_seconds, progress)

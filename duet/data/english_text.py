@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from duet.errors import DuetError
-from duet.real_speech import DEFAULT_ROOT, read_transcripts, set_dir
+from duet.data.real_speech import DEFAULT_ROOT, read_transcripts, set_dir
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
@@ -88,7 +88,7 @@ def held_out_english(name: str, limit: int | None = None, part: str = "test",
     every transcript of a real-speech set through :func:`as_sentence`."""
     if name == "wordnet":
         texts = wordnet_examples(part, limit)
-        return f"{len(texts)} WordNet usage examples ({part} part of duet.english_text)", texts
+        return f"{len(texts)} WordNet usage examples ({part} part of duet.data.english_text)", texts
     if name not in HELD_OUT_TEXTS:
         raise ValueError(f"text must be one of {', '.join(HELD_OUT_TEXTS)}, got {name!r}")
     texts = [as_sentence(t) for t in read_transcripts(set_dir(Path(real_speech), name)).values() if t.strip()]
