@@ -8,7 +8,7 @@ Usage:
   python bench/adaptation_ab.py --recipes block_1e-4 all_1e-4 --pooled
 
 Data: ../shared/real_speech/speechocean762/train only (its README: the one set that may be tuned on). Its 8 dev
-speakers (duet.manifest.hold_out_speakers, as the base's training manifests carve them: none was trained on) are
+speakers (duet.data.manifest.hold_out_speakers, as the base's training manifests carve them: none was trained on) are
 the users. For each speaker, a hash-chosen half of their utterances is what the user gives tools/adapt.py (which
 carves its own early-stopping part from it) and the other half is scored, greedy WER, base vs adapted; "others" is
 the other dev speakers' utterances (up to --others of them), to show what moves elsewhere. --pooled adapts on the
@@ -32,8 +32,8 @@ from duet.asr.inference import load_asr_model
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
-from duet.manifest import build_split_manifest, hold_out_speakers, speaker_of, write_manifest
-from duet.real_speech import DEFAULT_ROOT, TRAINABLE_SET, set_dir
+from duet.data.manifest import build_split_manifest, hold_out_speakers, speaker_of, write_manifest
+from duet.data.real_speech import DEFAULT_ROOT, TRAINABLE_SET, set_dir
 
 #: name -> the AdaptationSettings fields it changes from the defaults
 RECIPES = {

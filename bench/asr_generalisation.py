@@ -42,10 +42,10 @@ from duet import SAMPLES_DIR
 from duet.asr import decoding, generalisation, inference
 from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.pseudo_labelling import WHISPER_TEACHER, WhisperTeacher, manifest_text
-from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
+from duet.cli.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
 from duet.errors import DuetError
-from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
+from duet.data.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.synth.corpus import UNSEEN_SPLIT, build_unseen_voices
 from duet.synth.tts import missing_engines
 from duet.foundation import EXPERIMENTS, REPO_ROOT

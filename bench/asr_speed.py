@@ -70,8 +70,8 @@ from duet.asr import evaluation, inference
 from duet.asr.batching import EVALUATION_BATCHING
 from duet.asr.onnx_engine import OnnxCtcModel
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
-from duet.manifest import build_split_manifest, read_manifest, write_manifest
-from duet.tokenizer import manifest_texts, train_tokenizer
+from duet.data.manifest import build_split_manifest, read_manifest, write_manifest
+from duet.data.tokenizer import manifest_texts, train_tokenizer
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic

@@ -10,7 +10,7 @@ Usage:
 
 Systems, each reading the same audio files (reading included in the time) with --threads CPU threads:
   ours      the model through duet.asr.inference.transcribe_files with the decoding the pipeline uses for it: its
-            decoding.json (duet.decoding_file) unless --decoding names a strategy; --engine onnx: its int8 export
+            decoding.json (duet.cli.decoding_file) unless --decoding names a strategy; --engine onnx: its int8 export
             (tools/export_onnx.py, written beside the .nemo when missing)
   whisper   faster-whisper 1.2 (CTranslate2, int8) with Whisper tiny.en's own decoder and transcribe()'s defaults:
             beam 5, temperature fallback, one file at a time (its transcribe() takes one recording); its transcripts
@@ -45,9 +45,9 @@ from duet.asr.onnx_engine import ENGINES, default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.asr.pseudo_labelling import manifest_text, whisper_tiny_en
 from duet.asr.scoring import score
-from duet.decoding_file import decoding_file_for, read_decoding_file
+from duet.cli.decoding_file import decoding_file_for, read_decoding_file
 from duet.errors import DuetError
-from duet.manifest import build_split_manifest, read_manifest
+from duet.data.manifest import build_split_manifest, read_manifest
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic

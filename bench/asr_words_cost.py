@@ -31,9 +31,9 @@ from duet import SAMPLES_DIR
 from duet.asr import evaluation, inference
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import set_decoding
-from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
+from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.errors import DuetError
-from duet.manifest import build_split_manifest, write_manifest
+from duet.data.manifest import build_split_manifest, write_manifest
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 

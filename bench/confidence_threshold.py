@@ -15,7 +15,7 @@ Usage:
       --tune manifests/dev-clean.json /tmp/so762/train.dev.json --held-out-sets speechocean762/test read_sentences
 
 Each utterance is transcribed with word confidences (``duet.asr.words``, the pipeline's own path) and gets
-the utterance confidence the pipeline uses (``duet.confidence.utterance_confidence``) and its own WER. It was
+the utterance confidence the pipeline uses (``duet.asr.confidence.utterance_confidence``) and its own WER. It was
 heard right when that WER is at most --wer-bound (default 0.25: at most one word in four wrong), badly
 otherwise; an empty transcript counts as flagged (the pipeline does not answer it either). For each threshold
 the table gives, over the --tune manifests together, the share of the rightly heard utterances that would be
@@ -24,7 +24,7 @@ flagged (wrongly: the user would be asked again) and the share of the badly hear
 the highest at which at most --max-right-flagged (default 10 %) of the rightly heard are flagged. The
 ``--held-out-sets`` (evaluation-only sets of ../shared/real_speech) are never used to choose: they are scored at
 the chosen threshold and at the model's current one only (what tools/pipeline.py would use: the min_confidence
-of the decoding.json beside the model when it decodes as that file says, else duet.confidence's
+of the decoding.json beside the model when it decodes as that file says, else duet.asr.confidence's
 DEFAULT_MIN_CONFIDENCE). --out writes everything as JSON, per utterance included. NeMo's log lines go to --log
 (experiments/logs/confidence_threshold.log) unless --verbose shows them.
 
@@ -37,8 +37,8 @@ manifests, and is scored at it on the held-out sets:
   python bench/confidence_threshold.py --model experiments/demo_asr/demo_asr.nemo --greedy-too \
       --tune manifests/dev-clean.json /tmp/so762/train.dev.json --held-out-sets speechocean762/test read_sentences common_voice
 
-Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/confidence.py) for the FastConformer base checkpoint
-(and any model without a decoding file), DEMO_MIN_CONFIDENCE (duet/demo.py, written into the demo model's
+Where the chosen threshold goes: DEFAULT_MIN_CONFIDENCE (duet/asr/confidence.py) for the FastConformer base checkpoint
+(and any model without a decoding file), DEMO_MIN_CONFIDENCE (duet/demo/stages.py, written into the demo model's
 decoding.json) for the demo's fine-tune, the "min_confidence" of its own decoding file for any other model (the
 Whisper base's: samples/checkpoints/whisper_tiny_ctc.decoding.json).
 """
@@ -59,11 +59,11 @@ from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model
 from duet.asr.scoring import score
 from duet.asr.words import transcribe_files_with_words
-from duet.cli_args import add_decoding_arguments, add_log_arguments, given_decoding_values, log_target
-from duet.confidence import utterance_confidence
+from duet.cli.cli_args import add_decoding_arguments, add_log_arguments, given_decoding_values, log_target
+from duet.asr.confidence import utterance_confidence
 from duet.errors import DuetError
-from duet.pipeline_options import resolve_asr_decoding
-from duet.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
+from duet.cli.pipeline_options import resolve_asr_decoding
+from duet.data.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to, read_jsonl, write_text_atomic
 

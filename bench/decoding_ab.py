@@ -30,8 +30,8 @@ import torch
 
 from duet.asr import decoding, evaluation, inference, scoring
 from duet.asr.batching import OfflineBatching
-from duet.manifest import read_manifest
-from duet.ngram import read_training_text, train_ngram_lm
+from duet.data.manifest import read_manifest
+from duet.asr.ngram import read_training_text, train_ngram_lm
 from duet.foundation import EXPERIMENTS, REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic

@@ -36,7 +36,7 @@ from duet.foundation import EXPERIMENTS, REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 from duet.errors import DuetError
-from duet.real_speech import DEFAULT_ROOT
+from duet.data.real_speech import DEFAULT_ROOT
 from duet.synth.corpus import UNSEEN_SPLIT
 
 RECIPE = REPO_ROOT / "nemo_recipes" / "finetune_ctc.py"

@@ -11,7 +11,7 @@ Usage:
   python bench/joint_decoding.py --model my.nemo --lm my_token6.arpa --dev my_dev.json --test my_test.json
 
 Steps:
-  1. Every utterance's candidates (duet/whisper_joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
+  1. Every utterance's candidates (duet/asr/whisper_joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
      CTranslate2 int8 as faster-whisper runs it) and the CTC beam + LM n-best (the demo pipeline's beam, alpha,
      beta), each with Whisper's teacher-forced log-likelihood, the CTC log-likelihood of its spoken form, the LM's
      and its length. Cached in --out's folder (candidates_<manifest>.json), read again on a later run.
@@ -43,15 +43,15 @@ from duet.asr import decoding, inference
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.scoring import score
 from duet.errors import DuetError
-from duet.demo import add_demo_beam_arguments
+from duet.demo.stages import add_demo_beam_arguments
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
-from duet.manifest import read_manifest
-from duet.ngram import load_token_lm
+from duet.data.manifest import read_manifest
+from duet.asr.ngram import load_token_lm
 from duet.text import normalize_text
-from duet.whisper_joint import JointDecoding, Judged, JointWeights, WhisperProposer, best_judged
-from duet.whisper_rescoring import WhisperRescorer
+from duet.asr.whisper_joint import JointDecoding, Judged, JointWeights, WhisperProposer, best_judged
+from duet.asr.whisper_rescoring import WhisperRescorer
 
 REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
 # (whisper, whisper_spoken) weights tried: Whisper reading each candidate as written, or as written and as spoken

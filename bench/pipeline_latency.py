@@ -36,12 +36,12 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from duet.asr.decoding import set_decoding
-from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
+from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
+from duet.demo.models import DEMO_ASR_MODEL, default_slm_model
 from duet.errors import DuetError
-from duet.manifest import read_manifest
+from duet.data.manifest import read_manifest
 from duet.pipeline import PipelineSettings, VoicePipeline
-from duet.tokenizer import nemo_tokenizer_folder
+from duet.data.tokenizer import nemo_tokenizer_folder
 from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.errors import cli
 from slm.generation import add_generation_arguments, generation_settings_from_args

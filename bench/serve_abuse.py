@@ -46,8 +46,8 @@ from wsproto.events import AcceptConnection, RejectConnection, Request
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
 from duet.errors import DuetError
-from duet.local_server import add_bench_arguments, rss_mb, split_serve_args, start_server, stop_server
-from duet.stream_client import SAMPLE_RATE, StreamClientError, play
+from duet.serving.local_server import add_bench_arguments, rss_mb, split_serve_args, start_server, stop_server
+from duet.serving.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic

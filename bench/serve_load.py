@@ -26,7 +26,7 @@ the end of the audio to the final transcript and answer.
 
 --turn-sessions N runs N hands-free WebSocket sessions (/v1/stream?turns=true) beside the HTTP clients for the
 same --seconds: each thread plays a two-turn conversation (two held-out sample utterances 1.5 s apart, faint room
-noise under them; duet.stream_client) in real time, checks that exactly two finals came back, numbered 1 and 2, and
+noise under them; duet.serving.stream_client) in real time, checks that exactly two finals came back, numbered 1 and 2, and
 starts the next session until the time is up (at most --max-sessions-each per thread). A session that errs, loses,
 splits or merges a turn is a failure. The server's memory is also sampled every 5 s during the load (only loopback
 addresses are used; every loop is bounded by --seconds and the per-request timeouts).
@@ -56,9 +56,9 @@ from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Reje
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
 from duet.errors import DuetError
-from duet.local_server import add_bench_arguments, rss_mb, split_serve_args, start_server, stop_server
-from duet.manifest import build_split_manifest
-from duet.stream_client import SAMPLE_RATE, StreamClientError, play
+from duet.serving.local_server import add_bench_arguments, rss_mb, split_serve_args, start_server, stop_server
+from duet.data.manifest import build_split_manifest
+from duet.serving.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.synth.conversation import compose
 from duet.foundation import EXPERIMENTS, REPO_ROOT
 from duet.foundation.errors import cli

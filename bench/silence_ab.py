@@ -33,9 +33,9 @@ from duet import SAMPLES_DIR
 from duet.asr.inference import load_asr_model, load_audio, transcribe_audio
 from duet.asr.scoring import score
 from duet.errors import DuetError
-from duet.manifest import build_split_manifest, read_manifest
+from duet.data.manifest import build_split_manifest, read_manifest
 from duet.pipeline import speech_bounds
-from duet.real_speech import DEFAULT_ROOT, set_dir
+from duet.data.real_speech import DEFAULT_ROOT, set_dir
 from duet.synth.conversation import room_noise
 from duet.vad import energy_speech_bounds
 from duet.foundation.errors import cli

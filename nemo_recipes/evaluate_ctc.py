@@ -58,12 +58,12 @@ from pathlib import Path
 from duet.asr import decoding, evaluation, inference, scoring, streaming
 from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
-from duet.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
+from duet.cli.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
                            decoding_settings_from_args, describe_decoding_source, log_target,
                            offline_batching_from_args)
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
-from duet.manifest import read_manifest
+from duet.data.manifest import read_manifest
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
 

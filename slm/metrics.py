@@ -381,7 +381,7 @@ def names_keywords(answer: str, keywords: Sequence[Sequence[str]]) -> bool:
 # Well-formed: real words, no loop; and refusals
 # ----------------------------------------------------------------------------------------------------
 
-WELL_FORMED_SCORER = ("slm.metrics.well_formed: every word in duet.lexicon's English words, the sample's answers or "
+WELL_FORMED_SCORER = ("slm.metrics.well_formed: every word in duet.data.lexicon's English words, the sample's answers or "
                       "the request, no word 3-gram twice")
 
 
@@ -432,7 +432,7 @@ def in_lexicon(word: str, lexicon: frozenset[str]) -> bool:
 
 def well_formed(answer: str, lexicon: frozenset[str], request: str = "") -> FormCheck:
     """Whether ``answer`` is made of English words and does not loop: every word (:func:`letter_words`; numbers
-    pass) is in ``lexicon`` (``duet.lexicon.answer_words``: WordNet, the speech
+    pass) is in ``lexicon`` (``duet.data.lexicon.answer_words``: WordNet, the speech
     sample's transcripts and the assistant's taught answers; :func:`in_lexicon`: regular inflections too) or among
     the words of ``request`` (a name or unit the user said), and no word 3-gram occurs twice (:func:`repeated_ngram`).
     An answer without a word (empty, "--") is not."""

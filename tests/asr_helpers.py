@@ -49,7 +49,7 @@ def write_manifest(path: Path, entries: list[dict]) -> Path:
 
 
 def train_tokenizer(texts: list[str], out_dir: Path, vocab_size: int) -> Path:
-    from duet.tokenizer import train_tokenizer as train
+    from duet.data.tokenizer import train_tokenizer as train
 
     return train(texts, out_dir, vocab_size)
 

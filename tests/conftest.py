@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def sample_manifests(tmp_path_factory) -> dict[str, Path]:
     """NeMo manifests of the bundled sample, built once per session (what tools/make_manifest.py writes)."""
-    from duet.manifest import build_split_manifest, write_manifest
+    from duet.data.manifest import build_split_manifest, write_manifest
 
     out = tmp_path_factory.mktemp("manifests")
     paths = {}
@@ -61,7 +61,7 @@ def sample_manifests(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def sample_tokenizer(sample_manifests, tmp_path_factory) -> Path:
     """The demo's tokenizer (256 BPE pieces on the sample's training text), built once per session."""
-    from duet.tokenizer import manifest_texts, train_tokenizer
+    from duet.data.tokenizer import manifest_texts, train_tokenizer
 
     return train_tokenizer(manifest_texts([sample_manifests["train-clean"]]),
                            tmp_path_factory.mktemp("tokenizers") / "spe_bpe_v256", vocab_size=256)
@@ -101,7 +101,7 @@ def bundled_base_model():
 def bundled_token_lm(bundled_base_model, tmp_path_factory) -> Path:
     """A token 3-gram ARPA (KenLM lmplz) over the bundled base checkpoint's tokenizer, from the sample's
     train-clean transcripts (beam_lm on a model whose output has real words)."""
-    from duet.ngram import find_kenlm_tool, train_ngram_lm
+    from duet.asr.ngram import find_kenlm_tool, train_ngram_lm
     from tests.asr_helpers import sample_utterances
 
     if find_kenlm_tool("lmplz") is None:
@@ -116,7 +116,7 @@ def bundled_token_lm(bundled_base_model, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def micro_token_lm(micro_model_and_manifest, tmp_path_factory) -> Path:
     """A token 3-gram ARPA (KenLM lmplz) over the micro model's tokenizer, from its manifest's transcripts."""
-    from duet.ngram import find_kenlm_tool, train_ngram_lm
+    from duet.asr.ngram import find_kenlm_tool, train_ngram_lm
 
     if find_kenlm_tool("lmplz") is None:
         pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")
@@ -131,7 +131,7 @@ def micro_token_lm(micro_model_and_manifest, tmp_path_factory) -> Path:
 def tiny_streaming_model(tmp_path_factory):
     """A random-weight 4-layer cache-aware FastConformer-CTC (configs/fastconformer_small_streaming.yaml with
     its tiny CPU overrides: look-ahead 480 ms, chunk 560 ms) with a 40-token tokenizer."""
-    from duet.tokenizer import train_tokenizer
+    from duet.data.tokenizer import train_tokenizer
     from tests.asr_helpers import ASSISTANT_SENTENCES, TINY_STREAMING, build_ctc_model
 
     tokenizer = train_tokenizer(ASSISTANT_SENTENCES, tmp_path_factory.mktemp("tok") / "spe_bpe_v40", vocab_size=40)

@@ -284,8 +284,8 @@ def test_evaluate_cli_inconsistent_decoding_options_are_one_line_errors(options,
 
 
 def test_evaluate_cli_lm_for_another_tokenizer_is_a_one_line_error(micro_model_and_manifest, tmp_path, capsys):
-    from duet.ngram import find_kenlm_tool, train_ngram_lm
-    from duet.tokenizer import train_tokenizer
+    from duet.asr.ngram import find_kenlm_tool, train_ngram_lm
+    from duet.data.tokenizer import train_tokenizer
 
     if find_kenlm_tool("lmplz") is None:
         pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")

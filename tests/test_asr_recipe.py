@@ -221,7 +221,7 @@ def test_the_default_data_and_tokenizer_name_the_commands_that_make_them(tmp_pat
     assert (cfg.model.train_ds.manifest_filepath, cfg.model.validation_ds.manifest_filepath, cfg.model.tokenizer.dir) \
         == ("manifests/train-clean.json", "manifests/dev-clean.json", "tokenizers/spe_bpe_v1024")
     # the recipe's paths are relative to the working directory: from the repository root they are the tools' outputs
-    from duet.manifest import make_manifest_command
+    from duet.data.manifest import make_manifest_command
 
     monkeypatch.chdir(REPO)
     # the commands as typed in this shell (duet.foundation.python_command: python where that is this interpreter)
@@ -254,7 +254,7 @@ def test_the_default_data_and_tokenizer_name_the_commands_that_make_them(tmp_pat
 
 
 def tokenizer_training_command(cfg) -> str:
-    from duet.tokenizer import training_command
+    from duet.data.tokenizer import training_command
 
     return training_command(cfg.model.tokenizer.dir, recipe.train_manifests(cfg.model))
 

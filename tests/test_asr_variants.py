@@ -19,7 +19,7 @@ from duet.asr.progressive import (  # noqa: E402
 )
 from duet.asr.resmha import ResidualAttentionConformerEncoder  # noqa: E402
 from duet.asr.variants import VARIANTS, convert_checkpoint, hydra_overrides  # noqa: E402
-from duet.tokenizer import train_tokenizer  # noqa: E402
+from duet.data.tokenizer import train_tokenizer  # noqa: E402
 from tests.script_helpers import load_script  # noqa: E402
 
 TINY_ENCODER = dict(feat_in=80, n_layers=3, d_model=32, n_heads=4, ff_expansion_factor=2, conv_kernel_size=9,

@@ -1,4 +1,4 @@
-"""duet/cli_args.py: shared options become validated settings; options a mode would ignore are named."""
+"""duet/cli/cli_args.py: shared options become validated settings; options a mode would ignore are named."""
 
 import argparse
 
@@ -6,7 +6,7 @@ import pytest
 
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import DecodingInputError, DecodingSettings
-from duet.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
+from duet.cli.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
 from duet.errors import AsrInputError
 

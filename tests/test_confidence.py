@@ -1,12 +1,12 @@
-"""duet/confidence.py: the utterance confidence and the low-confidence rule."""
+"""duet/asr/confidence.py: the utterance confidence and the low-confidence rule."""
 
 from __future__ import annotations
 
 import pytest
 
 from duet.asr.words import Word
-from duet.confidence import ConfidenceSettingError, check_min_confidence, is_understood, utterance_confidence
-from duet.lexicon import english_words
+from duet.asr.confidence import ConfidenceSettingError, check_min_confidence, is_understood, utterance_confidence
+from duet.data.lexicon import english_words
 
 LEXICON = frozenset({"turn", "on", "the", "lights", "don't"})
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from duet.confidence import DEFAULT_MIN_CONFIDENCE
+from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
 from tests.script_helpers import load_script
 
 

@@ -110,7 +110,7 @@ def test_training_a_tokenizer_prints_its_own_line_only(tmp_path):
 
 
 def test_training_a_token_lm_prints_its_own_lines_only(tmp_path):
-    from duet.ngram import find_kenlm_tool
+    from duet.asr.ngram import find_kenlm_tool
 
     if find_kenlm_tool("lmplz") is None:
         pytest.skip("KenLM lmplz not built: run bash tools/setup.sh")

@@ -349,7 +349,7 @@ def test_manifest_times_repeats_the_transcripts_only(tmp_path, python):
 
 def test_english_text_for_replay_is_wordnets_estimate_part_as_written(tmp_path, python):
     """tools/make_english_text.py: never a sentence of the dev or test tenths the SLM's perplexity is scored on."""
-    from duet.english_text import part_of, wordnet_examples
+    from duet.data.english_text import part_of, wordnet_examples
 
     out = tmp_path / "english.txt"
     result = subprocess.run([python, str(ENTRY.parent / "make_english_text.py"), "--sentences", "40", "--out", str(out)],

@@ -12,7 +12,7 @@ import subprocess
 import jiwer
 import pytest
 
-from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
+from duet.data.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.foundation.files import read_jsonl
 from duet.text import normalize_spoken
 
@@ -49,7 +49,7 @@ def test_demo_fine_tune_keeps_what_the_base_hears(demo):
     """The demo scores the base and its fine-tune on every generalisation set: the fine-tune must win its own domain
     and not lose the voices outside every pool nor, where the real recordings exist, the real speech the base hears
     (the demo flags a real set more than REAL_SET_TOLERANCE points worse)."""
-    from duet.demo import REAL_SET_TOLERANCE
+    from duet.demo.stages import REAL_SET_TOLERANCE
 
     before, after = ({r["set"]: r for r in json.loads((demo / "demo_generalisation" / name / "generalisation.json")
                                                        .read_text())["rows"]} for name in ("base", "demo_asr"))
@@ -73,7 +73,7 @@ def test_slm_offline_preset_learns(demo):
     # word of the request), made of English words without a loop; measured 92.0 / 76.8 % and 91 % (one run)
     assert after["assistant_rows"] >= 100
     assert after["assistant_kind"] >= 80 and after["assistant_on_topic"] >= 60
-    # well-formed: 91 % of the answers (duet.demo.slm_summary reports it from generations_after.jsonl)
+    # well-formed: 91 % of the answers (duet.demo.stages.slm_summary reports it from generations_after.jsonl)
 
 
 def test_pipeline_transcribes_and_answers_held_out_requests(demo):
@@ -90,7 +90,7 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
     # each transcript is judged by its confidence against the threshold the demo chose for its model: some of its
     # own held-out requests are not understood (5 of 52 from base v6, heard at 42 % WER against the answered ones'
     # 6.3 %) and get the apology instead of the language model's answer
-    from duet.confidence import NOT_UNDERSTOOD_REPLY
+    from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 
     unsure = [a for a in answered if not a["understood"]]
     sure = [a for a in answered if a["understood"]]
@@ -102,7 +102,7 @@ def test_pipeline_transcribes_and_answers_held_out_requests(demo):
                              [normalize_spoken(a["transcript"]) for a in turns])
         assert heard(unsure) > heard(sure)
     # related: the right kind of answer to what was said, for requests with a reference answer (measured 46-71 %)
-    from duet.demo import answer_scores
+    from duet.demo.stages import answer_scores
 
     scores = answer_scores(answered, requests)
     assert scores["assistant_rows"] >= 20 and scores["assistant_kind"] >= 30

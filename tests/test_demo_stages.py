@@ -1,4 +1,4 @@
-"""Fast tests of the demo's machinery (duet/demo.py): stage skipping/restarting and the pipeline's answer scores."""
+"""Fast tests of the demo's machinery (duet/demo/stages.py): stage skipping/restarting and the pipeline's answer scores."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-import duet.demo as demo
-from duet.demo import Stage
+import duet.demo.stages as demo
+from duet.demo.stages import Stage
 from duet.foundation import python_command
 from tests.script_helpers import load_script
 
@@ -44,7 +44,7 @@ def test_run_dir_is_kept_for_a_resume_and_cleared_when_inputs_change(tmp_path, m
 
 
 def test_demo_scores_answers_against_what_was_said():
-    from duet.demo import answer_scores, reference_answers
+    from duet.demo.stages import answer_scores, reference_answers
 
     references = reference_answers()
     assert len(references) > 10  # the sample's test-clean requests whose template has a computed answer
@@ -127,7 +127,7 @@ def test_the_lms_text_holds_the_real_transcripts_outside_the_tuning_speakers_whe
 
 
 def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
-    from duet.demo import generalisation_summary
+    from duet.demo.stages import generalisation_summary
 
     def report(name, rows):
         path = tmp_path / f"{name}.json"
@@ -148,7 +148,7 @@ def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
 
 
 def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tmp_path, monkeypatch):
-    from duet.decoding_file import read_decoding_file, read_min_confidence
+    from duet.cli.decoding_file import read_decoding_file, read_min_confidence
 
     cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     stage = next(s for s in cli.stages() if s.name == "pipeline")

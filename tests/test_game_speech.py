@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from duet import drascula_speech as ds
-from duet import game_speech as gs
-from duet import queen_speech as qs
+from duet.data import drascula_speech as ds
+from duet.data import game_speech as gs
+from duet.data import queen_speech as qs
 from duet.errors import DuetError
 from tests.script_helpers import load_script
 
@@ -159,7 +159,7 @@ def test_progress_reaches_the_last_line_when_it_cannot_be_decoded(tmp_path):
 
 
 def test_count_printer_prints_every_n_and_the_last(capsys):
-    from duet.stage_progress import count_printer
+    from duet.demo.progress import count_printer
 
     progress = count_printer(2, "files")
     for done in range(1, 6):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from duet.manifest import hold_out_speakers, speaker_of
+from duet.data.manifest import hold_out_speakers, speaker_of
 from duet.synth import voices, wordnet_text
 from duet.synth.tts import speaker_catalogue
 from tests.asr_helpers import compose_config

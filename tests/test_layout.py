@@ -14,7 +14,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_FOLDERS = ("tools", "bench", "nemo_recipes", "slm")
 # The demo's stages: the one library module outside duet.synth that may use synthesis (it builds the sample).
-DEMO = "duet.demo"
+DEMO = "duet.demo.stages"
 # Commands that answer or train: what they load, directly or through other modules, holds neither synthesis nor
 # the demo's stages (both of which pull in ~2,000 lines these never run).
 INFERENCE_AND_TRAINING = ("tools/pipeline.py", "tools/serve.py", "slm/generate.py", "nemo_recipes/evaluate_ctc.py",

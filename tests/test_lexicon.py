@@ -1,8 +1,8 @@
-"""duet/lexicon.py: the English words a transcript is checked against, built from WordNet and the sample."""
+"""duet/data/lexicon.py: the English words a transcript is checked against, built from WordNet and the sample."""
 
 from __future__ import annotations
 
-from duet.lexicon import english_words, words_of
+from duet.data.lexicon import english_words, words_of
 
 INDEX_LINE = "{lemma} n 1 1 @ 1 0 00000000\n"
 LICENCE = "  1 This software and database is being provided to you, the LICENSEE\n"

@@ -1,4 +1,4 @@
-"""LibriSpeech download (duet/librispeech.py, tools/make_manifest.py --download), issue 19 item 14: rehearsed
+"""LibriSpeech download (duet/data/librispeech.py, tools/make_manifest.py --download), issue 19 item 14: rehearsed
 against a stand-in OpenSLR on 127.0.0.1 that drops the first connection halfway. Nothing beyond 127.0.0.1."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from duet import librispeech
+from duet.data import librispeech
 from tests.audio_fixtures import write_chapter
 
 UTTERANCES = {(84, 121123): {0: ("GO DO YOU HEAR", 1.0), 1: ("BUT IN LESS THAN FIVE MINUTES", 1.5)},

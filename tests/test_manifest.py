@@ -1,4 +1,4 @@
-"""tools/make_manifest.py and duet.manifest: pairing, header probing, bad input, atomicity, re-runs."""
+"""tools/make_manifest.py and duet.data.manifest: pairing, header probing, bad input, atomicity, re-runs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import soundfile
 
-import duet.librispeech as librispeech
+import duet.data.librispeech as librispeech
 from duet.errors import AsrInputError
-from duet.manifest import (ManifestOptions, build_split_manifest, find_splits, read_manifest, spread_subset,
+from duet.data.manifest import (ManifestOptions, build_split_manifest, find_splits, read_manifest, spread_subset,
                            write_manifest)
 from duet.foundation.files import atomic_path, read_jsonl
 from tests.audio_fixtures import write_chapter, write_tone

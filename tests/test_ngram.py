@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("nemo.collections.asr")
 
 from duet.asr.decoding import DecodingInputError, DecodingSettings, decoding_config, set_decoding  # noqa: E402
-from duet.ngram import (  # noqa: E402
+from duet.asr.ngram import (  # noqa: E402
     find_kenlm_tool,
     load_token_lm,
     load_tokenizer,
@@ -17,7 +17,7 @@ from duet.ngram import (  # noqa: E402
     score_token_sentences,
     train_ngram_lm,
 )
-from duet.tokenizer import train_tokenizer  # noqa: E402
+from duet.data.tokenizer import train_tokenizer  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 needs_lmplz = pytest.mark.skipif(find_kenlm_tool("lmplz") is None, reason="KenLM lmplz not built: run bash tools/setup.sh")
@@ -178,8 +178,8 @@ def bundled_checkpoint() -> Path | None:
 def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path, sample_manifests):
     from duet.asr.evaluation import evaluate_manifest
     from duet.asr.inference import load_asr_model
-    from duet.manifest import read_manifest
-    from duet.ngram import read_training_text
+    from duet.data.manifest import read_manifest
+    from duet.asr.ngram import read_training_text
 
     model = load_asr_model(bundled_checkpoint(), device="cpu")
     arpa = tmp_path / "train_token6.arpa"
@@ -205,8 +205,8 @@ def test_beam_lm_transcribes_an_utterance_alike_alone_and_in_a_padded_batch(tmp_
     """NeMo's batched beam search ranks its beams on a batch's padded frames too; duet.asr.inference.blank_past_end
     makes those frames blank, so a transcript does not depend on the batch it was decoded in."""
     from duet.asr.inference import load_asr_model, transcribe_files
-    from duet.manifest import read_manifest
-    from duet.ngram import read_training_text
+    from duet.data.manifest import read_manifest
+    from duet.asr.ngram import read_training_text
 
     model = load_asr_model(WHISPER_BASE, device="cpu")  # 50 frames a second: much padding to rank beams on
     arpa = tmp_path / "train_token6.arpa"
@@ -228,7 +228,7 @@ def test_token_lm_is_parsed_once_per_arpa_version(tiny_model, tokenizer_dir, tmp
 
     from nemo.collections.asr.parts.submodules.ngram_lm import NGramGPULanguageModel
 
-    from duet import ngram
+    from duet.asr import ngram
 
     arpa = tmp_path / "lm_token3.arpa"
     train_ngram_lm(DOMAIN[:40], arpa, order=3, unit="token", tokenizer_dir=tokenizer_dir, binary=False)

@@ -107,11 +107,11 @@ def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(mic
 
 
 class AudioLengthRescoring:
-    """A stand-in for Whisper's rescoring (duet.whisper_rescoring.BeamRescoring): each utterance's transcript is its
+    """A stand-in for Whisper's rescoring (duet.asr.whisper_rescoring.BeamRescoring): each utterance's transcript is its
     audio's length, so a transcript shows which audio reached the decoding beside which log-probabilities."""
 
     def best(self, model, log_probs, lengths, audios):
-        from duet.whisper_rescoring import Candidate
+        from duet.asr.whisper_rescoring import Candidate
 
         assert len(audios) == len(log_probs) == len(lengths)
         return [Candidate(str(len(audio)), 0.0) for audio in audios]

@@ -20,12 +20,12 @@ import soundfile
 import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
 from duet.asr.words import TimedTranscript, Word
-from duet.confidence import NOT_UNDERSTOOD_REPLY
+from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 from duet.foundation import python_command
 from duet.asr.batching import PIPELINE_BATCHING
-from duet.cli_args import given_decoding_values
+from duet.cli.cli_args import given_decoding_values
 from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
-from duet.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
+from duet.cli.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
 from duet.synth.conversation import room_noise, speech_range
 from slm.tool_calls import ExecutedText
 from tests.script_helpers import load_script
@@ -339,10 +339,10 @@ def test_cli_names_every_missing_input_in_one_line_before_loading(cli, monkeypat
     """python tools/pipeline.py audio.flac on a fresh clone: the file and the demo's models in one line, nothing
     loaded."""
     loads = stand_in_load(monkeypatch, None)
-    import duet.pipeline_options
+    import duet.cli.pipeline_options
 
     # no model made by the recipes to suggest instead
-    monkeypatch.setattr(duet.pipeline_options, "EXPERIMENTS", tmp_path / "empty")
+    monkeypatch.setattr(duet.cli.pipeline_options, "EXPERIMENTS", tmp_path / "empty")
     missing_asr, missing_slm = tmp_path / "none.nemo", tmp_path / "no_slm"
     code = cli.main([str(tmp_path / "audio.flac"), "--asr-model", str(missing_asr), "--slm-model", str(missing_slm)])
     out, err = capsys.readouterr()
@@ -724,7 +724,7 @@ SAVED = dict(beam_size=16, alpha=0.8, beta=4.0)
 def saved_decoding(tmp_path):
     """A model (an empty file: only paths matter here) with an LM and a decoding.json naming it beside it."""
     from duet.asr.decoding import DecodingSettings
-    from duet.decoding_file import decoding_file_for, write_decoding_file
+    from duet.cli.decoding_file import decoding_file_for, write_decoding_file
 
     model, lm = tmp_path / "models" / "mine.nemo", tmp_path / "lms" / "mine.arpa"
     for path in (model, lm):
@@ -736,7 +736,7 @@ def saved_decoding(tmp_path):
 
 
 def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its_own(saved_decoding):
-    from duet.decoding_file import DECODING_FILE_NAME, decoding_file_for
+    from duet.cli.decoding_file import DECODING_FILE_NAME, decoding_file_for
 
     model, _ = saved_decoding
     export = model.with_name("mine_onnx")  # tools/export_onnx.py's default place, beside the .nemo
@@ -748,8 +748,8 @@ def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its
 
 def test_a_nemo_sharing_its_folder_may_have_its_own_decoding_file_and_threshold(saved_decoding):
     from duet.asr.decoding import DecodingSettings
-    from duet.decoding_file import DECODING_FILE_NAME, decoding_file_for, write_decoding_file
-    from duet.pipeline_options import resolve_asr_decoding
+    from duet.cli.decoding_file import DECODING_FILE_NAME, decoding_file_for, write_decoding_file
+    from duet.cli.pipeline_options import resolve_asr_decoding
 
     model, _ = saved_decoding
     other = model.with_name("other.nemo")  # a second model in the same folder
@@ -768,10 +768,10 @@ def test_a_nemo_sharing_its_folder_may_have_its_own_decoding_file_and_threshold(
 
 
 def test_the_bundled_whisper_base_has_its_own_threshold():
-    from duet.confidence import DEFAULT_MIN_CONFIDENCE
-    from duet.decoding_file import read_min_confidence
+    from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
+    from duet.cli.decoding_file import read_min_confidence
     from duet.foundation import REPO_ROOT
-    from duet.pipeline_options import resolve_asr_decoding
+    from duet.cli.pipeline_options import resolve_asr_decoding
 
     checkpoints = REPO_ROOT / "samples" / "checkpoints"
     whisper = resolve_asr_decoding(checkpoints / "whisper_tiny_ctc.nemo", None, {})
@@ -853,8 +853,8 @@ def test_a_broken_decoding_json_is_a_one_line_error_naming_it(cli, saved_decodin
 def test_the_model_folders_threshold_goes_with_its_decoding(cli, saved_decoding):
     """A decoding.json's min_confidence was chosen for that decoding: used when the model decodes as the file says,
     replaced by --min-confidence, and set aside (for the default) with the file's decoding."""
-    from duet.confidence import DEFAULT_MIN_CONFIDENCE
-    from duet.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence, write_decoding_file
+    from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
+    from duet.cli.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence, write_decoding_file
 
     model, lm = saved_decoding
     saved = decoding_file_for(model)
@@ -901,7 +901,7 @@ def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(c
     import shutil
 
     from duet.asr.decoding import DecodingSettings
-    from duet.decoding_file import write_decoding_file
+    from duet.cli.decoding_file import write_decoding_file
     from tests.asr_helpers import transcripts_with
 
     model, model_path, _, entries = micro_model_and_manifest
@@ -1029,7 +1029,7 @@ def test_a_transcript_at_the_threshold_is_answered_and_zero_turns_the_check_off(
 
 
 def test_the_default_threshold_applies_when_none_is_given(make_pipeline):
-    from duet.confidence import DEFAULT_MIN_CONFIDENCE
+    from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
 
     pipe, _ = make_pipeline()
     assert pipe.settings.min_confidence == DEFAULT_MIN_CONFIDENCE > 0
@@ -1067,7 +1067,7 @@ def test_cli_refuses_a_threshold_outside_0_1_before_loading(cli, model_args, mon
 
 
 def test_the_default_language_model_is_the_whisper_start_preset_once_it_exists(tmp_path, monkeypatch):
-    from duet import demo_models
+    from duet.demo import models as demo_models
     from duet.pipeline import PipelineSettings
 
     monkeypatch.setattr(demo_models, "WHISPER_SLM_MODEL", tmp_path / "slm_whisper")

@@ -71,7 +71,7 @@ def stand_ins(python, tmp_path_factory):
     """Sample manifests (a handful of utterances), the stand-in checkpoints, the switch tokenizer, NeMo's cache."""
     if not SAMPLE_TRAIN.is_dir():
         pytest.skip("bundled sample missing: run tools/make_sample_corpus.py")
-    from duet.tokenizer import manifest_texts, train_tokenizer
+    from duet.data.tokenizer import manifest_texts, train_tokenizer
 
     root = tmp_path_factory.mktemp("real_path_asr")
     subprocess.run([python, str(REPO / "tools" / "make_manifest.py"), "--out-dir", str(root / "manifests")],
@@ -171,19 +171,19 @@ def test_pretrained_name_from_nemo_cache_offline_under_the_fastconformer_config_
     assert _saved_vocabulary(summary["model"]) == stand_ins["own_vocabulary"]
 
 
-def _readme_gpu_finetune_overrides() -> list[str]:
-    """The overrides of the README's GPU fine-tune command ("On a GPU machine", (1)), as a user copies them."""
-    block = (REPO / "README.md").read_text().split("## On a GPU machine", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+def _gpu_path_finetune_overrides() -> list[str]:
+    """The overrides of the GPU fine-tune command in docs/gpu-path.md ((1)), as a user copies them."""
+    block = (REPO / "docs" / "gpu-path.md").read_text().split("```bash", 1)[1].split("```", 1)[0]
     command = block.split("python nemo_recipes/finetune_ctc.py", 1)[1].split("\n# ", 1)[0]
     words = " ".join(line.split("#", 1)[0].rstrip(" \\") for line in command.splitlines()).split()
     assert words[:2] == ["--config-name", "conformer_small"], words
     return words[2:]
 
 
-def test_the_readme_gpu_command_keeps_the_checkpoint_tokenizer(python, stand_ins, tmp_path):
-    """The README's command for stt_en_conformer_ctc_small, its manifests swapped for the stand-ins': the checkpoint's
+def test_the_gpu_path_command_keeps_the_checkpoint_tokenizer(python, stand_ins, tmp_path):
+    """The GPU path's command for stt_en_conformer_ctc_small, its manifests swapped for the stand-ins': the checkpoint's
     tokenizer and trained output layer are kept (a new tokenizer would replace that layer)."""
-    overrides = [o for o in _readme_gpu_finetune_overrides() if ".manifest_filepath=" not in o]
+    overrides = [o for o in _gpu_path_finetune_overrides() if ".manifest_filepath=" not in o]
     assert f"init_from_pretrained_model={PRETRAINED_NAME}" in overrides
     env = {**os.environ, "NEMO_CACHE_DIR": str(stand_ins["cache_dir"]), "HF_HUB_OFFLINE": "1",
            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}

@@ -1,4 +1,4 @@
-"""duet.server / tools/serve.py: every endpoint, every bad request, the queue, concurrent requests, the WebSocket.
+"""duet.serving.server / tools/serve.py: every endpoint, every bad request, the queue, concurrent requests, the WebSocket.
 
 The app is built around real small models (the micro FastConformer-CTC of conftest and a 1-layer GPT-2), in
 memory, and driven with FastAPI's TestClient: no port, no network.
@@ -26,12 +26,12 @@ from starlette.websockets import WebSocketDisconnect
 from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio
 from duet.asr.streaming import transcribe_streaming
-from duet.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
+from duet.asr.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
 from duet.foundation import python_command
 from duet.pipeline import PipelineSettings, VoicePipeline
-from duet.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
+from duet.serving.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
 from duet.synth.conversation import compose, room_noise
-from duet.turns import TurnTaker
+from duet.serving.turns import TurnTaker
 from slm.generation import GenerationSettings, load_model
 from slm.tool_calls import ExecutedText, execute_calls
 
@@ -577,8 +577,8 @@ def test_a_failed_turn_is_an_error_naming_it_and_the_session_goes_on(pipeline, c
 
 
 def test_the_stream_client_plays_turns_over_a_real_socket(pipeline, clips):
-    """duet.stream_client (what the benches drive the server with) against uvicorn on a loopback port."""
-    from duet.stream_client import play
+    """duet.serving.stream_client (what the benches drive the server with) against uvicorn on a loopback port."""
+    from duet.serving.stream_client import play
     from tests.test_server_browser import serve_in_thread
 
     talk, _, _ = two_turns(clips)

@@ -22,9 +22,9 @@ import soundfile
 
 from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio
-from duet.confidence import NOT_UNDERSTOOD_REPLY
+from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 from duet.pipeline import PipelineSettings, VoicePipeline
-from duet.server import ServerSettings, create_app
+from duet.serving.server import ServerSettings, create_app
 from slm.generation import GenerationSettings, load_model
 
 CHROMIUM = "/usr/bin/chromium"

@@ -5,7 +5,7 @@ import pytest
 
 from duet.asr.scoring import score
 from duet.foundation.spelling import number_to_words, ordinal_to_words, year_to_words
-from duet.manifest import normalize_transcript
+from duet.data.manifest import normalize_transcript
 from duet.text import normalize_spoken
 
 CASES = {

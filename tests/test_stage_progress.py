@@ -1,4 +1,4 @@
-"""duet/stage_progress.py: the demo's progress line for a long stage, read from the log its command writes."""
+"""duet/demo/progress.py: the demo's progress line for a long stage, read from the log its command writes."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-import duet.demo as demo
-import duet.stage_progress as stage_progress
-from duet.demo import Stage
-from duet.stage_progress import ConsoleProgress, LogProgress, duration
+import duet.demo.stages as demo
+import duet.demo.progress as stage_progress
+from duet.demo.stages import Stage
+from duet.demo.progress import ConsoleProgress, LogProgress, duration
 from tests.script_helpers import load_script
 
 

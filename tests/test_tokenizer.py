@@ -1,4 +1,4 @@
-"""tools/train_tokenizer.py and duet.tokenizer: NeMo layout, round trip, NeMo loading, size errors."""
+"""tools/train_tokenizer.py and duet.data.tokenizer: NeMo layout, round trip, NeMo loading, size errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from duet.tokenizer import VocabularyTooLarge, manifest_texts, train_tokenizer
+from duet.data.tokenizer import VocabularyTooLarge, manifest_texts, train_tokenizer
 
 WORDS = ("set a timer for five minutes turn on the kitchen lights what is the weather like in paris "
          "play some quiet music add milk to my shopping list what is twelve plus seven how many grams "

@@ -1,4 +1,4 @@
-"""duet.vad and duet.turns: Silero VAD's segments of a recording, the streaming detector, and turns cut from a stream.
+"""duet.vad and duet.serving.turns: Silero VAD's segments of a recording, the streaming detector, and turns cut from a stream.
 
 The audio is the bundled sample's speech (each utterance cut to its sound by an energy threshold, fine on these
 clean recordings), digital silence and numpy-made room noise (``duet.synth.conversation``); the model is the real
@@ -15,7 +15,7 @@ import pytest
 import soundfile
 
 from duet.synth.conversation import compose, room_noise, speech_range
-from duet.turns import TurnTaker
+from duet.serving.turns import TurnTaker
 from duet.vad import (WINDOW, SileroVad, SpeechDecider, SpeechDetector, VadSettings, VadSettingsError,
                       energy_speech_bounds, silero_model_path, speech_segments)
 

@@ -12,7 +12,7 @@ import soundfile
 import torch
 
 from duet.asr.scoring import score
-from duet.manifest import read_manifest
+from duet.data.manifest import read_manifest
 
 BASE = "samples/checkpoints/whisper_tiny_ctc.nemo"
 

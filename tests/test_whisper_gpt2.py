@@ -1,4 +1,4 @@
-"""Whisper's text decoder as a GPT-2 (duet.whisper_gpt2): a tiny generated model.bin of the same layout is
+"""Whisper's text decoder as a GPT-2 (duet.asr.whisper_gpt2): a tiny generated model.bin of the same layout is
 converted, and the Hugging Face model's logits are compared with a reference Whisper decoder written here
 (constant cross-attention); the tokenizer keeps GPT-2's ids; the slm_whisper_offline preset learns."""
 
@@ -15,7 +15,7 @@ import torch
 
 from duet.asr.whisper_weights import read_ctranslate2
 from duet.foundation import python_command
-from duet.whisper_gpt2 import (END_OF_TEXT, GPT2_VOCAB, PREFIX_STAND_IN, WHISPER_PREFIX, WhisperGpt2Error, WhisperTextDecoder,
+from duet.asr.whisper_gpt2 import (END_OF_TEXT, GPT2_VOCAB, PREFIX_STAND_IN, WHISPER_PREFIX, WhisperGpt2Error, WhisperTextDecoder,
                                build_gpt2, cross_attention_means, decoder_log_likelihood, decoder_shape,
                                decoder_weights, gpt2_log_likelihood, gpt2_tokenizer, save_gpt2_folder, text_batches,
                                ConversionInfo)
@@ -313,7 +313,7 @@ def test_whisper_preset_trains_on_the_same_rows_and_batches_as_the_scratch_prese
 
 
 def test_speech_clips_are_spread_over_the_bundled_training_split():
-    from duet.whisper_gpt2 import sample_clips
+    from duet.asr.whisper_gpt2 import sample_clips
 
     clips = sample_clips(10)
     assert len(clips) == 10 and len({path.parent.parent for path, _ in clips}) > 1  # more than one speaker

@@ -238,7 +238,7 @@ def test_a_fine_tuned_model_gets_a_new_head_over_another_tokenizer(tmp_path, sam
     start then trains that head alone and leaves the kept adapter as it was."""
     from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
     from duet.asr.whisper_import import ImportSettings, build_model
-    from duet.tokenizer import manifest_texts, train_tokenizer
+    from duet.data.tokenizer import manifest_texts, train_tokenizer
 
     base = build_model(ImportSettings(tokenizer_dir=sample_tokenizer, adapter_layers=1))
     base.save_to(str(tmp_path / "base.nemo"))

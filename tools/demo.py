@@ -12,7 +12,7 @@ Usage:
 
 Each stage prints its command, its progress while it runs, and its result in one line. The command's own output
 (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
---verbose shows it live too. The progress is read from that log (duet/stage_progress.py): the ASR fine-tune's
+--verbose shows it live too. The progress is read from that log (duet/demo/progress.py): the ASR fine-tune's
 epoch and step of all its steps, the SLM's step, any other progress bar, with the time left at the stage's own
 pace so far, e.g. "running 1:00: epoch 1/2, step 40/198 (20 %), about 3 min left": redrawn in place on a
 terminal, a new line every 30 s otherwise (a log file, CI). A failing stage prints the last 20 lines of its log.
@@ -62,12 +62,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from duet import SAMPLES_DIR
-from duet.demo import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
+from duet.demo.stages import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION, DEMO_LM, DEMO_LM_TEXT, DEMO_MIN_CONFIDENCE,
                        DEMO_SLM_MODEL, AsrFineTune, EXPERIMENTS, LM_ORDER, LM_SENTENCES, LM_TRANSCRIPT_TIMES,
                        BackgroundRun, Stage, asr_summary, demo_decoding, generalisation_summary, log_tail, next_steps,
                        pipeline_summary, shown, slm_summary, threads_beside, write_demo_decoding)
-from duet.real_speech import DEFAULT_ROOT as REAL_SPEECH
-from duet.stage_progress import ConsoleProgress, LogProgress
+from duet.data.real_speech import DEFAULT_ROOT as REAL_SPEECH
+from duet.demo.progress import ConsoleProgress, LogProgress
 from duet.synth.corpus import bundled_sample_kinds
 from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.errors import cli

@@ -30,11 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-from duet import drascula_speech, queen_speech
+from duet.data import drascula_speech, queen_speech
 from duet.errors import DuetError
 from duet.foundation.errors import cli
-from duet.game_speech import MAX_JOIN_SECONDS
-from duet.stage_progress import count_printer
+from duet.data.game_speech import MAX_JOIN_SECONDS
+from duet.demo.progress import count_printer
 
 #: game -> (its reader, where its Debian package installs the data, the package's name)
 GAMES = {

@@ -8,7 +8,7 @@ Usage:
         data.replay_per_row=0.25
 
 The sentences are WordNet 3.0's usage examples as written, case and punctuation kept (Debian wordnet-base,
-WordNet licence), one per line: only the "estimate" part of duet.english_text, never its "dev" or "test" tenths,
+WordNet licence), one per line: only the "estimate" part of duet.data.english_text, never its "dev" or "test" tenths,
 so bench/slm_english_perplexity.py still scores a model on English it has not read. (tools/make_lm_text.py
 --source wordnet writes the same examples as lower-case transcripts for the speech LM, with another held-out
 tenth: not for this.) Written to a temporary file and renamed into place.
@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from duet.english_text import wordnet_examples
+from duet.data.english_text import wordnet_examples
 from duet.errors import DuetError
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli

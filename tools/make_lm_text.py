@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 
 from duet.errors import DuetError
-from duet.real_speech import held_out_transcripts
+from duet.data.real_speech import held_out_transcripts
 from duet.synth.corpus import SAMPLE_SEED, lm_text
 from duet.synth.wordnet_text import wordnet_sentences
 from duet.text import normalize_spoken, normalize_text
-from duet.tokenizer import manifest_texts
+from duet.data.tokenizer import manifest_texts
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic

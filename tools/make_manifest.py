@@ -42,10 +42,10 @@ from tqdm import tqdm
 
 from duet import SAMPLES_DIR
 from duet.errors import DuetError
-from duet.librispeech import (
+from duet.data.librispeech import (
     ARCHIVE_MD5, BASE_URL_ENV, OPENSLR_BASE_URL, DownloadSettings, extract_split, fetch_archive, read_md5sums,
 )
-from duet.manifest import (
+from duet.data.manifest import (
     MANIFEST_DIR, ManifestOptions, build_split_manifest, find_splits, hold_out_speakers, manifest_is_current,
     split_fingerprint, spread_subset, stamp_path, write_manifest,
 )

@@ -12,7 +12,7 @@ Usage:
   python tools/pipeline.py talk.flac --asr-decoding beam --beam-size 8
   python tools/pipeline.py talk.flac --asr-decoding beam_lm --lm experiments/lm/train-clean_token6.arpa \
       --alpha 0.3 --beta 2
-  # joint decoding: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges (duet/whisper_joint.py)
+  # joint decoding: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges (duet/asr/whisper_joint.py)
   python tools/pipeline.py talk.flac --asr-decoding joint --ctc-weight 0.5
   # cache-aware streaming ASR (a model trained with configs/fastconformer_small_streaming.yaml):
   # partial transcripts are printed as each chunk is decoded
@@ -28,7 +28,7 @@ Usage:
 
 Defaults are the models tools/demo.py fine-tunes on the bundled sample, the language model the slm_whisper_offline
 preset's (experiments/slm_whisper) once it has been trained (PipelineSettings in duet/pipeline.py, from
-duet/demo_models.py). The ASR decoding, when no decoding option (--asr-decoding, --beam-size, --lm, ...) says
+duet/demo/models.py). The ASR decoding, when no decoding option (--asr-decoding, --beam-size, --lm, ...) says
 otherwise, is read from the ASR model's decoding file, if there is one: <stem>.decoding.json beside a .nemo, else
 decoding.json in its folder; the demo writes one beside its model (joint decoding: Whisper tiny.en's beam search
 and the CTC beam with the demo's token LM propose, the fine-tuned CTC model judges, at the weights chosen on held-in
@@ -53,7 +53,7 @@ with --stream). A folder stands for the audio files under it (.flac, .wav, .mp3,
 recursive, sorted); one without any is an error naming it.
 
 A transcript heard unsurely is not answered: its "confidence" (the mean of its word confidences,
-duet/confidence.py) below --min-confidence makes it "understood": false, and the response "Sorry, I didn't
+duet/asr/confidence.py) below --min-confidence makes it "understood": false, and the response "Sorry, I didn't
 catch that." instead of the language model's (which is not asked; the note says why). Each --json line carries
 both, e.g. "confidence": 0.23, "understood": false; the console prints the confidence under the transcript.
 --min-confidence 0 turns the check off; with --stream there are no word confidences ("confidence": null) and no
@@ -78,11 +78,11 @@ import sys
 from pathlib import Path
 
 from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
-from duet.cli_args import add_log_arguments, log_target
+from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
 from duet.pipeline import PipelineResult, PipelineSettings, VoicePipeline
-from duet.pipeline_options import (add_decoding_options, add_model_arguments, model_path_problems,
+from duet.cli.pipeline_options import (add_decoding_options, add_model_arguments, model_path_problems,
                                    pipeline_settings_from_args)
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 from duet.foundation.errors import cli

@@ -44,7 +44,7 @@ localStorage); listening beyond 127.0.0.1 without one prints a warning. No /docs
 from a CDN); /openapi.json is served.
 
 /v1/pipeline and the WebSocket's final message carry the transcript's "confidence" (mean word confidence,
-duet/confidence.py) and "understood"; below --min-confidence (as in tools/pipeline.py; 0 turns it off) the
+duet/asr/confidence.py) and "understood"; below --min-confidence (as in tools/pipeline.py; 0 turns it off) the
 answer is "Sorry, I didn't catch that." and the language model is not asked. The page shows both. A cache-aware
 --streaming-asr-model gives no word confidences: its transcripts have "confidence": null and are not checked.
 
@@ -71,12 +71,12 @@ import uvicorn.config
 
 from duet.asr.inference import load_asr_model
 from duet.asr.streaming import check_streaming_model
-from duet.cli_args import add_log_arguments, log_target
+from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.pipeline import VoicePipeline
-from duet.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
+from duet.cli.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
                                    pipeline_settings_from_args)
-from duet.server import ServerSettings, create_app, disk_full_named, exposure_warning
+from duet.serving.server import ServerSettings, create_app, disk_full_named, exposure_warning
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
 

@@ -5,7 +5,7 @@
 #   0. Python's venv module where the interpreter lacks it (python3.X-venv: stock Debian's python3 has no ensurepip).
 #   1. Debian/Ubuntu packages for the synthetic corpus and `pipeline.py --speak` (sox, espeak-ng, flite,
 #      festival + English voices, WordNet's example sentences) and tools/serve.py (ffmpeg for WebM uploads; curl
-#      for the README's examples of its API; chromium + chromium-driver, apart, for its page's browser test) when
+#      for docs/serving.md's examples of its API; chromium + chromium-driver, apart, for its page's browser test) when
 #      apt-get is usable; otherwise a note and carry on (the bundled samples/ need none of them). Those are all in
 #      Debian main. The other English voices of the generalisation pool (festival rab/don, mbrola us1/us2/us3/en1,
 #      RHVoice, SVOX pico) live in Debian's contrib/non-free components: they are fetched through a private apt list

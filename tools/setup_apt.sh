@@ -6,7 +6,7 @@
 # 600); APT_LOCK_POLL, the seconds between two tries meanwhile (default 5); OS_RELEASE (default /etc/os-release).
 
 # Debian main only: one package that apt cannot locate makes it refuse the whole list, so nothing from the
-# contrib/non-free components may sit here (they are EXTRA_VOICE_PACKAGES). curl: the README's examples of
+# contrib/non-free components may sit here (they are EXTRA_VOICE_PACKAGES). curl: docs/serving.md's examples of
 # tools/serve.py's HTTP API (a minimal Debian has none)
 SYSTEM_PACKAGES="sox libsox-fmt-all flac espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts wordnet-base ffmpeg curl"
 # the page's browser test (tests/test_server_browser.py); installed apart, since on Ubuntu chromium is a snap

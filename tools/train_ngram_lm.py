@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from duet.cli_args import add_log_arguments, log_target
-from duet.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
+from duet.cli.cli_args import add_log_arguments, log_target
+from duet.asr.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from duet.errors import DuetError
-from duet.tokenizer import (DEFAULT_MANIFESTS, DEFAULT_OUT_ROOT, DEFAULT_TYPE, DEFAULT_VOCAB_SIZE, TOKENIZER_TYPES,
+from duet.data.tokenizer import (DEFAULT_MANIFESTS, DEFAULT_OUT_ROOT, DEFAULT_TYPE, DEFAULT_VOCAB_SIZE, TOKENIZER_TYPES,
                             is_current, manifest_texts, tokenizer_dir_name, train_tokenizer)
 from duet.foundation import python_command
 from duet.foundation.errors import cli

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     import torch
 
-    from duet.whisper_gpt2 import ConvertSettings, convert
+    from duet.asr.whisper_gpt2 import ConvertSettings, convert
 
     torch.set_num_threads(args.threads)
     started = time.time()
