@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from duet.data import english_text
 from duet.data.manifest import hold_out_speakers, speaker_of
 from duet.synth import voices, wordnet_text
 from duet.synth.tts import speaker_catalogue
@@ -76,7 +77,7 @@ def _fake_wordnet(folder: Path, examples: list[str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     header = "  1 This software and database is being provided ...\n"
     lines = [f"0000{i} 03 n 01 word 0 000 | a gloss; \"{ex}\"" for i, ex in enumerate(examples)]
-    for name in wordnet_text.WORDNET_FILES:
+    for name in english_text.WORDNET_FILES:
         (folder / name).write_text(header + "\n".join(lines) + "\n", encoding="latin-1")
     return folder
 
@@ -108,7 +109,7 @@ def test_wordnet_held_out_tenth_never_reaches_training(tmp_path):
 
 def test_missing_wordnet_is_named(tmp_path):
     wordnet_text._all_sentences.cache_clear()
-    with pytest.raises(wordnet_text.WordNetMissing, match="wordnet-base"):
+    with pytest.raises(english_text.WordNetMissing, match="wordnet-base"):
         wordnet_text.wordnet_sentences(wordnet_dir=tmp_path / "none")
 
 

@@ -1,10 +1,15 @@
 """General English text available offline, for language-model statistics and held-out perplexity.
 
 WordNet 3.0's usage examples (Debian ``wordnet-base``, WordNet licence): about 48,000 short everyday sentences
-("the team is a unit"), read as written (case and punctuation kept, unlike the transcripts that
-``duet.synth.wordnet_text`` makes of them for speech). A hash of each sentence puts it in one part for good:
-``estimate`` (8 in 10: statistics a conversion may learn from), ``dev`` (1 in 10: choosing between options) and
-``test`` (1 in 10: the figures reported). None of them is in ``samples/alpaca_sample.json``.
+("the team is a unit"). This module is their one reader (:func:`wordnet_usage_examples`) and holds the one rule
+that splits them (:func:`part_of`): a hash of a text puts it in one part for good, ``estimate`` (8 in 10:
+statistics a conversion may learn from), ``dev`` (1 in 10: choosing between options) and ``test`` (1 in 10: the
+figures reported, the part no training set holds). Here the sentences are kept as written (case and punctuation
+kept); ``duet.synth.wordnet_text`` makes transcripts of them for speech and splits those by the same rule, applied
+to the transcript (the text it keeps), so a sentence's part as written and as a transcript may differ: the two
+sets feed different models (the SLM's English here, the recogniser's synthetic speech and n-gram LM there), and
+hashing either differently would change the sentences behind their published figures. None of them is in
+``samples/alpaca_sample.json``.
 """
 
 from __future__ import annotations
@@ -23,44 +28,56 @@ PARTS = ("estimate", "dev", "test")
 _EXAMPLE_RE = re.compile(r'"([^"]+)"')
 
 
-class EnglishTextMissing(DuetError):
-    """The text's Debian package is not installed."""
+class WordNetMissing(DuetError):
+    """WordNet's data files (Debian package ``wordnet-base``) are not installed."""
 
 
-def part_of(sentence: str) -> str:
-    """The fixed part a sentence belongs to (a hash of its text)."""
-    bucket = zlib.crc32(sentence.encode("utf-8")) % 10
+def part_of(text: str) -> str:
+    """The fixed part a text belongs to: a hash of the text exactly as given (0 of 10 buckets ``test``, 1 ``dev``,
+    the other eight ``estimate``)."""
+    bucket = zlib.crc32(text.encode("utf-8")) % 10
     return "test" if bucket == 0 else "dev" if bucket == 1 else "estimate"
 
 
 @lru_cache(maxsize=2)
-def _wordnet_examples(wordnet_dir: Path) -> tuple[str, ...]:
+def _usage_examples(wordnet_dir: Path) -> tuple[str, ...]:
     missing = [name for name in WORDNET_FILES if not (wordnet_dir / name).is_file()]
     if missing:
-        raise EnglishTextMissing(f"WordNet data not found in {wordnet_dir} (missing {', '.join(missing)}); "
-                                 "install it with: apt-get install wordnet-base")
+        raise WordNetMissing(f"WordNet data not found in {wordnet_dir} (missing {', '.join(missing)}); "
+                             "install it with: apt-get install wordnet-base")
     seen: dict[str, None] = {}
     for name in WORDNET_FILES:
         for line in (wordnet_dir / name).read_text(encoding="latin-1").splitlines():
             if line.startswith("  ") or "|" not in line:  # licence header, or no gloss
                 continue
             for example in _EXAMPLE_RE.findall(line.split("|", 1)[1]):
-                example = " ".join(example.split())
-                if len(example.split()) >= 3:
-                    seen[example] = None
+                seen[example.strip()] = None
     return tuple(seen)
 
 
+def wordnet_usage_examples(wordnet_dir: Path = WORDNET_DIR) -> tuple[str, ...]:
+    """Every quoted usage example of WordNet's glosses, stripped, each once, in file order (short ones included);
+    WordNetMissing without WordNet."""
+    return _usage_examples(Path(wordnet_dir))
+
+
+@lru_cache(maxsize=2)
+def _sentences(wordnet_dir: Path) -> tuple[str, ...]:
+    folded = (" ".join(example.split()) for example in _usage_examples(wordnet_dir))
+    return tuple(dict.fromkeys(s for s in folded if len(s.split()) >= 3))
+
+
 def all_wordnet_examples(wordnet_dir: Path = WORDNET_DIR) -> tuple[str, ...]:
-    """Every usage example of WordNet (all three parts), in file order; EnglishTextMissing without WordNet."""
-    return _wordnet_examples(Path(wordnet_dir))
+    """Every usage example of three words or more, white space folded (all three parts), in file order;
+    WordNetMissing without WordNet."""
+    return _sentences(Path(wordnet_dir))
 
 
 def wordnet_examples(part: str, limit: int | None = None, wordnet_dir: Path = WORDNET_DIR) -> list[str]:
     """WordNet's usage examples of one part, in file order, at most ``limit`` spread evenly over the part."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
-    sentences = [s for s in _wordnet_examples(Path(wordnet_dir)) if part_of(s) == part]
+    sentences = [s for s in _sentences(Path(wordnet_dir)) if part_of(s) == part]
     if limit is not None and limit < len(sentences):
         step = len(sentences) / limit
         sentences = [sentences[int(i * step)] for i in range(limit)]

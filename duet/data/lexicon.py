@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from duet.data.english_text import WORDNET_DIR, EnglishTextMissing, all_wordnet_examples
+from duet.data.english_text import WORDNET_DIR, WordNetMissing, all_wordnet_examples
 from duet.foundation import REPO_ROOT
 from slm.tool_calls import execute_calls
 
@@ -37,7 +37,7 @@ def english_words(wordnet_dir: Path = WORDNET_DIR, sample_dir: Path = SAMPLE_TRA
     """The lexicon (module doc), or None where WordNet is not installed (one warning: the check is then off)."""
     try:
         sentences = all_wordnet_examples(Path(wordnet_dir))
-    except EnglishTextMissing as e:
+    except WordNetMissing as e:
         log.warning("%s; transcripts are not checked against a lexicon", e)
         return None
     words: set[str] = set()

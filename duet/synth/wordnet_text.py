@@ -6,35 +6,27 @@ words; people say far more. WordNet 3.0 glosses carry about 48,000 short usage e
 under the WordNet licence (free to use, copy and distribute, with its notice).
 
 Every example is turned into a transcript (numbers in words, punctuation dropped) or skipped when that
-cannot be done faithfully (abbreviations, symbols, letters outside a-z). A fixed tenth of them, chosen
-by a hash of the text, is held out: :func:`wordnet_sentences` returns either the training part or the
-held-out part, so the unseen-voices evaluation set never speaks a sentence any training corpus holds.
+cannot be done faithfully (abbreviations, symbols, letters outside a-z). A fixed tenth of them is held
+out, by ``duet.data.english_text``'s rule (the reader and the split are that module's) applied to the
+transcript: :func:`wordnet_sentences` returns either the training part or the held-out part, so the
+unseen-voices evaluation set never speaks a sentence any training corpus holds.
 """
 
 from __future__ import annotations
 
 import re
-import zlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from duet.errors import DuetError
+from duet.data.english_text import WORDNET_DIR, part_of, wordnet_usage_examples
 from duet.synth.corpus_text import number_to_words, year_to_words
 from duet.text import normalize_text
 
-WORDNET_DIR = Path("/usr/share/wordnet")
-WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
-HELD_OUT_MODULUS = 10  # one sentence in ten is evaluation-only
 MIN_WORDS, MAX_WORDS = 3, 20
 
-_EXAMPLE_RE = re.compile(r'"([^"]+)"')
 _NUMBER_RE = re.compile(r"\b\d{1,4}\b")
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9 ,.;:!?'\-]|\b[A-Z]{2,}\b|\w\.\w|\d[.,:/]\d|'s'")
-
-
-class WordNetMissing(DuetError):
-    """WordNet's data files are not installed."""
 
 
 _NOT_SPELLABLE = re.compile(r"[^a-z'\s]")
@@ -61,26 +53,15 @@ def _to_transcript(example: str) -> str | None:
 
 
 def is_held_out(text: str) -> bool:
-    """True for the fixed tenth of sentences kept for evaluation (a hash of the normalised text)."""
-    return zlib.crc32(normalize_text(text).encode()) % HELD_OUT_MODULUS == 0
+    """True for the fixed tenth of sentences kept for evaluation: the ``test`` part of
+    :func:`duet.data.english_text.part_of`, of the normalised text."""
+    return part_of(normalize_text(text)) == "test"
 
 
 @lru_cache(maxsize=2)
 def _all_sentences(wordnet_dir: Path) -> tuple[str, ...]:
-    missing = [name for name in WORDNET_FILES if not (wordnet_dir / name).is_file()]
-    if missing:
-        raise WordNetMissing(f"WordNet data not found in {wordnet_dir} (missing {', '.join(missing)}); "
-                             "install it with: apt-get install wordnet-base")
-    sentences: dict[str, None] = {}
-    for name in WORDNET_FILES:
-        for line in (wordnet_dir / name).read_text(encoding="latin-1").splitlines():
-            if line.startswith("  ") or "|" not in line:  # licence header, or no gloss
-                continue
-            for example in _EXAMPLE_RE.findall(line.split("|", 1)[1]):
-                text = _to_transcript(example.strip())
-                if text:
-                    sentences[text] = None
-    return tuple(sentences)
+    transcripts = (_to_transcript(example) for example in wordnet_usage_examples(wordnet_dir))
+    return tuple(dict.fromkeys(text for text in transcripts if text))
 
 
 def wordnet_sentences(held_out: bool = False, exclude: Iterable[str] = (),
