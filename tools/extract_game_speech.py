@@ -20,7 +20,7 @@ Usage:
 Without a path, the game is read where its installed Debian package keeps it. The lines are 11,025 Hz audio,
 resampled to the 16 kHz the models read (what lies above 5.5 kHz stays empty). The output folder keeps the
 settings it was made with and refuses others. The games' content is not ours: their credits and licences are in
-README.md, "Credits and licences of the data".
+docs/data.md, "Credits and licences of the data".
 """
 
 from __future__ import annotations

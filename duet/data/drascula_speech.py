@@ -7,7 +7,7 @@ effects, left out. The transcripts live in the engine's text tables
 (``drascula.dat``), which this reader does not parse: label the lines with ``tools/pseudo_label.py`` like any
 untranscribed audio. Writing them: ``duet.data.game_speech``.
 
-The game's content and its licence: README.md, "Credits and licences of the data".
+The game's content and its licence: docs/data.md, "Credits and licences of the data".
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ raw 8-bit files); what they share lives here: a voice line is a name, a scene an
 teacher that reads a fixed 30 s window (Whisper) labels several short lines per pass as fast as one -- into an output
 folder that remembers its settings, each file whole or not at all, an interrupted run going on where it stopped.
 
-The games' content and licences: README.md, "Credits and licences of the data".
+The games' content and licences: docs/data.md, "Credits and licences of the data".
 """
 
 from __future__ import annotations

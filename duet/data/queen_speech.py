@@ -7,7 +7,7 @@ starts with a table: ``QTBL``, a 6-byte version, 3 bytes, the entry count (u16, 
 each) of the entry's bytes in the same file. Voice lines are the ``*.SB`` entries. There are no transcripts:
 label them with ``tools/pseudo_label.py``. Writing them: ``duet.data.game_speech``.
 
-The game's content and its licence: README.md, "Credits and licences of the data".
+The game's content and its licence: docs/data.md, "Credits and licences of the data".
 """
 
 from __future__ import annotations
