@@ -18,6 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from duet.foundation import python_command
+from duet.foundation.token_rows import pad_token_rows
 from slm.config import ConfigError, resolve_path
 
 PREAMBLE = ("Below is an instruction that describes a task. "
@@ -144,18 +145,12 @@ class AlpacaCollator:
     mask_prompt: bool = False
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
-        width = max(len(row["input_ids"]) for row in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids = torch.tensor(row["input_ids"], dtype=torch.long)
-            input_ids[i, : len(ids)] = ids
-            attention_mask[i, : len(ids)] = 1
-            labels[i, : len(ids)] = ids
-            if self.mask_prompt:
+        input_ids, tokens = pad_token_rows([row["input_ids"] for row in rows], self.pad_token_id)
+        labels = input_ids.masked_fill(~tokens, -100)
+        if self.mask_prompt:
+            for i, row in enumerate(rows):
                 labels[i, : row["prompt_length"]] = -100
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        return {"input_ids": input_ids, "attention_mask": tokens.long(), "labels": labels}
 
 
 def load_splits_for(model_dir: Path):

