@@ -22,7 +22,7 @@ import argparse
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from safetensors import SafetensorError
@@ -65,25 +65,29 @@ class GenerationSettings:
     top_p: float = 0.95  # sampling: nucleus mass (1.0 = off)
     repetition_penalty: float = 1.1  # > 1 discourages repeats; applies to greedy and beam search too
 
-    def validate(self) -> "GenerationSettings":
-        """Return ``self`` when every value is usable; else raise ``GenerationSettingsError`` naming the flag."""
+    def validate(self, spell: Callable[[str], str] | None = None) -> "GenerationSettings":
+        """Return ``self`` when every value is usable; else raise ``GenerationSettingsError`` naming the item as
+        ``spell`` writes a field's name: its flag (``--top-p``) by default; the server names a request's field
+        (``top_p``)."""
+        spell = spell or flag
         if self.strategy not in STRATEGIES:
-            raise GenerationSettingsError(f"--strategy must be one of {', '.join(STRATEGIES)}, got '{self.strategy}'")
+            raise GenerationSettingsError(f"{spell('strategy')} must be one of {', '.join(STRATEGIES)}, "
+                                          f"got '{self.strategy}'")
         for name, ok, rule in (("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
                                ("repetition_penalty", self.repetition_penalty > 0, "> 0"),
                                ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),
                                ("top_p", 0 < self.top_p <= 1, "in (0, 1]")):
             if not ok:
-                raise GenerationSettingsError(f"{flag(name)} must be {rule}, got {getattr(self, name):g}")
+                raise GenerationSettingsError(f"{spell(name)} must be {rule}, got {getattr(self, name):g}")
         if self.strategy == "beam" and self.num_beams < 2:
-            raise GenerationSettingsError(f"beam search needs --num-beams >= 2, got {self.num_beams:g}")
+            raise GenerationSettingsError(f"beam search needs {spell('num_beams')} >= 2, got {self.num_beams:g}")
         if self.strategy == "sample" and self.temperature <= 0:
-            raise GenerationSettingsError(f"sampling needs --temperature > 0, got {self.temperature:g}")
+            raise GenerationSettingsError(f"sampling needs {spell('temperature')} > 0, got {self.temperature:g}")
         for name, (low, high) in (("max_new_tokens", (1, MAX_NEW_TOKENS)), ("num_beams", (1, MAX_NUM_BEAMS)),
                                   ("temperature", TEMPERATURE_RANGE),
                                   ("repetition_penalty", REPETITION_PENALTY_RANGE)):
             if not low <= getattr(self, name) <= high:  # nan fails every comparison: refused too
-                raise GenerationSettingsError(f"{flag(name)} must be in [{low:g}, {high:g}], "
+                raise GenerationSettingsError(f"{spell(name)} must be in [{low:g}, {high:g}], "
                                               f"got {getattr(self, name):g}")
         return self
 
