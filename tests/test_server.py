@@ -1,4 +1,4 @@
-"""duet.serving.server / tools/serve.py: every endpoint, every bad request, the queue, concurrent requests, the WebSocket.
+"""duet.serving / tools/serve.py: every endpoint, every bad request, the queue, concurrent requests, the WebSocket.
 
 The app is built around real small models (the micro FastConformer-CTC of conftest and a 1-layer GPT-2), in
 memory, and driven with FastAPI's TestClient: no port, no network.
@@ -29,7 +29,9 @@ from duet.asr.streaming import transcribe_streaming
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
 from duet.foundation import python_command
 from duet.pipeline import PipelineSettings, VoicePipeline
-from duet.serving.server import RedecodeStream, ServerSettings, ServerSettingsError, create_app
+from duet.serving.app import create_app
+from duet.serving.settings import ServerSettings, ServerSettingsError
+from duet.serving.streams import RedecodeStream
 from duet.synth.conversation import compose, room_noise
 from duet.serving.turns import TurnTaker
 from slm.generation import GenerationSettings, load_model

@@ -1,4 +1,4 @@
-"""duet.serving.server against hostile and careless clients (issue #55): uploads that name other files, tiny files that
+"""duet.serving against hostile and careless clients (issue #55): uploads that name other files, tiny files that
 decode to gigabytes, bodies that never say their length, options that overflow the model, cut recordings, a full
 queue, strangers (no key, another page, another host name), streams faster than real time or gone quiet, a full disk.
 
@@ -24,10 +24,16 @@ import starlette.formparsers
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-import duet.serving.server
+import duet.serving.errors
+import duet.serving.responses
+import duet.serving.uploads
 from duet.asr.inference import load_audio
+from duet.errors import DuetError
 from duet.io import audio_file_problem
-from duet.serving.server import ServerSettings, create_app, exposure_warning
+from duet.pipeline import VoicePipeline
+from duet.serving.app import create_app
+from duet.serving.guard import BODY_SLACK_BYTES, exposure_warning
+from duet.serving.settings import ServerSettings, ServerSettingsError
 from tests.test_server import SETTINGS, SR, clips, pcm16_chunks, pipeline, receive_until, upload  # noqa: F401
 from tests.test_server_browser import serve_in_thread
 
@@ -77,7 +83,7 @@ def test_a_client_filename_never_reaches_the_file_system(client, clips):
     for name in ("a\x00.flac", "../../etc/passwd", "x.fl\x00ac", "name." + "a" * 300):
         reply = client.post("/v1/audio/transcriptions", files={"file": (name, clips[0].read_bytes(), "audio/flac")})
         assert reply.status_code == 200, (name, reply.text)
-    assert duet.serving.server.upload_suffix("a\x00.flac") == ".flac" and duet.serving.server.upload_suffix("x/../y") == ""
+    assert duet.serving.uploads.upload_suffix("a\x00.flac") == ".flac" and duet.serving.uploads.upload_suffix("x/../y") == ""
 
 
 # ---------------------------------------------------------------- limits counted in samples
@@ -86,8 +92,8 @@ def test_a_client_filename_never_reaches_the_file_system(client, clips):
 def test_high_rate_many_channel_audio_is_refused_from_its_header(strict_client, tmp_path, monkeypatch):
     def never(*args):
         raise AssertionError("decoded although the header said enough")
-    monkeypatch.setattr(duet.serving.server, "read_mono_blocks", never)
-    monkeypatch.setattr(duet.serving.server, "decode_with_ffmpeg", never)
+    monkeypatch.setattr(duet.serving.uploads, "read_mono_blocks", never)
+    monkeypatch.setattr(duet.serving.uploads, "decode_with_ffmpeg", never)
     fast = tmp_path / "fast.flac"
     soundfile.write(fast, np.zeros((SR // 10, 8), dtype=np.float32), 384000)  # 8 channels at 384 kHz
     wide = tmp_path / "wide.wav"
@@ -109,8 +115,8 @@ def test_a_header_that_understates_the_length_is_stopped_while_decoding(pipeline
     path = tmp_path / "long.wav"
     soundfile.write(path, audio, SR)
     settings = replace(SETTINGS, max_audio_seconds=3.0)
-    with pytest.raises(duet.serving.server.RequestError) as error:
-        duet.serving.server.read_mono_blocks(path, SR, 1, settings, "file", SR)
+    with pytest.raises(duet.serving.errors.RequestError) as error:
+        duet.serving.uploads.read_mono_blocks(path, SR, 1, settings, "file", SR)
     assert error.value.status == 413
 
 
@@ -121,7 +127,7 @@ def test_the_block_reader_gives_the_samples_duet_io_reads(tmp_path, rate, frames
 
     path = tmp_path / "three.wav"
     soundfile.write(path, (0.1 * np.random.default_rng(1).standard_normal((frames, 3))).astype(np.float32), rate)
-    got = duet.serving.server.read_mono_blocks(path, rate, 3, SETTINGS, "file", SR)
+    got = duet.serving.uploads.read_mono_blocks(path, rate, 3, SETTINGS, "file", SR)
     want = read_mono(str(path), SR)
     assert np.array_equal(got, want)
 
@@ -150,7 +156,7 @@ def test_a_chunked_body_over_the_limit_is_cut_off_before_the_parser_writes_it(st
     reply = strict_client.post("/v1/audio/transcriptions", content=body(),
                                headers={"content-type": f"multipart/form-data; boundary={boundary}"})
     refused(reply, 413, "larger than the upload limit of 0.2 MiB")
-    assert sum(written) <= limit + duet.serving.server.BODY_SLACK_BYTES
+    assert sum(written) <= limit + BODY_SLACK_BYTES
     assert strict_client.get("/health").json()["queue"]["active"] == 0
     assert strict_client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
 
@@ -201,7 +207,7 @@ def test_audio_cut_in_half_is_refused_as_tools_pipeline_refuses_it(client, clips
 
 def test_busy_answers_carry_retry_after_and_health_gives_the_queue_times(pipeline, clips, monkeypatch):
     release, entered = threading.Event(), threading.Event()
-    real = duet.serving.server.VoicePipeline.transcribe_segments
+    real = VoicePipeline.transcribe_segments
 
     def held(self, audio, words=True):
         entered.set()
@@ -209,7 +215,7 @@ def test_busy_answers_carry_retry_after_and_health_gives_the_queue_times(pipelin
         return real(self, audio, words=words)
     with TestClient(create_app(pipeline, replace(SETTINGS, queue_size=1))) as client:
         assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
-        monkeypatch.setattr(duet.serving.server.VoicePipeline, "transcribe_segments", held)
+        monkeypatch.setattr(VoicePipeline, "transcribe_segments", held)
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(client.post, "/v1/audio/transcriptions", files=upload(clips[0]))
@@ -244,7 +250,7 @@ def test_the_api_key_is_needed_on_http_and_the_websocket(pipeline, clips):
                 ws.send_bytes(chunk)
             ws.send_text(json.dumps({"type": "end"}))
             assert receive_until(ws)[0]["type"] == "final"
-    with pytest.raises(duet.serving.server.ServerSettingsError, match="--api-key must be at least 8"):
+    with pytest.raises(ServerSettingsError, match="--api-key must be at least 8"):
         replace(SETTINGS, api_key="short").validate()
 
 
@@ -316,7 +322,7 @@ def test_serve_reads_the_key_from_a_file_and_names_a_bad_one(repo_root, tmp_path
     empty = tmp_path / "empty.txt"
     empty.write_text("\n")
     for path, message in ((empty, "empty"), (tmp_path / "none.txt", "cannot read it")):
-        with pytest.raises(duet.serving.server.DuetError, match=message):
+        with pytest.raises(DuetError, match=message):
             serve.read_api_key(path)
 
 
@@ -424,7 +430,7 @@ def test_a_hands_free_socket_that_goes_quiet_gets_its_turns_answered_and_is_clos
 def test_a_server_fault_names_no_path(pipeline, clips, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", "/tmp/duet-upload-x/upload.flac")
-    monkeypatch.setattr(duet.serving.server, "open", denied, raising=False)
+    monkeypatch.setattr(duet.serving.uploads, "open", denied, raising=False)
     with TestClient(create_app(pipeline, SETTINGS), raise_server_exceptions=False) as client:
         reply = client.post("/v1/audio/transcriptions", files=upload(clips[0]))
     assert refused(reply, 500) == "internal error: [Errno 13] Permission denied: '<path>'"
@@ -433,7 +439,7 @@ def test_a_server_fault_names_no_path(pipeline, clips, monkeypatch):
 def test_a_full_disk_is_a_507_naming_no_path(client, clips, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "/tmp/duet-upload-x/upload.flac")
-    monkeypatch.setattr(duet.serving.server, "open", full, raising=False)
+    monkeypatch.setattr(duet.serving.uploads, "open", full, raising=False)
     refused(client.post("/v1/audio/transcriptions", files=upload(clips[0])), 507, "no disk space")
     monkeypatch.undo()
     assert client.post("/v1/audio/transcriptions", files=upload(clips[0])).status_code == 200
@@ -448,13 +454,13 @@ def test_a_full_disk_while_the_body_is_parsed_is_a_507_not_a_400(client, clips, 
 
 
 def test_a_full_disk_while_the_models_load_is_one_line_naming_the_path():
-    with pytest.raises(duet.serving.server.DuetError) as error:
-        with duet.serving.server.disk_full_named("loading the models"):
+    with pytest.raises(DuetError) as error:
+        with duet.serving.errors.disk_full_named("loading the models"):
             raise OSError(errno.ENOSPC, "No space left on device", "/tmp/tmpab12/model_weights.ckpt")
     assert str(error.value) == ("loading the models: no space left on the device holding "
                                 "/tmp/tmpab12/model_weights.ckpt (free some, or point TMPDIR elsewhere)")
     with pytest.raises(PermissionError):  # any other OSError is not a full disk
-        with duet.serving.server.disk_full_named("loading the models"):
+        with duet.serving.errors.disk_full_named("loading the models"):
             raise PermissionError(errno.EACCES, "Permission denied")
 
 
@@ -489,14 +495,14 @@ def test_srt_and_vtt_cues_come_from_the_word_times(client, clips):
     blocks = [b.split("\n") for b in srt.text.strip().split("\n\n")]
     assert [b[0] for b in blocks] == [str(n) for n in range(1, len(blocks) + 1)]
     assert " ".join(b[2] for b in blocks) == verbose["text"]
-    first = duet.serving.server.cue_time(words[0]["start"], ",")
-    assert blocks[0][1].startswith(f"{first} --> ") and all(len(b[2].split()) <= duet.serving.server.CUE_WORDS for b in blocks)
+    first = duet.serving.responses.cue_time(words[0]["start"], ",")
+    assert blocks[0][1].startswith(f"{first} --> ") and all(len(b[2].split()) <= duet.serving.responses.CUE_WORDS for b in blocks)
     assert vtt.text.startswith("WEBVTT\n\n") and vtt.text.count(" --> ") == len(blocks)
     assert vtt.text.split("\n")[2] == blocks[0][1].replace(",", ".")
 
 
 def test_cue_times_and_runs():
-    assert duet.serving.server.cue_time(3725.5, ",") == "01:02:05,500" and duet.serving.server.cue_time(0.0004, ".") == "00:00:00.000"
+    assert duet.serving.responses.cue_time(3725.5, ",") == "01:02:05,500" and duet.serving.responses.cue_time(0.0004, ".") == "00:00:00.000"
     from duet.asr.words import Word
 
     class Segment:
@@ -504,6 +510,6 @@ def test_cue_times_and_runs():
             self.start, self.end, self.words = start, end, words
             self.text = " ".join(w.word for w in words)
     words = [Word(f"w{i}", i * 0.5, i * 0.5 + 0.3, 1.0) for i in range(15)]
-    cues = duet.serving.server.subtitle_cues([Segment(0.0, 8.0, words), Segment(8.0, 9.0, [])])
+    cues = duet.serving.responses.subtitle_cues([Segment(0.0, 8.0, words), Segment(8.0, 9.0, [])])
     assert [(round(a, 2), round(b, 2)) for a, b, _ in cues] == [(0.0, 5.8), (6.0, 7.3)]
     assert cues[1][2] == "w12 w13 w14"

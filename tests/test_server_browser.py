@@ -24,7 +24,8 @@ from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.inference import load_audio
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 from duet.pipeline import PipelineSettings, VoicePipeline
-from duet.serving.server import ServerSettings, create_app
+from duet.serving.app import create_app
+from duet.serving.settings import ServerSettings
 from slm.generation import GenerationSettings, load_model
 
 CHROMIUM = "/usr/bin/chromium"

@@ -76,7 +76,10 @@ from duet.errors import DuetError
 from duet.pipeline import VoicePipeline
 from duet.cli.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
                                    pipeline_settings_from_args)
-from duet.serving.server import ServerSettings, create_app, disk_full_named, exposure_warning
+from duet.serving.app import create_app
+from duet.serving.errors import disk_full_named
+from duet.serving.guard import exposure_warning
+from duet.serving.settings import ServerSettings
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
 

@@ -43,9 +43,10 @@ class Played:
 
 def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float = 0.1, realtime: bool = True,
          timeout_s: float = 300.0, until: tuple[str, ...] = ("done",), api_key: str | None = None,
-         end: bool = True) -> Played:
+         end: bool = True, speed: float = 1.0) -> Played:
     """Stream ``audio`` (mono float32, 16 kHz) to ``url``'s ``/v1/stream?<query>`` in pieces of ``piece_s``: piece k
-    leaves at ``start + (k + 1) * piece_s`` with ``realtime`` (as fast as the socket takes them without), then
+    leaves at ``start + (k + 1) * piece_s / speed`` with ``realtime`` (``speed`` 4: four times faster than it was
+    spoken; as fast as the socket takes them without ``realtime``), then
     ``{"type": "end"}``; reads until a message of a type in ``until`` (or an error) and the close. ``api_key``: the
     server's (``tools/serve.py --api-key``), sent as ``Authorization: Bearer``; ``end`` False: no ``{"type": "end"}``,
     the client goes quiet (the server's idle timeout ends the stream). Raises
@@ -96,7 +97,7 @@ def play(url: str, audio: np.ndarray, query: str = "turns=true", piece_s: float 
             read(1.0)
         played.start = time.perf_counter()
         for k, piece in enumerate(pieces):
-            due = played.start + (k + 1) * piece_s if realtime else 0.0
+            due = played.start + (k + 1) * piece_s / speed if realtime else 0.0
             while (left := due - time.perf_counter()) > 0:  # read what arrives while the next piece is recorded
                 read(left)
             if closed and finished:  # the server ended the stream itself (its length limit) and said so

@@ -26,7 +26,7 @@ function authorization() {
 }
 
 // A browser's WebSocket sends no headers of the page's: the key goes as the subprotocol duet.key.<base64url>, beside
-// "duet", the one the server agrees to (duet/serving/server.py: presented_key).
+// "duet", the one the server agrees to (duet/serving/guard.py: presented_key).
 function streamProtocols() {
   const key = apiKey();
   if (!key) return [];
