@@ -1,13 +1,15 @@
 """No library's log line on a tool's console without --verbose: every entry script's --help, and a real call of the
 tools that load NeMo, Lightning or transformers for a user (the pipeline on a file, the server answering a request with
-beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher, importing Whisper;
+beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher, importing Whisper, plotting a
+.nemo's features, adapting a model to a folder of recordings;
 nemo_recipes/finetune_ctc.py's console is checked in tests/test_asr_recipe.py), their standard output and error read
-for NeMo's, Lightning's and OneLogger's lines. Minutes, NeMo's import in most: the slow tier."""
+for NeMo's, Lightning's, OneLogger's and transformers' lines. Minutes, NeMo's import in most: the slow tier."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,9 +24,9 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 ENTRY_SCRIPTS = sorted(path.relative_to(REPO) for folder in ("tools", "nemo_recipes", "slm")
                        for path in (REPO / folder).glob("*.py") if 'if __name__ == "__main__"' in path.read_text())
-# What NeMo, Lightning, OneLogger and Python's warnings print, at the start of a line
+# What NeMo, Lightning, OneLogger, transformers and Python's warnings print, at the start of a line
 FOREIGN = re.compile(r"\s*(\[NeMo [IWE] |OneLogger:|No exporters were provided|(GPU|TPU|HPU) available:|LOCAL_RANK:|"
-                     r"`Trainer\.fit` stopped)|.*\b\w*Warning: ")
+                     r"`Trainer\.fit` stopped|\[transformers\] |Loading weights:)|.*\b\w*Warning: ")
 SAMPLE_FILE = REPO / "samples" / "LibriSpeech" / "test-clean" / "7001" / "700101" / "7001-700101-0000.flac"
 BASE = REPO / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo"
 
@@ -38,7 +40,9 @@ def test_the_pattern_finds_what_the_libraries_print():
     seen = ["[NeMo I 2026-12-01 10:00:00 ctc_decoding:455] Beam search requires that the vocabulary ...",
             "[NeMo W 2026-12-01 10:00:00 timestamp_utils:251] Specified segment seperators are not in ...",
             "OneLogger: Setting error_handling_strategy to DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR ...",
-            "GPU available: False, used: False", "/x/y.py:3: UserWarning: pin_memory is set ..."]
+            "GPU available: False, used: False", "/x/y.py:3: UserWarning: pin_memory is set ...",
+            "[transformers] We strongly recommend passing in an `attention_mask` since your input_ids may be padded.",
+            "Loading weights:   0%|          | 0/52 [00:00<?, ?it/s]"]
     ours = ["finetune_ctc: epoch 1/4, step 40/204 (20 %), loss 0.911, about 3 min left",
             "  NeMo's, Lightning's and OneLogger's log lines go to experiments/logs/finetune_ctc_<name>.log"]
     assert foreign_lines("\n".join(seen + ours)) == seen
@@ -152,3 +156,34 @@ def test_importing_whisper_prints_its_result_line_only(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("import_whisper: Whisper tiny.en encoder + CTC head") and proc.stderr == ""
     assert foreign_lines(log.read_text())  # NeMo's, building and saving the model
+
+
+def test_plotting_a_nemo_models_features_prints_its_result_line_only(tmp_path):
+    log = tmp_path / "plot_features.log"
+    proc = subprocess.run([sys.executable, "tools/plot_features.py", "--model", str(BASE), "--audio", str(SAMPLE_FILE),
+                           "--out", str(tmp_path / "features.png"), "--log", str(log)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith(f"plot_features: {SAMPLE_FILE.name}") and proc.stderr == ""
+    assert foreign_lines(log.read_text())  # NeMo's, restoring the model
+
+
+def test_adapting_to_a_folder_prints_its_own_lines_only(micro_model_and_manifest, tmp_path):
+    """The micro .nemo as pseudo-labeller and base (as in tests/test_adaptation.py), a few steps."""
+    from tests.asr_helpers import sample_utterances
+
+    _, micro_path, _, _ = micro_model_and_manifest
+    recordings = tmp_path / "my_recordings"
+    recordings.mkdir()
+    for entry in sample_utterances(12):
+        shutil.copy(entry["audio_filepath"], recordings)
+    log, out = tmp_path / "adapt_libraries.log", tmp_path / "mine"
+    proc = subprocess.run([sys.executable, "tools/adapt.py", str(recordings), "--out", str(out), "--base",
+                           str(micro_path), "--teacher", str(micro_path), "--min-confidence", "0", "--max-steps", "2",
+                           "--validate-every", "2", "--batch-size", "4", "--log", str(log)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1].startswith("adapt: held-out WER ") and proc.stderr == ""
+    assert proc.stdout == (out / "adapt.log").read_text()  # the run's own lines, kept in the run folder too
+    assert foreign_lines(log.read_text())  # NeMo's and Lightning's
+

@@ -22,7 +22,9 @@ utterances with the recipe bench/adaptation_ab.py chose (RESULTS.md, "Adapting t
 default to it. The held-out part is validated every --validate-every steps; the best step is kept and the run stops
 after --patience validations without a better one. A model worse than the base on your held-out part is never handed
 back: then model.nemo is the base. The last line says the held-out WER before -> after (greedy); the held-out part
-also chose the step, so that figure flatters the adapted model a little.
+also chose the step, so that figure flatters the adapted model a little. These lines are also in <out>/adapt.log;
+NeMo's, Lightning's and Whisper's log lines go to --log (experiments/logs/adapt.log), or with --verbose to standard
+error.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from pathlib import Path
 
 from duet.asr.adaptation import BASE_MODEL, MOVING, AdaptationSettings, adapt, summary_line
 from duet.asr.pseudo_labelling import DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER
+from duet.cli.cli_args import add_log_arguments, log_target
 from duet.foundation.errors import cli
+from duet.foundation.files import library_output_to
 
 DEFAULTS = AdaptationSettings(source=Path("."), out=Path("."))
 
@@ -68,6 +72,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help=f"pseudo-labels kept from this confidence (default {DEFAULT_MIN_CONFIDENCE})")
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="the carve's and training's seed")
     parser.add_argument("--threads", type=int, default=DEFAULTS.threads, help=f"CPU threads (default {DEFAULTS.threads})")
+    add_log_arguments(parser, "adapt")
     return parser
 
 
@@ -82,9 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         min_confidence=args.min_confidence, threads=args.threads)
     settings.validate()  # before the run folder exists: a bad option leaves nothing behind
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "adapt.log", "w", encoding="utf-8") as log:
+    with open(args.out / "adapt.log", "w", encoding="utf-8") as log, \
+            library_output_to(log_target(args)) as (console, _):
         def say(line: str) -> None:
-            print(line, flush=True)
+            print(line, file=console, flush=True)
             log.write(line + "\n")
             log.flush()
 

@@ -10,7 +10,8 @@ Usage:
   python tools/plot_features.py --audio some.flac --config-name conformer_small --out features.png
 
 The mel panel uses the same preprocessor settings with log and normalisation switched off; the masked
-panel applies the SpecAugment module in training mode (--seed fixes which bins and frames are masked).
+panel applies the SpecAugment module in training mode (--seed fixes which bins and frames are masked). NeMo's log
+lines go to --log (experiments/logs/plot_features.log), or with --verbose to standard error.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
+from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
-from duet.foundation.files import save_png_atomic
+from duet.foundation.files import library_output_to, save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -35,6 +37,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config-name", default="fastconformer_small", help="recipe config used without --model")
     parser.add_argument("--out", type=Path, default=Path("features.png"), help="output PNG (default: features.png)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the SpecAugment masks")
+    add_log_arguments(parser, "plot_features")
     return parser
 
 
@@ -64,6 +67,11 @@ def compute_panels(audio, sample_rate: int, pre_cfg, preprocessor, spec_augment,
     signal = torch.from_numpy(audio)[None]
     length = torch.tensor([signal.shape[1]])
     linear_cfg = OmegaConf.create(OmegaConf.to_container(pre_cfg, resolve=True))
+    if "log" not in linear_cfg:
+        # not NeMo's mel preprocessor (Whisper's log-mel has no such switches): NeMo's at the same framing shows the mel
+        linear_cfg = OmegaConf.create({"_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+                                       **{key: linear_cfg[key] for key in ("sample_rate", "window_size",
+                                                                           "window_stride", "features")}})
     with open_dict(linear_cfg):
         linear_cfg.log, linear_cfg.normalize, linear_cfg.dither = False, "NA", 0.0
     mel_module = ASRModel.from_config_dict(linear_cfg).eval()
@@ -114,11 +122,12 @@ def main(argv=None) -> int:
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     from duet.asr.inference import load_audio
 
-    pre_cfg, preprocessor, spec_augment = load_modules(args.model, args.config_name)
-    sample_rate = int(pre_cfg.sample_rate)
-    audio = load_audio(args.audio, sample_rate)
-    panels = compute_panels(audio, sample_rate, pre_cfg, preprocessor, spec_augment, args.seed)
-    plot_panels(panels, args.audio.name, args.out)
+    with library_output_to(log_target(args)):  # NeMo's lines, restoring or building the modules
+        pre_cfg, preprocessor, spec_augment = load_modules(args.model, args.config_name)
+        sample_rate = int(pre_cfg.sample_rate)
+        audio = load_audio(args.audio, sample_rate)
+        panels = compute_panels(audio, sample_rate, pre_cfg, preprocessor, spec_augment, args.seed)
+        plot_panels(panels, args.audio.name, args.out)
     print(f"plot_features: {args.audio.name} ({len(audio) / sample_rate:.2f} s, {panels['log_mel'].shape[1]} frames) -> {args.out}")
     return 0
 
