@@ -159,7 +159,7 @@ def test_progress_reaches_the_last_line_when_it_cannot_be_decoded(tmp_path):
 
 
 def test_count_printer_prints_every_n_and_the_last(capsys):
-    from duet.demo.progress import count_printer
+    from duet.foundation.progress import count_printer
 
     progress = count_printer(2, "files")
     for done in range(1, 6):

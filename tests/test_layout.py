@@ -1,6 +1,7 @@
-"""The import graph: imports run one way (duet.foundation <- slm <- duet <- entry scripts), synthesis and the demo's
-stages stay out of training and inference (directly or through another module), and entry scripts neither edit
-sys.path nor import one another. Read from the source, nothing runs."""
+"""The import graph: imports run one way (duet.foundation <- slm <- duet <- entry scripts), duet's packages import
+one another in one direction, synthesis and the demo's stages stay out of training and inference (directly or
+through another module), and entry scripts neither edit sys.path nor import one another. Read from the source,
+nothing runs."""
 
 import ast
 import importlib.metadata
@@ -94,6 +95,69 @@ def test_no_import_cycle_between_library_modules():
 
     for name in sorted(GRAPH):
         visit(name, [])
+
+
+# The package-level drawing: duet's subpackages, duet's other top-level modules (errors, io, text, vad, ...: the base
+# every subpackage stands on) as one node "duet", and duet.pipeline, the voice -> response chain that stands on asr,
+# data and the demo's model paths, as a node of its own above them.
+SUBPACKAGES = ("duet.asr", "duet.cli", "duet.data", "duet.demo", "duet.foundation", "duet.serving", "duet.synth")
+PIPELINE = "duet.pipeline"
+# The decoding schema and its file (duet.asr.decoding, duet.cli.decoding_file), being rewritten into one decoding
+# package with the boundary read once (issue #57): duet.asr.adaptation and the demo's stages import
+# duet.cli.decoding_file, which imports duet.asr.decoding back.
+DECODING_REWRITE = ("duet.asr.decoding", "duet.cli.decoding_file")
+
+
+def package_of(name: str) -> str | None:
+    """``name``'s node in the package drawing (None outside duet)."""
+    if name != "duet" and not name.startswith("duet."):
+        return None
+    if name == PIPELINE:
+        return PIPELINE
+    return next((p for p in SUBPACKAGES if name == p or name.startswith(p + ".")), "duet")
+
+
+def package_cycles(leave_out: tuple[str, ...] = ()) -> list[str]:
+    """Each group of packages that import one another round in a circle, with the module imports that close it;
+    imports from or to a module under ``leave_out`` are not counted."""
+    def left_out(name: str) -> bool:
+        return any(name == m or name.startswith(m + ".") for m in leave_out)
+
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name, dependencies in GRAPH.items():
+        for dependency in dependencies:
+            a, b = package_of(name), package_of(dependency)
+            if a and b and a != b and not left_out(name) and not left_out(dependency):
+                edges.setdefault((a, b), []).append(f"{name} -> {dependency}")
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            for (a, b) in edges:
+                if a == node and b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return seen
+
+    nodes = sorted({n for edge in edges for n in edge})
+    reached_from = {n: reach(n) for n in nodes}
+    groups = {frozenset(m for m in nodes if m == n or (m in reached_from[n] and n in reached_from[m])) for n in nodes}
+    return [", ".join(sorted(group)) + ": " + "; ".join(sorted(why[0] for (a, b), why in edges.items()
+                                                                if a in group and b in group))
+            for group in sorted(groups, key=sorted) if len(group) > 1]
+
+
+def test_duet_packages_import_one_another_in_one_direction_beside_the_decoding_rewrite():
+    """No import cycle between duet's packages (module imports of duet.asr.decoding and duet.cli.decoding_file
+    aside: the test below holds them too once the decoding package lands)."""
+    assert not package_cycles(leave_out=DECODING_REWRITE)
+
+
+@pytest.mark.xfail(strict=True, reason="duet.asr.adaptation and duet.demo.stages import duet.cli.decoding_file, which "
+                   "imports duet.asr.decoding: the decoding package of issue #57 (being written) takes them apart")
+def test_duet_packages_import_one_another_in_one_direction():
+    assert not package_cycles()
 
 
 def test_synthesis_and_the_demo_are_reached_only_by_themselves():

@@ -9,8 +9,9 @@ import pytest
 
 import duet.demo.stages as demo
 import duet.demo.progress as stage_progress
+from duet.demo.progress import ConsoleProgress, LogProgress
 from duet.demo.stages import Stage
-from duet.demo.progress import ConsoleProgress, LogProgress, duration
+from duet.foundation.progress import duration
 from tests.script_helpers import load_script
 
 

@@ -34,7 +34,7 @@ from duet.data import drascula_speech, queen_speech
 from duet.errors import DuetError
 from duet.foundation.errors import cli
 from duet.data.game_speech import MAX_JOIN_SECONDS
-from duet.demo.progress import count_printer
+from duet.foundation.progress import count_printer
 
 #: game -> (its reader, where its Debian package installs the data, the package's name)
 GAMES = {

@@ -37,7 +37,7 @@ from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to, read_jsonl, write_jsonl_atomic, write_text_atomic
-from duet.demo.progress import count_printer
+from duet.foundation.progress import count_printer
 
 
 

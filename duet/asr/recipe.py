@@ -35,7 +35,7 @@ from duet.asr.distillation import DistillationSettings, use_distillation
 from duet.asr.inference import load_asr_model
 from duet.errors import DuetError
 from duet.data.manifest import make_manifest_command
-from duet.demo.progress import PLAIN_EVERY_S, duration
+from duet.foundation.progress import PLAIN_EVERY_S, duration
 from duet.data.tokenizer import training_command
 from duet.foundation import python_command
 from duet.foundation.errors import first_line

@@ -1,5 +1,5 @@
-"""How far a running demo stage has got, read from the log its command writes, and the console line that says so;
-and the count a long-running tool prints as it goes (:func:`count_printer`).
+"""How far a running demo stage has got, read from the log its command writes, and the console line that says so
+(its pace and time left in words from ``duet.foundation.progress``).
 
 A stage's command writes everything it prints to ``experiments/<stage>/log.txt`` (``duet.demo.stages``), so the demo
 learns its progress from there, without the command's cooperation:
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
+
+from duet.foundation.progress import PLAIN_EVERY_S, duration
 
 # Lightning's training bar: "Epoch 3:  45%|...| 45/99 [" (the epoch counts from 0)
 TRAIN_BAR = re.compile(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
@@ -35,8 +36,6 @@ OTHER_BAR = re.compile(r"([A-Za-z][\w .-]{0,40}):\s*(?:\d+%)?\|[^|]*\|\s*(\d+)/(
 # what NeMo/Lightning print once training has ended (the recipe then scores the test set and saves)
 TRAINING_ENDED = ("`Trainer.fit` stopped", "finetune_ctc: training done at step")
 ENDED_PHASE = "training done: scoring the test set and saving"
-#: Seconds between progress lines when the console is not a terminal (a log file, CI): at least one a minute.
-PLAIN_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -154,14 +153,6 @@ class LogProgress:
         return ", ".join(parts)
 
 
-def duration(seconds: float) -> str:
-    """``45 s``, ``4 min``, ``1 h 05 min``: precise enough for a time left."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
-
-
 class ConsoleProgress:
     """The demo's line for a running stage, given the seconds elapsed about once a second (``duet.demo.stages.run_logged``'s
     ``on_tick``): on a terminal one line redrawn in place; elsewhere (a file, CI) a new line every
@@ -193,12 +184,3 @@ class ConsoleProgress:
     def clear(self) -> None:
         if self.terminal and self._width:
             print("\r" + " " * self._width + "\r", end="", file=self.out, flush=True)
-
-
-def count_printer(every: int, unit: str, out: TextIO | None = None) -> Callable[[int, int], None]:
-    """A progress callback ``(done, total)`` for a tool working through items: prints ``  <done>/<total> <unit>``
-    on ``out`` (default: standard error) every ``every`` items and at the last, so a long run shows it is moving."""
-    def progress(done: int, total: int) -> None:
-        if done % every == 0 or done == total:
-            print(f"  {done}/{total} {unit}", file=sys.stderr if out is None else out, flush=True)
-    return progress

@@ -1,10 +1,10 @@
 """duet.foundation: what every tool of the project stands on, below both packages.
 
 ``errors`` (the base of the errors a tool reports in one line, and ``cli`` that reports them), ``files`` (atomic
-writes, JSON Lines, library output to a log), ``spelling`` (whole numbers as a reader says them), ``token_rows``
-(token ids padded into a batch) and ``tarfile_filter`` (tarfile's ``filter=`` keyword on a Python older than
-3.11.4, for NeMo's unpacking); here, the
-repository's paths, :func:`usable_cores` and :func:`python_command` (a command to print in a hint). The speech
+writes, JSON Lines, library output to a log), ``spelling`` (whole numbers as a reader says them), ``progress`` (a long
+command's progress lines), ``token_rows`` (token ids padded into a batch) and ``tarfile_filter`` (tarfile's
+``filter=`` keyword on a Python older than 3.11.4, for NeMo's unpacking); here, the repository's paths,
+:func:`usable_cores` and :func:`python_command` (a command to print in a hint). The speech
 package ``duet`` and the language-model package ``slm`` both import it; it imports nothing else of either (and
 ``duet/__init__.py`` nothing but it), so ``slm`` stays usable without the speech stack (imports run
 duet.foundation <- slm <- duet <- entry scripts).
