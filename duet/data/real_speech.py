@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from duet.errors import DuetError
-from duet.foundation import REPO_ROOT
+from duet.foundation import PROJECT_DIR
 
-DEFAULT_ROOT = REPO_ROOT.parent / "shared" / "real_speech"
+DEFAULT_ROOT = PROJECT_DIR.parent / "shared" / "real_speech"
 #: The only set that training or tuning may read.
 TRAINABLE_SET = "speechocean762/train"
 #: Evaluation-only sets, in the order tables list them.

@@ -20,7 +20,7 @@ from pathlib import Path
 from duet.errors import DuetError
 from duet.io import shown_path
 from duet.data.manifest import MANIFEST_DIR
-from duet.foundation import REPO_ROOT, python_command
+from duet.foundation import PROJECT_DIR, python_command
 from duet.foundation.files import native_output_to, read_jsonl
 
 TOKENIZER_TYPES = ("bpe", "unigram")
@@ -28,7 +28,7 @@ TOKENIZER_TYPES = ("bpe", "unigram")
 # folder they make, tokenizers/spe_bpe_v1024 (the report's size; the bundled sample's text supports it)
 DEFAULT_TYPE, DEFAULT_VOCAB_SIZE = "bpe", 1024
 DEFAULT_MANIFESTS = (MANIFEST_DIR / "train-clean.json",)
-DEFAULT_OUT_ROOT = REPO_ROOT / "tokenizers"
+DEFAULT_OUT_ROOT = PROJECT_DIR / "tokenizers"
 
 
 class VocabularyTooLarge(DuetError, ValueError):
