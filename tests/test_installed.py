@@ -18,12 +18,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_INPUTS = ("pyproject.toml", "README.md", "duet", "slm", "samples", "configs")
 
 # The library calls of tools/pipeline.py with explicit model paths (the ASR model from the bundled checkpoints),
-# printed as one JSON line
+# and where the config, the samples, the runs and the server's page are found, printed as one JSON line
 PIPELINE_CALLS = """
 import json, sys
 from pathlib import Path
 import duet, duet.foundation as foundation
 from duet.pipeline import PipelineSettings, VoicePipeline
+from duet.serving.routes import WEB_FOLDER
 from slm.config import load_config, resolve_path
 
 asr_model = foundation.SAMPLES_DIR / "checkpoints" / "fastconformer_tiny_base.nemo"
@@ -34,7 +35,8 @@ config = load_config("slm_tiny_offline")
 print(json.dumps({"package": duet.__file__, "checkout": str(foundation.CHECKOUT), "samples": str(foundation.SAMPLES_DIR),
                   "experiments": str(foundation.EXPERIMENTS), "slm_output": str(resolve_path(config.output_dir)),
                   "slm_data": str(resolve_path(config.data.source)), "clip": clip.name,
-                  "transcript": result.transcript, "response": result.response, "error": result.error}))
+                  "web_page": str(WEB_FOLDER / "index.html"), "transcript": result.transcript, "response": result.response,
+                  "error": result.error}))
 """
 
 
@@ -76,6 +78,7 @@ def test_installed_package_runs_the_pipeline_from_another_folder(tmp_path, tiny_
     assert Path(outside["experiments"]) == work.resolve() / "experiments"
     assert Path(outside["slm_output"]) == work.resolve() / "experiments" / "slm_tiny"
     assert Path(outside["slm_data"]) == site / "duet" / "samples" / "alpaca_sample.json"
+    assert Path(outside["web_page"]).is_relative_to(site) and Path(outside["web_page"]).is_file()
     assert outside["error"] is None and outside["transcript"] and outside["response"] is not None
     assert files_under(site) == before  # nothing written into the installed package
 
