@@ -126,7 +126,11 @@ def main(argv=None) -> int:
                     teacher.label([inference.load_audio(p, 16000) for p in paths])]
     else:
         model = inference.load_asr_model(args.model)
-        decoding.set_decoding(model, settings)
+        decoder = decoding.build_decoder(model, settings)
+
+        def transcribe(paths):  # score_sets decodes greedily unless given a transcriber: this one is its path
+            return inference.transcribe_files(model, paths, batch_size=batching.batch_size, workers=batching.workers,
+                                              decoder=decoder)
     out_dir = args.out_dir or EXPERIMENTS / "bench" / "generalisation" / args.model.stem
     start = time.time()
     print(f"asr_generalisation: {args.model} ({described}) on {len(sets)} sets", file=sys.stderr)

@@ -68,6 +68,7 @@ from omegaconf import OmegaConf
 from duet import SAMPLES_DIR
 from duet.asr import evaluation, inference
 from duet.asr.batching import EVALUATION_BATCHING
+from duet.asr.decoding.nemo_decoding import hypothesis_text
 from duet.asr.onnx_engine import OnnxCtcModel
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.data.manifest import build_split_manifest, read_manifest, write_manifest
@@ -187,7 +188,7 @@ def onnx_export(nemo_path: Path, out: Path, check_audio: list[str]) -> Path:
 
 def transcription_speeds(cfg, paths: list[str], audio_s: float, args, tmp: Path) -> dict:
     def nemo_texts(model):
-        return [inference.hypothesis_text(h) for h in model.transcribe(paths)]
+        return [hypothesis_text(h) for h in model.transcribe(paths)]
 
     def ours(model):
         return inference.transcribe_files(model, paths, args.batch_size)

@@ -10,7 +10,7 @@ Usage:
 
 Systems, each reading the same audio files (reading included in the time) with --threads CPU threads:
   ours      the model through duet.asr.inference.transcribe_files with the decoding the pipeline uses for it: its
-            decoding.json (duet.cli.decoding_file) unless --decoding names a strategy; --engine onnx: its int8 export
+            decoding.json (duet.asr.decoding.file) unless --decoding names a strategy; --engine onnx: its int8 export
             (tools/export_onnx.py, written beside the .nemo when missing)
   whisper   faster-whisper 1.2 (CTranslate2, int8) with Whisper tiny.en's own decoder and transcribe()'s defaults:
             beam 5, temperature fallback, one file at a time (its transcribe() takes one recording); its transcripts
@@ -38,14 +38,15 @@ import torch
 
 from duet import SAMPLES_DIR
 from duet.asr.batching import PIPELINE_BATCHING
-from duet.asr.decoding import STRATEGIES, DecodingSettings, set_decoding
+from duet.asr.decoding import build_decoder, decoding_settings, strategies
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model, load_audio, transcribe_files
 from duet.asr.onnx_engine import ENGINES, default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
-from duet.asr.pseudo_labelling import manifest_text, whisper_tiny_en
+from duet.asr.pseudo_labelling import manifest_text
+from duet.asr.whisper_weights import whisper_tiny_en
 from duet.asr.scoring import score
-from duet.cli.decoding_file import decoding_file_for, read_decoding_file
+from duet.asr.decoding.file import decoding_file_for, read_decoding_file
 from duet.errors import DuetError
 from duet.data.manifest import build_split_manifest, read_manifest
 from duet.foundation import EXPERIMENTS
@@ -61,7 +62,7 @@ NOISE_SECONDS = 5.0
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="our .nemo CTC model")
-    parser.add_argument("--decoding", choices=STRATEGIES, default=None,
+    parser.add_argument("--decoding", choices=strategies(), default=None,
                         help="a strategy at its defaults instead of the model's decoding.json")
     parser.add_argument("--engine", choices=ENGINES, default=ENGINES[0], help="torch, or the int8 ONNX export")
     parser.add_argument("--manifest", type=Path, nargs="*", default=None,
@@ -134,11 +135,11 @@ def five_second_clip(entries: list[dict], folder: Path) -> Path:
 def our_system(args):
     """Our transcriber (paths -> texts) and the decoding it uses, described."""
     if args.decoding is not None:
-        settings = DecodingSettings(args.decoding)
+        settings = decoding_settings(args.decoding)
     elif decoding_file_for(args.model).is_file():
-        settings = read_decoding_file(decoding_file_for(args.model))
+        settings = read_decoding_file(decoding_file_for(args.model)).settings
     else:
-        settings = DecodingSettings()
+        settings = decoding_settings()
     if args.engine == "onnx":
         export = default_export_dir(args.model)
         if not (export / "metadata.json").is_file():
@@ -148,10 +149,10 @@ def our_system(args):
         model = load_onnx_model(export, int8=True, threads=args.threads)
     else:
         model = load_asr_model(args.model, device="cpu")
-    set_decoding(model, settings)
+    decoder = build_decoder(model, settings)
 
     def transcribe(files):
-        return transcribe_files(model, files, batch_size=args.batch_size, workers=args.threads)
+        return transcribe_files(model, files, batch_size=args.batch_size, workers=args.threads, decoder=decoder)
 
     return transcribe, f"{args.engine}, {settings.describe()}"
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from duet import SAMPLES_DIR
 from duet.asr import evaluation, inference
 from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import set_decoding
+from duet.asr.decoding import build_decoder
 from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.errors import DuetError
 from duet.data.manifest import build_split_manifest, write_manifest
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     decoding = decoding_settings_from_args(args)
     model = inference.load_asr_model(args.model, device="cpu")
-    set_decoding(model, decoding)
+    decoder = build_decoder(model, decoding)
     with tempfile.TemporaryDirectory() as tmp:
         manifest = Path(tmp) / "bench.json"
         entries = [e for split in args.splits
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
 
         def run(words: bool):
             return evaluation.evaluate_manifest(model, manifest, batch_size=args.batch_size, progress=False,
-                                              workers=1, words=words)
+                                              workers=1, words=words, decoder=decoder)
         plain, with_words = run(False), run(True)  # warm-up
         if [r["hyp"] for r in plain.records] != [r["hyp"] for r in with_words.records]:
             raise DuetError("transcripts differ with word timestamps on")

@@ -54,11 +54,10 @@ from pathlib import Path
 import jiwer
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import DecodingSettings, set_decoding
+from duet.asr.decoding import CtcDecoder, DecodingSettings, build_decoder, greedy_decoder
 from duet.asr.generalisation import build_manifest, real_sets
-from duet.asr.inference import load_asr_model
+from duet.asr.inference import load_asr_model, transcribe_files_with_words
 from duet.asr.scoring import score
-from duet.asr.words import transcribe_files_with_words
 from duet.cli.cli_args import add_decoding_arguments, add_log_arguments, given_decoding_values, log_target
 from duet.asr.confidence import utterance_confidence
 from duet.errors import DuetError
@@ -93,12 +92,12 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def score_manifest(model, manifest: Path, batch_size: int) -> list[dict]:
-    """One row per utterance of ``manifest`` (``duet.asr.scoring``'s: file, ref, hyp, wer) with its utterance
-    confidence (None: empty transcript); utterances without a reference text are left out."""
+def score_manifest(model, decoder: CtcDecoder, manifest: Path, batch_size: int) -> list[dict]:
+    """One row per utterance of ``manifest`` as ``decoder`` hears it (``duet.asr.scoring``'s: file, ref, hyp, wer)
+    with its utterance confidence (None: empty transcript); utterances without a reference text are left out."""
     entries = read_jsonl(manifest)
     files = [e["audio_filepath"] for e in entries]
-    heard = transcribe_files_with_words(model, files, batch_size=batch_size)
+    heard = transcribe_files_with_words(model, files, batch_size=batch_size, decoder=decoder)
     scored = score(files, [e["text"] for e in entries], [t.text for t in heard], [e["duration"] for e in entries])
     rows = []
     for record, timed in zip(scored.records, heard):
@@ -206,14 +205,14 @@ def run(args: argparse.Namespace, settings: DecodingSettings, source: str | None
         out) -> int:
     """Score the --tune manifests, choose, score the held-out sets; every line of the report goes to ``out``."""
     model = load_asr_model(args.model)
-    set_decoding(model, settings)
+    decoder = build_decoder(model, settings)
     decoding = settings.describe() + (f" from {source}" if source else "")
     print(f"model {args.model}, decoding {decoding}, current threshold {current:g}; right = utterance WER <= "
           f"{args.wer_bound:g}", file=out, flush=True)
 
     sets = {}
     for manifest in args.tune:
-        sets[str(manifest)] = score_manifest(model, manifest, args.batch_size)
+        sets[str(manifest)] = score_manifest(model, decoder, manifest, args.batch_size)
     tune_rows = [r for name in sets for r in sets[name]]
     for name, rows in sets.items():
         right = sum(r["wer"] <= args.wer_bound for r in rows)
@@ -229,18 +228,18 @@ def run(args: argparse.Namespace, settings: DecodingSettings, source: str | None
         # built once: the greedy pass reads the same held-out manifests
         manifests = {eval_set.name: build_manifest(eval_set, Path(folder)) for eval_set in held_out}
         for eval_set in held_out:
-            rows = score_manifest(model, manifests[eval_set.name], args.batch_size)
+            rows = score_manifest(model, decoder, manifests[eval_set.name], args.batch_size)
             evaluated[eval_set.name] = rows
             at = {t: share(rows, t) for t in {current, *([chosen] if chosen is not None else [])}}
             right = sum(r["wer"] <= args.wer_bound for r in rows)
             print(f"held out {eval_set.name}: {len(rows)} utterances ({right} heard right); flagged "
                   + ", ".join(f"{100 * s:.1f} % at {t:g}" for t, s in sorted(at.items())), file=out, flush=True)
         if args.greedy_too:
-            set_decoding(model, DecodingSettings(strategy="greedy"))
+            greedy = greedy_decoder(model)
             for rows, manifest in zip(sets.values(), args.tune):
-                add_greedy_signals(rows, score_manifest(model, manifest, args.batch_size))
+                add_greedy_signals(rows, score_manifest(model, greedy, manifest, args.batch_size))
             for name, manifest in manifests.items():
-                add_greedy_signals(evaluated[name], score_manifest(model, manifest, args.batch_size))
+                add_greedy_signals(evaluated[name], score_manifest(model, greedy, manifest, args.batch_size))
     keys = SIGNALS if args.greedy_too else SIGNALS[:2]
     print("\n".join(["signals, each at its own threshold (confidence: the pipeline's; acoustic_confidence: the same "
                       "without the lexicon check):",

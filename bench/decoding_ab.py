@@ -70,25 +70,27 @@ def build_lm(model, train: str, order: int, out_dir: Path) -> Path:
 def grid_search(model, dev: str, lm: Path, alphas, betas, beam_size: int, batch_size: int) -> list[dict]:
     entries = read_manifest(dev)
     paths = [e["audio_filepath"] for e in entries]
-    cached = decoding.compute_log_probs(model, paths, batch_size=batch_size)
+    cached = inference.compute_log_probs(model, paths, batch_size=batch_size)
     ids, refs, durs = [Path(p).stem for p in paths], [e["text"] for e in entries], [e["duration"] for e in entries]
     rows = []
     grid = list(itertools.product(alphas, betas))
     for n, (alpha, beta) in enumerate(grid, 1):
-        decoding.set_decoding(model, strategy="beam_lm", beam_size=beam_size, ngram_lm=str(lm), alpha=alpha, beta=beta)
-        wer = scoring.score(ids, refs, decoding.decode_log_probs(model, cached), durs).summary["wer"]
+        decoder = decoding.build_decoder(model, decoding.decoding_settings(
+            "beam_lm", beam_size=beam_size, ngram_lm=str(lm), alpha=alpha, beta=beta))
+        wer = scoring.score(ids, refs, inference.decode_log_probs(decoder, cached), durs).summary["wer"]
         rows.append({"alpha": alpha, "beta": beta, "dev_wer": wer})
         print(f"grid {n}/{len(grid)}: alpha={alpha:g} beta={beta:g} dev WER {100 * wer:.2f}%", flush=True)
-    decoding.set_decoding(model, strategy="greedy")
-    rows.append({"alpha": None, "beta": None, "dev_wer": scoring.score(ids, refs, decoding.decode_log_probs(model, cached), durs).summary["wer"]})
+    greedy = inference.decode_log_probs(decoding.greedy_decoder(model), cached)
+    rows.append({"alpha": None, "beta": None, "dev_wer": scoring.score(ids, refs, greedy, durs).summary["wer"]})
     return rows
 
 
 def timed_eval(model, manifest: str, settings: decoding.DecodingSettings, batch_size: int, repeats: int) -> dict:
-    decoding.set_decoding(model, settings)
+    decoder = decoding.build_decoder(model, settings)
     best = None
     for _ in range(repeats):
-        s = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False).summary
+        s = evaluation.evaluate_manifest(model, manifest, batch_size=batch_size, progress=False,
+                                         decoder=decoder).summary
         if best is None or s["wall_seconds"] < best["wall_seconds"]:
             best = s
     return {"decoding": settings.describe(), **{k: best[k] for k in ("wer", "cer", "rtfx", "wall_seconds", "audio_seconds", "utterances")}}
@@ -121,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = min(grid[:-1], key=lambda r: (r["dev_wer"], r["alpha"], r["beta"]))
     print(f"grid search: {len(grid) - 1} settings in {time.perf_counter() - start:.0f} s; chosen alpha={chosen['alpha']:g} "
           f"beta={chosen['beta']:g}")
-    settings = [decoding.DecodingSettings("greedy"), decoding.DecodingSettings("beam", beam_size=args.beam_size),
-                decoding.DecodingSettings("beam_lm", beam_size=args.beam_size, ngram_lm=str(lm),
-                                          alpha=chosen["alpha"], beta=chosen["beta"])]
+    settings = [decoding.decoding_settings("greedy"), decoding.decoding_settings("beam", beam_size=args.beam_size),
+                decoding.decoding_settings("beam_lm", beam_size=args.beam_size, ngram_lm=str(lm),
+                                           alpha=chosen["alpha"], beta=chosen["beta"])]
     rows = [timed_eval(model, args.test, s, args.batch_size, args.repeats) for s in settings]
     cmd = "python bench/decoding_ab.py " + " ".join(sys.argv[1:] if argv is None else argv)
     report = markdown(rows, rows[0], cmd, chosen, grid)

@@ -11,7 +11,7 @@ Usage:
   python bench/joint_decoding.py --model my.nemo --lm my_token6.arpa --dev my_dev.json --test my_test.json
 
 Steps:
-  1. Every utterance's candidates (duet/asr/whisper_joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
+  1. Every utterance's candidates (duet/asr/decoding/joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
      CTranslate2 int8 as faster-whisper runs it) and the CTC beam + LM n-best (the demo pipeline's beam, alpha,
      beta), each with Whisper's teacher-forced log-likelihood, the CTC log-likelihood of its spoken form, the LM's
      and its length. Cached in --out's folder (candidates_<manifest>.json), read again on a later run.
@@ -40,6 +40,11 @@ import jiwer
 import torch
 
 from duet.asr import decoding, inference
+from duet.asr.decoding.beam import beam_config
+from duet.asr.decoding.beam_lm import lm_for_beam_batch
+from duet.asr.decoding.joint import JointDecoding, Judged, JointWeights, WhisperProposer, best_judged
+from duet.asr.decoding.nemo_decoding import nemo_ctc_decoding
+from duet.asr.decoding.rescoring import nbest_candidates
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.scoring import score
 from duet.errors import DuetError
@@ -50,7 +55,6 @@ from duet.foundation.files import write_text_atomic
 from duet.data.manifest import read_manifest
 from duet.asr.ngram import load_token_lm
 from duet.text import normalize_text
-from duet.asr.whisper_joint import JointDecoding, Judged, JointWeights, WhisperProposer, best_judged
 from duet.asr.whisper_rescoring import WhisperRescorer
 
 REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
@@ -80,20 +84,22 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def candidates_of(joint: JointDecoding, model, manifest: Path, cache: Path) -> dict:
-    """The manifest's references and every utterance's judged candidates (read from ``cache`` when it is there)."""
+def candidates_of(joint: JointDecoding, beam, model, manifest: Path, cache: Path) -> dict:
+    """The manifest's references and every utterance's judged candidates (``beam``: NeMo's CTC beam decoding keeping
+    its n-best; read from ``cache`` when it is there)."""
     if cache.is_file():
         return json.loads(cache.read_text(encoding="utf-8"))
     entries = read_manifest(manifest)
     paths = [e["audio_filepath"] for e in entries]
     start = time.perf_counter()
-    cached = decoding.compute_log_probs(model, paths)
+    cached = inference.compute_log_probs(model, paths)
     judged: list[list[dict]] = [[] for _ in paths]
     done = 0
     with torch.inference_mode():
         for batch, log_probs, lengths in cached.batches:
             audios = [inference.load_audio(paths[i], cached.sample_rate) for i in batch]
-            for i, candidates in zip(batch, joint.judge(model, log_probs, lengths, audios)):
+            nbest = nbest_candidates(beam, log_probs, lengths)
+            for i, candidates in zip(batch, joint.judge(nbest, log_probs, lengths, audios)):
                 judged[i] = [vars(j) | {"tokens": list(j.tokens)} for j in candidates]
             done += len(batch)
             print(f"  {manifest.name}: {done}/{len(paths)}", file=sys.stderr, flush=True)
@@ -204,17 +210,18 @@ def main(argv: list[str] | None = None) -> int:
             raise DuetError(f"no such file: {path}")
     torch.set_num_threads(args.threads)
     model = inference.load_asr_model(args.model, device="cpu")
-    model.change_decoding_strategy(decoding.decoding_config(model, decoding.DecodingSettings(
-        "beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm), alpha=args.alpha, beta=args.beta), n_best=True),
-        verbose=False)
+    settings = decoding.decoding_settings("beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm),
+                                          alpha=args.alpha, beta=args.beta)
+    beam = nemo_ctc_decoding(model, beam_config(model, settings, lm_for_beam_batch(settings.ngram_lm, model),
+                                                settings.alpha, n_best=True))
     joint = JointDecoding(WhisperProposer(args.whisper_beam, args.whisper_beam, threads=args.threads),
-                          WhisperRescorer(), JointWeights(ctc=0.1, whisper_spoken=1.0),
-                          lm=load_token_lm(args.lm, int(model.tokenizer.vocab_size)))
+                          WhisperRescorer(), JointWeights(ctc=0.1, whisper_spoken=1.0), model.tokenizer,
+                          int(model.decoding.blank_id), lm=load_token_lm(args.lm, int(model.tokenizer.vocab_size)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def part_of(manifest: Path) -> dict:
         cache = args.out.parent / f"candidates_{manifest.parent.name}_{manifest.stem}.json"
-        return candidates_of(joint, model, manifest, cache)
+        return candidates_of(joint, beam, model, manifest, cache)
 
     trained_on = {Path(e["audio_filepath"]).stem for m in args.exclude for e in read_manifest(m)}
     dev = [without(part_of(m), trained_on) for m in args.dev]

@@ -35,7 +35,7 @@ import soundfile
 import torch
 from hydra import compose, initialize_config_dir
 
-from duet.asr.decoding import set_decoding
+from duet.asr.decoding import build_decoder
 from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
 from duet.demo.models import DEMO_ASR_MODEL, default_slm_model
 from duet.errors import DuetError
@@ -135,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = args.asr_tokenizer or nemo_tokenizer_folder(args.asr_model, Path(tmp) / "asr_tokenizer")
         big_asr, big_slm = full_size_models(tokenizer, tiny.slm_tokenizer)
         # before any timing: an LM that does not fit (or a model that does not load) is a one-line error here
-        set_decoding(big_asr, asr_decoding)
+        big_decoder = build_decoder(big_asr, asr_decoding)
         results = {"tiny": measure(tiny, clip, args.repeats)}
         answer_tokens = len(tiny.slm_tokenizer(results["tiny"]["answer"])["input_ids"]) + 1  # + EOS
 
         fixed = replace(generation, max_new_tokens=answer_tokens)
-        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, replace(settings, generation=fixed))
+        big = VoicePipeline(big_asr, big_slm, tiny.slm_tokenizer, replace(settings, generation=fixed), big_decoder)
         # Random weights would stop at a random EOS, or never: pin the answer length instead.
         big_slm.generation_config.min_new_tokens = answer_tokens
         results["full-size"] = measure(big, clip, args.repeats)

@@ -36,13 +36,17 @@ import jiwer
 import torch
 
 from duet.asr import decoding, inference, scoring
+from duet.asr.decoding.beam import beam_config, best_index
+from duet.asr.decoding.beam_lm import lm_for_beam_batch
+from duet.asr.decoding.nemo_decoding import nemo_ctc_decoding
+from duet.asr.decoding.rescoring import Candidate, nbest_candidates
 from duet.errors import DuetError
 from duet.demo.stages import add_demo_beam_arguments
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import write_text_atomic
 from duet.data.manifest import read_manifest
-from duet.asr.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest_candidates
+from duet.asr.whisper_rescoring import WhisperRescorer
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -58,16 +62,17 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def candidates_and_scores(model, rescorer: WhisperRescorer, manifest: Path) -> dict:
-    """Every utterance's reference, candidates and Whisper log-likelihoods, with the time each part took."""
+def candidates_and_scores(model, beam, rescorer: WhisperRescorer, manifest: Path) -> dict:
+    """Every utterance's reference, candidates (``beam``: NeMo's beam decoding keeping its n-best) and Whisper
+    log-likelihoods, with the time each part took."""
     entries = read_manifest(manifest)
     paths = [e["audio_filepath"] for e in entries]
     start = time.perf_counter()
-    cached = decoding.compute_log_probs(model, paths)
+    cached = inference.compute_log_probs(model, paths)
     nbest: list[list[Candidate]] = [[] for _ in paths]
     with torch.inference_mode():
         for batch, log_probs, lengths in cached.batches:
-            for i, candidates in zip(batch, nbest_candidates(model, log_probs, lengths)):
+            for i, candidates in zip(batch, nbest_candidates(beam, log_probs, lengths)):
                 nbest[i] = candidates
     beam_seconds = time.perf_counter() - start
     start, whisper = time.perf_counter(), []
@@ -138,14 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = inference.load_asr_model(args.model)
-    settings = decoding.DecodingSettings("beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm),
-                                         alpha=args.alpha, beta=args.beta)
-    model.change_decoding_strategy(decoding.decoding_config(model, settings, n_best=True), verbose=False)
+    settings = decoding.decoding_settings("beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm),
+                                          alpha=args.alpha, beta=args.beta)
+    beam = nemo_ctc_decoding(model, beam_config(model, settings, lm_for_beam_batch(settings.ngram_lm, model),
+                                                settings.alpha, n_best=True))
     rescorer = WhisperRescorer(pad_to_30s=not args.no_pad)
-    dev = [candidates_and_scores(model, rescorer, m) for m in args.dev]
+    dev = [candidates_and_scores(model, beam, rescorer, m) for m in args.dev]
     grid = [{"weight": w, "dev_wer": wer(dev, w)} for w in weights]
     chosen = min(grid, key=lambda row: (row["dev_wer"], row["weight"]))
-    test = [candidates_and_scores(model, rescorer, m) for m in args.test]
+    test = [candidates_and_scores(model, beam, rescorer, m) for m in args.test]
     rows = [test_row(part, chosen["weight"]) for part in test]
     cmd = "python bench/whisper_rescoring.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"Command: `{cmd}`", "",

@@ -45,11 +45,10 @@ import torch
 from faster_whisper import WhisperModel
 
 from duet import SAMPLES_DIR
-from duet.asr.inference import load_asr_model
-from duet.asr.pseudo_labelling import whisper_tiny_en
-from duet.asr.decoding import set_decoding
-from duet.asr.words import transcribe_files_with_words
-from duet.cli.decoding_file import decoding_file_for, read_decoding_file
+from duet.asr.inference import load_asr_model, transcribe_files_with_words
+from duet.asr.whisper_weights import whisper_tiny_en
+from duet.asr.decoding import CtcDecoder, build_decoder, greedy_decoder
+from duet.asr.decoding.file import decoding_file_for, read_decoding_file
 from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
@@ -167,9 +166,9 @@ def summarise(pairs: list[tuple[TimedWord, TimedWord]], reference_words: int) ->
     return summary
 
 
-def ours(model, paths: list[Path]) -> list[list[TimedWord]]:
+def ours(model, decoder: CtcDecoder, paths: list[Path]) -> list[list[TimedWord]]:
     return [[TimedWord(w.word, w.start, w.end) for w in timed.words or []]
-            for timed in transcribe_files_with_words(model, paths)]
+            for timed in transcribe_files_with_words(model, paths, decoder=decoder)]
 
 
 def whisper(model: WhisperModel, paths: list[Path]) -> list[list[TimedWord]]:
@@ -210,9 +209,9 @@ def main(argv=None) -> int:
         # both models load before any speech is made: a file that does not restore costs nothing
         torch.set_num_threads(args.threads)
         model = load_asr_model(args.model, device="cpu")
-        if args.pipeline_decoding:
-            set_decoding(model, read_decoding_file(decoding_file_for(args.model)))
-        systems = {"ours": functools.partial(ours, model)}
+        decoder = build_decoder(model, read_decoding_file(decoding_file_for(args.model)).settings) \
+            if args.pipeline_decoding else greedy_decoder(model)
+        systems = {"ours": functools.partial(ours, model, decoder)}
         if not args.no_whisper:
             systems["whisper"] = functools.partial(whisper, whisper_tiny_en(args.threads))
         audio_dir = args.out / "audio"

@@ -27,12 +27,12 @@ from typing import Callable, Iterable
 import numpy as np
 
 from duet.asr.batching import PIPELINE_BATCHING, OfflineBatching
-from duet.asr.decoding import DecodingSettings, set_decoding
-from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio
+from duet.asr.decoding import CtcDecoder, DecodingSettings, GreedySettings, build_decoder
+from duet.asr.inference import AsrInputError, load_asr_model, load_audio, transcribe_audio, transcribe_with_words
 from duet.asr.onnx_engine import load_onnx_model
 from duet.asr.streaming import (StreamingSession, audio_pieces, check_streaming_model, session_partials,
                                 streaming_report)
-from duet.asr.words import TimedTranscript, Word, transcribe_with_words
+from duet.asr.words import TimedTranscript, Word
 from duet.asr.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence, is_understood,
                              utterance_confidence)
 from duet.demo.models import DEMO_ASR_MODEL, default_slm_model
@@ -64,7 +64,7 @@ class PipelineSettings:
     engine: str = "torch"  # duet.asr.onnx_engine.ENGINES: the .nemo through NeMo, or its ONNX export
     int8: bool = False  # engine onnx: the export's int8 graph
     stream: bool = False  # cache-aware streaming ASR (greedy, no batching, no word confidences)
-    asr_decoding: DecodingSettings = DecodingSettings()
+    asr_decoding: DecodingSettings = GreedySettings()
     asr_decoding_source: str | None = None  # the decoding.json asr_decoding was read from (and options given over it)
     batching: OfflineBatching = PIPELINE_BATCHING  # offline ASR: pieces per batch, longest piece, CPU workers
     generation: GenerationSettings = GenerationSettings()  # how the language model answers
@@ -189,14 +189,16 @@ class VoicePipeline:
     """Holds both loaded models and the :class:`PipelineSettings` they answer with; :meth:`run` processes one
     file and never raises for bad input.
 
-    ``settings.asr_decoding`` is the decoding :meth:`load` set on ``asr_model`` (recorded in each result with the
-    decoding.json it came from, if any); ``settings.stream`` sends the ASR through the cache-aware streaming path (see
+    ``asr_decoder`` decodes as ``settings.asr_decoding`` says (recorded in each result with the decoding.json it came
+    from, if any; :meth:`load` builds it); ``settings.stream`` sends the ASR through the cache-aware streaming path (see
     the module docstring). ``settings.batching.workers``: the CPU processes a long recording's batches are decoded in,
     or with an ONNX engine the threads (a server passes 1: forking a process with threads running is unsafe).
     """
 
-    def __init__(self, asr_model, slm_model, slm_tokenizer, settings: PipelineSettings = PipelineSettings()):
+    def __init__(self, asr_model, slm_model, slm_tokenizer, settings: PipelineSettings = PipelineSettings(),
+                 asr_decoder: CtcDecoder | None = None):
         self.asr_model = asr_model
+        self.asr_decoder = asr_decoder or build_decoder(asr_model, settings.asr_decoding)
         self.slm_model = slm_model
         self.slm_tokenizer = slm_tokenizer
         self.settings = settings.validate()
@@ -219,20 +221,20 @@ class VoicePipeline:
         ``engine="onnx"``: the ASR model is the export of ``asr_model`` by tools/export_onnx.py (its int8 graph with
         ``int8``), run by ONNX Runtime on CPU (``duet.asr.onnx_engine``); offline only.
 
-        The ASR model is set to ``asr_decoding`` and, with ``stream``, checked to be a streaming model before the
+        The ASR decoder is built from ``asr_decoding`` and, with ``stream``, the model checked to be a streaming model before the
         language model loads: bad settings fail fast with ``DecodingInputError`` / ``StreamingModelError``.
         """
         start = time.perf_counter()
         settings.validate()
         asr_model = (load_onnx_model(settings.asr_model, int8=settings.int8) if settings.engine == "onnx"
                      else load_asr_model(settings.asr_model))
-        set_decoding(asr_model, settings.asr_decoding)
+        asr_decoder = build_decoder(asr_model, settings.asr_decoding)
         if settings.stream:
             check_streaming_model(asr_model)
         slm_tokenizer, slm_model = load_model(settings.slm_model)
         if not settings.stream:  # every offline transcript's confidence reads the word list (streaming has none)
             english_words()  # built now rather than on the first turn (about a second)
-        pipeline = cls(asr_model, slm_model, slm_tokenizer, settings)
+        pipeline = cls(asr_model, slm_model, slm_tokenizer, settings, asr_decoder)
         return pipeline, time.perf_counter() - start
 
     def describe_asr_decoding(self) -> str | None:
@@ -267,9 +269,11 @@ class VoicePipeline:
         chunks = split_at_pauses(audio[first:last], self.sample_rate, batching.max_chunk_seconds, inside)
         workers = {} if batching.workers is None else {"workers": batching.workers}
         if words:
-            timed = transcribe_with_words(self.asr_model, chunks, batch_size=batching.batch_size, **workers)
+            timed = transcribe_with_words(self.asr_model, chunks, batch_size=batching.batch_size,
+                                          decoder=self.asr_decoder, **workers)
         else:
-            texts = transcribe_audio(self.asr_model, chunks, batch_size=batching.batch_size, **workers)
+            texts = transcribe_audio(self.asr_model, chunks, batch_size=batching.batch_size, decoder=self.asr_decoder,
+                                     **workers)
             timed = [TimedTranscript(text, None) for text in texts]
         segments, begin = [], first  # times stay from the start of ``audio``, silence cut or not
         for chunk, piece in zip(chunks, timed):

@@ -135,17 +135,17 @@ def run(args, settings, batching: OfflineBatching, skip: set[str], out, err) -> 
     model = load_model(args)
     if args.stream:
         streaming.check_streaming_model(model)
-    decoding.set_decoding(model, settings)
+    decoder = decoding.build_decoder(model, settings)
     if args.int8 and args.engine == "torch":
         inference.quantize_linear_int8(model)
     if args.audio:
-        return transcribe_only(model, args, batching, out, err)
+        return transcribe_only(model, decoder, args, batching, out, err)
     if args.stream:
         scored = streaming.evaluate_manifest_streaming(model, args.manifest, progress=args.verbose, skip=skip)
     else:
         scored = evaluation.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
                                              workers=batching.workers, words=args.word_timestamps is not False,
-                                             progress=args.verbose, skip=skip)
+                                             progress=args.verbose, skip=skip, decoder=decoder)
     scored.summary.update(model=str(args.model), engine=args.engine, int8=args.int8, decoding=settings.describe())
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)
@@ -175,14 +175,14 @@ def load_model(args):
     return load_onnx_model(args.model, int8=args.int8)
 
 
-def transcribe_only(model, args, batching: OfflineBatching, out, err) -> int:
+def transcribe_only(model, decoder, args, batching: OfflineBatching, out, err) -> int:
     """--audio: one "path<TAB>text" line per file on ``out``, timings on ``err``."""
     start = time.perf_counter()
     if args.stream:
         texts, partials = streaming.transcribe_files_streaming(model, args.audio, progress=args.verbose)
     else:
         texts = inference.transcribe_files(model, args.audio, batch_size=batching.batch_size, progress=args.verbose,
-                                           workers=batching.workers)
+                                           workers=batching.workers, decoder=decoder)
     for path, text in zip(args.audio, texts):
         print(f"{path}\t{text}", file=out)
     print(f"evaluate_ctc: transcribed {len(texts)} files in {time.perf_counter() - start:.1f} s", file=err)

@@ -90,15 +90,11 @@ def build_ctc_model(config_name: str, tokenizer_dir: Path, overrides: list[str] 
 
 
 def transcripts_with(model, settings, paths) -> list[str]:
-    """``model``'s transcripts of ``paths`` decoded with ``settings`` (DecodingSettings); greedy again after."""
-    from duet.asr.decoding import DecodingSettings, set_decoding
+    """``model``'s transcripts of ``paths`` decoded with ``settings`` (a strategy's settings)."""
+    from duet.asr.decoding import build_decoder
     from duet.asr.inference import transcribe_files
 
-    set_decoding(model, settings)
-    try:
-        return transcribe_files(model, paths)
-    finally:
-        set_decoding(model, DecodingSettings())
+    return transcribe_files(model, paths, decoder=build_decoder(model, settings))
 
 
 def check_words(timed, seconds: float, frame_s: float) -> None:

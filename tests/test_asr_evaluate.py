@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("nemo.collections.asr")
 
 from duet.asr import inference, scoring  # noqa: E402
-from duet.asr.decoding import DecodingSettings  # noqa: E402
+from duet.asr.decoding import decoding_settings  # noqa: E402
 from duet.text import normalize_text  # noqa: E402
+from duet.asr.decoding.nemo_decoding import hypothesis_text  # noqa: E402
 from tests.asr_helpers import REPO, transcripts_with  # noqa: E402
 
 SCRIPT = REPO / "nemo_recipes" / "evaluate_ctc.py"
@@ -43,7 +44,7 @@ def test_sorted_batches_give_the_same_transcripts_as_nemo_transcribe(micro_model
     model, _, _, entries = micro_model_and_manifest
     paths = [e["audio_filepath"] for e in entries]
     ours = inference.transcribe_files(model, paths, batch_size=3)
-    nemo = [inference.hypothesis_text(h) for h in model.transcribe(paths, batch_size=1, verbose=False)]
+    nemo = [hypothesis_text(h) for h in model.transcribe(paths, batch_size=1, verbose=False)]
     assert any(ours), "a random model should still emit some tokens"
     assert ours == nemo
 
@@ -82,7 +83,7 @@ def test_cpu_front_end_chunks_keep_the_transcripts_and_are_undone(micro_model_an
         hook.remove()
     assert seen == [(2, False)] and pre_encode.subsampling_conv_chunking_factor == 1  # chunked and channels-last ...
     assert default_strides(pre_encode.conv[0].weight)  # ... while transcribing only: training gets the model back
-    assert ours == [inference.hypothesis_text(h) for h in model.transcribe(paths, batch_size=1, verbose=False)]
+    assert ours == [hypothesis_text(h) for h in model.transcribe(paths, batch_size=1, verbose=False)]
 
 
 def test_evaluate_cli_writes_per_utterance_and_summary(python, micro_model_and_manifest, tmp_path):
@@ -265,10 +266,10 @@ def test_evaluate_cli_beam_lm_decodes_with_the_lm_and_records_it(micro_model_and
     assert summary["decoding"] == "beam4+LM(a=0.8,b=1.5)" and "beam4+LM(a=0.8,b=1.5)" in stdout
     hyps = [json.loads(line)["hyp"] for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
     paths = [e["audio_filepath"] for e in entries]
-    fused = transcripts_with(model, DecodingSettings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5),
+    fused = transcripts_with(model, decoding_settings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5),
                              paths)
     assert hyps == [normalize_text(t) for t in fused]
-    assert fused != transcripts_with(model, DecodingSettings("beam", beta=1.5), paths), "the LM was not used"
+    assert fused != transcripts_with(model, decoding_settings("beam", beta=1.5), paths), "the LM was not used"
 
 
 @pytest.mark.parametrize("options, message", [

@@ -12,8 +12,9 @@ import soundfile
 import torch
 
 from duet.asr import inference
-from duet.asr.decoding import DecodingSettings, set_decoding
-from duet.asr.words import TimedTranscript, Word, transcribe_files_with_words, transcribe_with_words
+from duet.asr.decoding import build_decoder, decoding_settings
+from duet.asr.inference import transcribe_files_with_words, transcribe_with_words
+from duet.asr.words import TimedTranscript, Word
 from duet.errors import AsrInputError
 from duet.io import AUDIO_EXTENSIONS, expand_audio_paths
 from tests.asr_helpers import check_words, sample_utterances, touch
@@ -54,14 +55,11 @@ def test_files_give_the_same_words_as_arrays(bundled_base_model):
     assert from_files == transcribe_with_words(model, [inference.load_audio(p, SR) for p in paths], workers=1)
 
 
-def timed_with(model, settings: DecodingSettings, audios) -> tuple[list[TimedTranscript], list[str]]:
-    """``audios``' transcripts with words under ``settings``, and the plain transcripts of the same decoding."""
-    set_decoding(model, settings)
-    try:
-        return (transcribe_with_words(model, audios, batch_size=4, workers=1),
-                inference.transcribe_audio(model, audios, batch_size=4, workers=1))
-    finally:
-        set_decoding(model, DecodingSettings())
+def timed_with(model, settings, audios) -> tuple[list[TimedTranscript], list[str]]:
+    """``audios``' transcripts with words under ``settings``, and the plain transcripts of the same decoder."""
+    decoder = build_decoder(model, settings)
+    return (transcribe_with_words(model, audios, batch_size=4, workers=1, decoder=decoder),
+            inference.transcribe_audio(model, audios, batch_size=4, workers=1, decoder=decoder))
 
 
 @pytest.mark.parametrize("strategy", ["beam", "beam_lm"])
@@ -70,8 +68,8 @@ def test_beam_search_words_are_force_aligned_and_keep_the_beams_text(bundled_bas
     model, _ = bundled_base_model
     audios = [inference.load_audio(e["audio_filepath"], SR) for e in sample_utterances(8)]
     # a heavy LM weight, so that beam_lm writes words the acoustic model did not prefer
-    settings = DecodingSettings(strategy, beam_size=4, ngram_lm=str(bundled_token_lm), alpha=2.0, beta=2.0) \
-        if strategy == "beam_lm" else DecodingSettings("beam", beam_size=4)
+    settings = decoding_settings(strategy, beam_size=4, ngram_lm=str(bundled_token_lm), alpha=2.0, beta=2.0) \
+        if strategy == "beam_lm" else decoding_settings("beam", beam_size=4)
     timed, plain = timed_with(model, settings, audios)
     assert [t.text for t in timed] == plain
     frame_s = model.encoder.subsampling_factor * model.cfg.preprocessor.window_stride
@@ -91,7 +89,7 @@ def test_forced_alignment_gives_greedys_times_where_the_beam_agrees_with_greedy(
     model, _ = bundled_base_model
     audios = [inference.load_audio(e["audio_filepath"], SR) for e in sample_utterances(12)]
     greedy = transcribe_with_words(model, audios, batch_size=4, workers=1)
-    beam, _ = timed_with(model, DecodingSettings("beam", beam_size=4), audios)
+    beam, _ = timed_with(model, decoding_settings("beam", beam_size=4), audios)
     frame_s = model.encoder.subsampling_factor * model.cfg.preprocessor.window_stride
     same = [(g, b) for g, b in zip(greedy, beam) if g.text == b.text]
     assert len(same) >= 8 and sum(len(g.words) for g, _ in same) > 30

@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import DecodingInputError, DecodingSettings
+from duet.asr.decoding import DecodingInputError, decoding_settings
 from duet.cli.cli_args import (add_batching_arguments, add_decoding_arguments, decoding_settings_from_args,
                            offline_batching_from_args)
 from duet.errors import AsrInputError
@@ -22,7 +22,7 @@ def test_given_options_replace_the_defaults_and_the_rest_stay():
     assert offline_batching_from_args(parse(["--workers", "2"]), OfflineBatching(batch_size=32)) == \
         OfflineBatching(batch_size=32, workers=2)
     assert decoding_settings_from_args(parse(["--decoding", "beam", "--beam-size", "8"])) == \
-        DecodingSettings("beam", beam_size=8)
+        decoding_settings("beam", beam_size=8)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -40,11 +40,11 @@ def test_batching_options_with_stream_are_refused_by_name():
 
 
 def test_decoding_settings_validate_before_any_model_loads():
-    with pytest.raises(DecodingInputError, match="beam_size must be >= 1, got 0"):
+    with pytest.raises(DecodingInputError, match="beam-size must be an integer >= 1, got 0"):
         decoding_settings_from_args(parse(["--decoding", "beam", "--beam-size", "0"]))
-    with pytest.raises(DecodingInputError, match="strategy beam_lm needs an n-gram LM"):
-        DecodingSettings("beam_lm").validate()
-    with pytest.raises(DecodingInputError, match="unknown decoding strategy 'wfst'"):
-        DecodingSettings("wfst").validate()
+    with pytest.raises(DecodingInputError, match="strategy beam_lm needs ngram_lm <token ARPA>"):
+        decoding_settings("beam_lm").validate()
+    with pytest.raises(DecodingInputError, match="strategy .wfst.: unknown decoding strategy"):
+        decoding_settings("wfst").validate()
     with pytest.raises(AsrInputError, match="max_chunk_seconds must be > 0, got 0"):
         OfflineBatching(max_chunk_seconds=0).validate()

@@ -148,7 +148,7 @@ def test_generalisation_summary_flags_a_real_set_made_worse(tmp_path):
 
 
 def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tmp_path, monkeypatch):
-    from duet.cli.decoding_file import read_decoding_file, read_min_confidence
+    from duet.asr.decoding.file import read_decoding_file
 
     cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     stage = next(s for s in cli.stages() if s.name == "pipeline")
@@ -160,10 +160,10 @@ def test_the_pipeline_stage_decodes_as_the_decoding_json_it_writes(repo_root, tm
     monkeypatch.setattr(demo, "DEMO_LM", lm)
     monkeypatch.setattr(demo, "DEMO_DECODING", tmp_path / "demo_asr" / "decoding.json")
     demo.write_demo_decoding()
-    assert read_decoding_file(demo.DEMO_DECODING) == replace(demo.demo_decoding(), ngram_lm=str(
+    assert read_decoding_file(demo.DEMO_DECODING).settings == replace(demo.demo_decoding(), ngram_lm=str(
         demo.DEMO_DECODING.parent / "../demo_lm/token.arpa"))
     # the threshold chosen for this model and decoding goes with it (tools/pipeline.py uses it with the file)
-    assert read_min_confidence(demo.DEMO_DECODING) == demo.DEMO_MIN_CONFIDENCE
+    assert read_decoding_file(demo.DEMO_DECODING).min_confidence == demo.DEMO_MIN_CONFIDENCE
     stage.inputs = []  # the demo's models need not exist here
     fingerprint = stage.fingerprint()
     stage.settings["asr_decoding"]["beam_size"] += 1  # e.g. a newly tuned width: the stage reruns

@@ -102,10 +102,6 @@ def test_no_import_cycle_between_library_modules():
 # data and the demo's model paths, as a node of its own above them.
 SUBPACKAGES = ("duet.asr", "duet.cli", "duet.data", "duet.demo", "duet.foundation", "duet.serving", "duet.synth")
 PIPELINE = "duet.pipeline"
-# The decoding schema and its file (duet.asr.decoding, duet.cli.decoding_file), being rewritten into one decoding
-# package with the boundary read once (issue #57): duet.asr.adaptation and the demo's stages import
-# duet.cli.decoding_file, which imports duet.asr.decoding back.
-DECODING_REWRITE = ("duet.asr.decoding", "duet.cli.decoding_file")
 
 
 def package_of(name: str) -> str | None:
@@ -148,15 +144,8 @@ def package_cycles(leave_out: tuple[str, ...] = ()) -> list[str]:
             for group in sorted(groups, key=sorted) if len(group) > 1]
 
 
-def test_duet_packages_import_one_another_in_one_direction_beside_the_decoding_rewrite():
-    """No import cycle between duet's packages (module imports of duet.asr.decoding and duet.cli.decoding_file
-    aside: the test below holds them too once the decoding package lands)."""
-    assert not package_cycles(leave_out=DECODING_REWRITE)
-
-
-@pytest.mark.xfail(strict=True, reason="duet.asr.adaptation and duet.demo.stages import duet.cli.decoding_file, which "
-                   "imports duet.asr.decoding: the decoding package of issue #57 (being written) takes them apart")
 def test_duet_packages_import_one_another_in_one_direction():
+    """No import cycle between duet's packages (the package drawing above)."""
     assert not package_cycles()
 
 

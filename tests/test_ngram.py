@@ -8,7 +8,8 @@ import torch
 
 pytest.importorskip("nemo.collections.asr")
 
-from duet.asr.decoding import DecodingInputError, DecodingSettings, decoding_config, set_decoding  # noqa: E402
+from duet.asr.decoding import DecodingInputError, build_decoder, decoding_settings  # noqa: E402
+from duet.asr.decoding.beam import beam_config  # noqa: E402
 from duet.asr.ngram import (  # noqa: E402
     find_kenlm_tool,
     load_token_lm,
@@ -112,20 +113,26 @@ def tiny_model(tokenizer_dir):
         "model.encoder.n_layers=2", "model.encoder.d_model=64", "model.encoder.subsampling_conv_channels=64"])
 
 
-def decode(model, log_probs, lengths):
-    return [h.text for h in model.decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths)]
+def decode(model, log_probs, lengths, strategy="greedy", **values):
+    """The texts of ``strategy``'s decoder of ``model``, built for this call."""
+    return build_decoder(model, decoding_settings(strategy, **values)).texts(log_probs, lengths)
+
+
+def model_decoding(model):
+    """What a decoder must leave untouched: the model's own decoding config strategy and object."""
+    return model.cfg.decoding.strategy, model.decoding
 
 
 def test_beam_of_one_without_lm_equals_greedy(tiny_model):
     torch.manual_seed(1)
     log_probs = torch.randn(3, 40, 65).log_softmax(-1)
     lengths = torch.tensor([40, 31, 17])
-    set_decoding(tiny_model, strategy="greedy")
+    own = model_decoding(tiny_model)
     greedy = decode(tiny_model, log_probs, lengths)
-    set_decoding(tiny_model, strategy="beam", beam_size=1)
-    assert tiny_model.cfg.decoding.strategy == "beam_batch"
-    assert decode(tiny_model, log_probs, lengths) == greedy
-    set_decoding(tiny_model, strategy="greedy")
+    beam = build_decoder(tiny_model, decoding_settings("beam", beam_size=1))
+    assert beam.nemo.cfg.strategy == "beam_batch" and beam.nemo.cfg.beam.beam_size == 1
+    assert beam.texts(log_probs, lengths) == greedy
+    assert model_decoding(tiny_model) == own
 
 
 @needs_lmplz
@@ -147,13 +154,13 @@ def test_lm_fusion_steers_an_ambiguous_ending_to_the_in_domain_words(tiny_model,
         frames += [token / token.sum(), silence / silence.sum()]  # a blank after each token keeps repeats apart
     log_probs = torch.stack(frames).log()[None]
     lengths = torch.tensor([log_probs.shape[1]])
-    set_decoding(tiny_model, strategy="greedy")
+    own = model_decoding(tiny_model)
     assert decode(tiny_model, log_probs, lengths) == [bad]
-    set_decoding(tiny_model, strategy="beam", beam_size=8)
-    assert decode(tiny_model, log_probs, lengths) == [bad], "without the LM the acoustics must decide"
-    set_decoding(tiny_model, strategy="beam_lm", beam_size=8, ngram_lm=str(token_lm), alpha=1.0, beta=0.0)
-    assert decode(tiny_model, log_probs, lengths) == [good]
-    set_decoding(tiny_model, strategy="greedy")
+    beam = decode(tiny_model, log_probs, lengths, "beam", beam_size=8)
+    assert beam == [bad], "without the LM the acoustics must decide"
+    assert decode(tiny_model, log_probs, lengths, "beam_lm", beam_size=8, ngram_lm=str(token_lm), alpha=1.0,
+                  beta=0.0) == [good]
+    assert model_decoding(tiny_model) == own
 
 
 @needs_lmplz
@@ -162,9 +169,9 @@ def test_lm_for_another_tokenizer_is_refused(tiny_model, tmp_path):
     other_tok = train_tokenizer(DOMAIN, tmp_path / "spe_bpe_v48", vocab_size=48)
     train_ngram_lm(DOMAIN, arpa, order=3, unit="token", tokenizer_dir=other_tok, binary=False)
     with pytest.raises(DecodingInputError, match="48-token tokenizer, the model has 64"):
-        decoding_config(tiny_model, DecodingSettings("beam_lm", ngram_lm=str(arpa)))
+        build_decoder(tiny_model, decoding_settings("beam_lm", ngram_lm=str(arpa)))
     with pytest.raises(DecodingInputError, match="not found"):
-        decoding_config(tiny_model, DecodingSettings("beam_lm", ngram_lm=str(tmp_path / "none.arpa")))
+        build_decoder(tiny_model, decoding_settings("beam_lm", ngram_lm=str(tmp_path / "none.arpa")))
 
 
 def bundled_checkpoint() -> Path | None:
@@ -187,11 +194,11 @@ def test_beam_lm_not_worse_than_greedy_on_bundled_checkpoint(tmp_path, sample_ma
                    unit="token", tokenizer=model.tokenizer, binary=False)
     subset = tmp_path / "test_subset.json"
     subset.write_text("".join(json.dumps(e) + "\n" for e in read_manifest(sample_manifests["test-clean"])[:40]))
-    set_decoding(model, strategy="greedy")
     greedy = evaluate_manifest(model, subset, progress=False).summary["wer"]
     # weights chosen on dev by bench/decoding_ab.py (an early base checkpoint): LM light, insertion bonus high
-    set_decoding(model, strategy="beam_lm", beam_size=4, ngram_lm=str(arpa), alpha=0.3, beta=2.0)
-    fused = evaluate_manifest(model, subset, progress=False).summary["wer"]
+    fused_decoder = build_decoder(model, decoding_settings("beam_lm", beam_size=4, ngram_lm=str(arpa), alpha=0.3,
+                                                           beta=2.0))
+    fused = evaluate_manifest(model, subset, progress=False, decoder=fused_decoder).summary["wer"]
     assert fused <= greedy, f"beam+LM WER {fused:.3f} > greedy {greedy:.3f}"
 
 
@@ -202,8 +209,9 @@ WHISPER_BASE = REPO_ROOT / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo"
 @needs_lmplz
 @pytest.mark.skipif(not WHISPER_BASE.is_file(), reason="no bundled Whisper base in samples/checkpoints/")
 def test_beam_lm_transcribes_an_utterance_alike_alone_and_in_a_padded_batch(tmp_path, sample_manifests):
-    """NeMo's batched beam search ranks its beams on a batch's padded frames too; duet.asr.inference.blank_past_end
-    makes those frames blank, so a transcript does not depend on the batch it was decoded in."""
+    """NeMo's batched beam search ranks its beams on a batch's padded frames too;
+    duet.asr.decoding.nemo_decoding.blank_past_end makes those frames blank, so a transcript does not depend on the
+    batch it was decoded in."""
     from duet.asr.inference import load_asr_model, transcribe_files
     from duet.data.manifest import read_manifest
     from duet.asr.ngram import read_training_text
@@ -216,14 +224,15 @@ def test_beam_lm_transcribes_an_utterance_alike_alone_and_in_a_padded_batch(tmp_
     entries = sorted(read_manifest(sample_manifests["test-clean"]), key=lambda e: e["duration"])
     paths = [e["audio_filepath"] for e in entries[:12] + entries[-4:]]
     # a light LM and a large insertion bonus: what the padding used to reward
-    set_decoding(model, strategy="beam_lm", beam_size=8, ngram_lm=str(arpa), alpha=1.1, beta=4.0)
-    alone = [transcribe_files(model, [path], batch_size=1)[0] for path in paths]
-    assert transcribe_files(model, paths, batch_size=len(paths)) == alone
+    decoder = build_decoder(model, decoding_settings("beam_lm", beam_size=8, ngram_lm=str(arpa), alpha=1.1, beta=4.0))
+    alone = [transcribe_files(model, [path], batch_size=1, decoder=decoder)[0] for path in paths]
+    assert transcribe_files(model, paths, batch_size=len(paths), decoder=decoder) == alone
 
 
 @needs_lmplz
 def test_token_lm_is_parsed_once_per_arpa_version(tiny_model, tokenizer_dir, tmp_path, monkeypatch):
-    """NeMo parses an ARPA in Python on every strategy change; its .nemo form, cached beside it, loads instead."""
+    """NeMo parses an ARPA in Python on every decoder built with it; its .nemo form, cached beside it, loads
+    instead."""
     import os
 
     from nemo.collections.asr.parts.submodules.ngram_lm import NGramGPULanguageModel
@@ -236,24 +245,22 @@ def test_token_lm_is_parsed_once_per_arpa_version(tiny_model, tokenizer_dir, tmp
     from_arpa = NGramGPULanguageModel.from_arpa.__func__
     monkeypatch.setattr(NGramGPULanguageModel, "from_arpa",
                         classmethod(lambda cls, **kw: parsed.append(kw["lm_path"]) or from_arpa(cls, **kw)))
-    settings = DecodingSettings("beam_lm", beam_size=2, ngram_lm=str(arpa))
-    for _ in range(2):
-        set_decoding(tiny_model, settings)
+    settings = decoding_settings("beam_lm", beam_size=2, ngram_lm=str(arpa))
+    decoders = [build_decoder(tiny_model, settings) for _ in range(2)]
     assert len(parsed) == 1
     cached = sorted(tmp_path.glob("lm_token3.v64.*.nemo"))
-    assert len(cached) == 1 and tiny_model.cfg.decoding.beam.ngram_lm_model == str(cached[0])
+    assert len(cached) == 1 and all(d.nemo.cfg.beam.ngram_lm_model == str(cached[0]) for d in decoders)
     monkeypatch.setattr(ngram, "_NEMO_FORM_OF_ARPA", {})  # as in a new process: the file beside the ARPA is reused
-    set_decoding(tiny_model, settings)
+    build_decoder(tiny_model, settings)
     assert len(parsed) == 1
     stat = arpa.stat()
     os.utime(arpa, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a rebuilt ARPA is parsed again
-    set_decoding(tiny_model, settings)
+    build_decoder(tiny_model, settings)
     assert len(parsed) == 2 and len(list(tmp_path.glob("lm_token3.v64.*.nemo"))) == 1
-    set_decoding(tiny_model, strategy="greedy")
 
 
 @pytest.mark.parametrize("cuda", [True, False])
 def test_beam_search_keeps_nemo_cuda_graphs_where_cuda_exists(tiny_model, monkeypatch, cuda):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    cfg = decoding_config(tiny_model, DecodingSettings("beam", beam_size=2))
+    cfg = beam_config(tiny_model, decoding_settings("beam", beam_size=2), None, 0.0, n_best=False)
     assert cfg.beam.get("allow_cuda_graphs", True) is cuda

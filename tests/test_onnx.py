@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from duet.asr import inference
-from duet.asr.decoding import DecodingSettings
+from duet.asr.decoding import decoding_settings
 from duet.asr.inference import transcribe_files
 from duet.asr.onnx_engine import GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError, load_onnx_model
 from duet.errors import AsrInputError
@@ -86,12 +86,15 @@ def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(mic
     onnx_model = OnnxCtcModel(folder)
     decoding_threads = set()
 
-    def decode(model, log_probs, lengths, audios):
-        assert audios is None  # only a decoding that rescores with the audio keeps it
-        decoding_threads.add(threading.get_ident())
-        return [int(n) for n in lengths]
+    class FrameCounter:  # a decoder whose "transcript" is the utterance's frame count
+        forkable, reads_audio = True, False
 
-    frames = transcribe_files(onnx_model, paths_of(entries), batch_size=2, workers=2, decode=decode)
+        def texts(self, log_probs, lengths, audios):
+            assert audios is None  # only a decoder that rescores with the audio keeps it
+            decoding_threads.add(threading.get_ident())
+            return [int(n) for n in lengths]
+
+    frames = transcribe_files(onnx_model, paths_of(entries), batch_size=2, workers=2, decoder=FrameCounter())
     assert decoding_threads == {threading.get_ident()}
     assert len(frames) == len(entries) and all(n > 0 for n in frames)
     real_load_audio, broken = inference.load_audio, paths_of(entries)[-1]
@@ -107,13 +110,15 @@ def test_onnx_threads_decode_in_the_calling_thread_and_raise_a_threads_error(mic
 
 
 class AudioLengthRescoring:
-    """A stand-in for Whisper's rescoring (duet.asr.whisper_rescoring.BeamRescoring): each utterance's transcript is its
-    audio's length, so a transcript shows which audio reached the decoding beside which log-probabilities."""
+    """A stand-in for Whisper's rescoring (duet.asr.decoding.beam.BeamRescoring): each utterance's transcript is its
+    audio's length, so a transcript shows which audio reached the decoder beside which log-probabilities."""
 
-    def best(self, model, log_probs, lengths, audios):
-        from duet.asr.whisper_rescoring import Candidate
+    forkable = True
 
-        assert len(audios) == len(log_probs) == len(lengths)
+    def best(self, nbest, log_probs, lengths, audios):
+        from duet.asr.decoding.rescoring import Candidate
+
+        assert len(audios) == len(log_probs) == len(lengths) == len(nbest)
         return [Candidate(str(len(audio)), 0.0) for audio in audios]
 
 
@@ -121,17 +126,18 @@ class AudioLengthRescoring:
 def test_a_rescoring_decoding_gets_each_utterances_own_audio_on_every_path(micro_model_and_manifest, micro_export,
                                                                           engine):
     """In one process, in forked workers (torch) and in the engine's threads (onnx), the audio handed to a
-    rescoring decoding is the utterance's own, whatever order the batches run in."""
+    rescoring decoder is the utterance's own, whatever order the batches run in."""
+    from duet.asr.decoding import BeamSettings, CtcDecoder
+    from duet.asr.decoding.beam import beam_config
+
     model, _, _, entries = micro_model_and_manifest
     model = model if engine == "torch" else OnnxCtcModel(micro_export[1])
     paths = paths_of(entries)
     lengths = [str(len(inference.load_audio(path, 16000))) for path in paths]
-    setattr(model, inference.RESCORING_ATTRIBUTE, AudioLengthRescoring())
-    try:
-        for workers in (1, 2):
-            assert transcribe_files(model, paths, batch_size=2, workers=workers) == lengths
-    finally:
-        setattr(model, inference.RESCORING_ATTRIBUTE, None)
+    beam = BeamSettings(beam_size=2)
+    decoder = CtcDecoder(model, beam, beam_config(model, beam, None, 0.0, n_best=True), AudioLengthRescoring())
+    for workers in (1, 2):
+        assert transcribe_files(model, paths, batch_size=2, workers=workers, decoder=decoder) == lengths
 
 
 def test_export_folder_holds_graphs_tokenizer_and_metadata(micro_model_and_manifest, micro_export):
@@ -166,8 +172,8 @@ def test_beam_and_beam_lm_on_onnx_log_probs_equal_the_torch_engine(micro_model_a
     model, _, _, entries = micro_model_and_manifest
     onnx_model = OnnxCtcModel(micro_export[1])
     paths = paths_of(entries)
-    for settings in (DecodingSettings("beam", beam_size=4, beta=1.0),
-                     DecodingSettings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)):
+    for settings in (decoding_settings("beam", beam_size=4, beta=1.0),
+                     decoding_settings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)):
         assert transcripts_with(onnx_model, settings, paths) == transcripts_with(model, settings, paths)
 
 

@@ -19,6 +19,7 @@ import soundfile
 
 import duet.pipeline as pipeline_module
 import duet.speech_out as speech_out
+from duet.asr.decoding import BeamLmSettings
 from duet.asr.words import TimedTranscript, Word
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 from duet.foundation import python_command
@@ -83,7 +84,7 @@ class FakeAsr:
 def make_pipeline(monkeypatch):
     responses = []
 
-    def fake_transcribe(model, audios, batch_size):
+    def fake_transcribe(model, audios, batch_size, decoder):
         """The stand-in's text for each piece, its words spread evenly over the piece (times from its start)."""
         model.calls.append([len(a) for a in audios])
         model.audios += list(audios)
@@ -103,7 +104,8 @@ def make_pipeline(monkeypatch):
     def build(text="set a timer for five minutes", confidence=0.9, **settings):
         asr = FakeAsr(text)
         asr.confidence = confidence  # every word's
-        return VoicePipeline(asr, slm_model=None, slm_tokenizer=None, settings=PipelineSettings(**settings)), responses
+        return VoicePipeline(asr, slm_model=None, slm_tokenizer=None, settings=PipelineSettings(**settings),
+                             asr_decoder=SimpleNamespace()), responses
     return build
 
 
@@ -495,7 +497,7 @@ def test_cli_names_a_model_that_does_not_load(cli, monkeypatch, tiny_slm_folder,
     assert err.startswith(f"pipeline: error: {broken_asr}: cannot load it as a NeMo .nemo checkpoint")
 
     monkeypatch.setattr(pipeline_module, "load_asr_model", lambda path: SimpleNamespace())  # the ASR side loads
-    monkeypatch.setattr(pipeline_module, "set_decoding", lambda model, settings: settings)
+    monkeypatch.setattr(pipeline_module, "build_decoder", lambda model, settings: None)
     (slm / "model.safetensors").write_bytes(b"\0" * 100)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -690,7 +692,7 @@ def test_cli_stream_with_an_offline_model_is_a_one_line_error(cli, fake_slm, mic
 
 
 def test_cli_asr_beam_lm_decodes_with_the_lm(cli, fake_slm, micro_model_and_manifest, micro_token_lm, capfd):
-    from duet.asr.decoding import DecodingSettings
+    from duet.asr.decoding import decoding_settings
     from tests.asr_helpers import transcripts_with
 
     model, model_path, _, entries = micro_model_and_manifest
@@ -700,10 +702,10 @@ def test_cli_asr_beam_lm_decodes_with_the_lm(cli, fake_slm, micro_model_and_mani
     results = [json.loads(line) for line in capfd.readouterr().out.strip().splitlines()]
     assert code == 0 and [r["error"] for r in results] == [None, None]
     assert {r["asr_decoding"] for r in results} == {"beam6+LM(a=0.8,b=1.5)"}
-    fused = transcripts_with(model, DecodingSettings("beam_lm", beam_size=6, ngram_lm=str(micro_token_lm),
+    fused = transcripts_with(model, decoding_settings("beam_lm", beam_size=6, ngram_lm=str(micro_token_lm),
                                                      alpha=0.8, beta=1.5), paths)
     assert [r["transcript"] for r in results] == [t.strip() for t in fused]
-    assert fused != transcripts_with(model, DecodingSettings("beam", beam_size=6, beta=1.5), paths), \
+    assert fused != transcripts_with(model, decoding_settings("beam", beam_size=6, beta=1.5), paths), \
         "the LM should change this random model's output: otherwise the test cannot tell it was used"
 
 
@@ -723,20 +725,20 @@ SAVED = dict(beam_size=16, alpha=0.8, beta=4.0)
 @pytest.fixture
 def saved_decoding(tmp_path):
     """A model (an empty file: only paths matter here) with an LM and a decoding.json naming it beside it."""
-    from duet.asr.decoding import DecodingSettings
-    from duet.cli.decoding_file import decoding_file_for, write_decoding_file
+    from duet.asr.decoding import decoding_settings
+    from duet.asr.decoding.file import decoding_file_for, write_decoding_file
 
     model, lm = tmp_path / "models" / "mine.nemo", tmp_path / "lms" / "mine.arpa"
     for path in (model, lm):
         path.parent.mkdir()
         path.write_bytes(b"x")
-    write_decoding_file(decoding_file_for(model), DecodingSettings("beam_lm", ngram_lm=str(lm), **SAVED))
+    write_decoding_file(decoding_file_for(model), decoding_settings("beam_lm", ngram_lm=str(lm), **SAVED))
     assert '"lm": "../lms/mine.arpa"' in decoding_file_for(model).read_text()  # relative to the file's folder
     return model, lm
 
 
 def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its_own(saved_decoding):
-    from duet.cli.decoding_file import DECODING_FILE_NAME, decoding_file_for
+    from duet.asr.decoding.file import DECODING_FILE_NAME, decoding_file_for
 
     model, _ = saved_decoding
     export = model.with_name("mine_onnx")  # tools/export_onnx.py's default place, beside the .nemo
@@ -747,15 +749,15 @@ def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its
 
 
 def test_a_nemo_sharing_its_folder_may_have_its_own_decoding_file_and_threshold(saved_decoding):
-    from duet.asr.decoding import DecodingSettings
-    from duet.cli.decoding_file import DECODING_FILE_NAME, decoding_file_for, write_decoding_file
+    from duet.asr.decoding import decoding_settings
+    from duet.asr.decoding.file import DECODING_FILE_NAME, decoding_file_for, write_decoding_file
     from duet.cli.pipeline_options import resolve_asr_decoding
 
     model, _ = saved_decoding
     other = model.with_name("other.nemo")  # a second model in the same folder
     other.write_bytes(b"x")
     assert decoding_file_for(other) == model.parent / DECODING_FILE_NAME  # no file of its own: the folder's
-    write_decoding_file(model.with_name("other.decoding.json"), DecodingSettings(), min_confidence=0.5)
+    write_decoding_file(model.with_name("other.decoding.json"), decoding_settings(), min_confidence=0.5)
     assert decoding_file_for(other) == model.with_name("other.decoding.json")
     assert decoding_file_for(model) == model.parent / DECODING_FILE_NAME  # the first model keeps the folder's
     export = model.with_name("other_onnx")  # the second model's ONNX export shares that model's own file
@@ -769,7 +771,7 @@ def test_a_nemo_sharing_its_folder_may_have_its_own_decoding_file_and_threshold(
 
 def test_the_bundled_whisper_base_has_its_own_threshold():
     from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
-    from duet.cli.decoding_file import read_min_confidence
+    from duet.asr.decoding.file import read_decoding_file
     from duet.foundation import REPO_ROOT
     from duet.cli.pipeline_options import resolve_asr_decoding
 
@@ -780,19 +782,22 @@ def test_the_bundled_whisper_base_has_its_own_threshold():
     assert fastconformer.min_confidence == DEFAULT_MIN_CONFIDENCE
     # bases v4's and v5's, chosen for each (RESULTS.md, "Low-confidence turns"); by chance the FastConformer's default
     # too, so the file itself is checked: a base bundled without one would fall back to that default unnoticed
-    assert read_min_confidence(checkpoints / "whisper_tiny_ctc.decoding.json") == whisper.min_confidence == 0.55
+    assert read_decoding_file(checkpoints / "whisper_tiny_ctc.decoding.json").min_confidence == \
+        whisper.min_confidence == 0.55
 
 
 def resolved(cli, argv):
     args = cli.get_parser().parse_args(["a.flac", *argv])
     decoding = resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), args.stream)
-    s = decoding.settings
-    return s.strategy, s.beam_size, s.ngram_lm and str(Path(s.ngram_lm).resolve()), s.alpha, s.beta, decoding.source
+    s = decoding.settings.used_values()  # a strategy's own options only
+    lm = s.get("ngram_lm") and str(Path(s["ngram_lm"]).resolve())
+    return decoding.settings.strategy, s.get("beam_size"), lm, s.get("alpha"), s.get("beta"), decoding.source
 
 
 # beam size, LM, alpha and beta when neither an option nor a decoding.json gives them: the library's
-UNSAID = (PipelineSettings.asr_decoding.beam_size, None, PipelineSettings.asr_decoding.alpha,
-          PipelineSettings.asr_decoding.beta)
+UNSAID = (BeamLmSettings.beam_size, None, BeamLmSettings.alpha, BeamLmSettings.beta)
+# greedy reads none of them
+GREEDY = (None, None, None, None)
 
 
 def test_default_decoding_is_the_model_folders_decoding_json(cli, saved_decoding, monkeypatch, tmp_path):
@@ -814,14 +819,15 @@ def test_default_decoding_is_the_model_folders_decoding_json(cli, saved_decoding
                                                                            *UNSAID[2:], None)
     # greedy: streaming, or asked for; another strategy asked for sets the file aside
     assert resolved(cli, ["--asr-model", str(model), "--stream"])[0] == "greedy"
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"]) == ("greedy", *UNSAID, None)
-    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"]) == ("beam", *UNSAID, None)
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "greedy"]) == ("greedy", *GREEDY, None)
+    assert resolved(cli, ["--asr-model", str(model), "--asr-decoding", "beam"]) == ("beam", UNSAID[0], None, None,
+                                                                                    UNSAID[3], None)
 
 
 def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding, tmp_path):
     model, _ = saved_decoding
     (model.parent / "decoding.json").unlink()
-    assert resolved(cli, ["--asr-model", str(model)]) == ("greedy", *UNSAID, None)
+    assert resolved(cli, ["--asr-model", str(model)]) == ("greedy", *GREEDY, None)
     # options only beam search reads are refused, saying why greedy is the default here
     from duet.asr.decoding import DecodingInputError
 
@@ -831,10 +837,10 @@ def test_default_decoding_is_greedy_without_a_decoding_json(cli, saved_decoding,
 
 
 @pytest.mark.parametrize("content, message", [
-    ('{"strategy": "beam_lm", "beam_size": 16, "lm": "../lms/none.arpa"}', "its LM ../lms/none.arpa is not there"),
+    ('{"strategy": "beam_lm", "beam_size": 16, "lm": "../lms/none.arpa"}', "its lm ../lms/none.arpa is not there"),
     ('{"strategy": "beam_lm", "beem_size": 16, "lm": "../lms/mine.arpa"}', "unknown key 'beem_size'"),
-    ('{"strategy": "beam", "alpha": 0.5}', "'alpha' is not used by strategy beam"),
-    ('{"strategy": "beam", "beam_size": 0}', "'beam_size' must be a number >= 1, got 0"),
+    ('{"strategy": "beam", "alpha": 0.5}', "'alpha' not used by strategy beam"),
+    ('{"strategy": "beam", "beam_size": 0}', "'beam_size' must be an integer >= 1, got 0"),
     ('{"strategy": "viterbi"}', "'strategy' must be one of greedy, beam, beam_lm, joint, got 'viterbi'"),
     ('{"strategy": "beam_lm",', "not valid JSON"),
     ('{"strategy": "greedy", "min_confidence": 2}', "'min_confidence' must be a number in 0..1, got 2"),
@@ -854,13 +860,14 @@ def test_the_model_folders_threshold_goes_with_its_decoding(cli, saved_decoding)
     """A decoding.json's min_confidence was chosen for that decoding: used when the model decodes as the file says,
     replaced by --min-confidence, and set aside (for the default) with the file's decoding."""
     from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
-    from duet.cli.decoding_file import decoding_file_for, read_decoding_file, read_min_confidence, write_decoding_file
+    from duet.asr.decoding.file import decoding_file_for, read_decoding_file, write_decoding_file
 
     model, lm = saved_decoding
     saved = decoding_file_for(model)
-    assert read_min_confidence(saved) is None
-    write_decoding_file(saved, read_decoding_file(saved), min_confidence=0.3)
-    assert read_min_confidence(saved) == 0.3 and read_decoding_file(saved).beam_size == SAVED["beam_size"]
+    assert read_decoding_file(saved).min_confidence is None
+    write_decoding_file(saved, read_decoding_file(saved).settings, min_confidence=0.3)
+    assert read_decoding_file(saved).min_confidence == 0.3
+    assert read_decoding_file(saved).settings.beam_size == SAVED["beam_size"]
 
     def threshold(*argv):
         args = cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), *argv])
@@ -900,8 +907,8 @@ def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(c
     """A real model copied anywhere, with its LM and decoding.json: the file is used; options override it."""
     import shutil
 
-    from duet.asr.decoding import DecodingSettings
-    from duet.cli.decoding_file import write_decoding_file
+    from duet.asr.decoding import decoding_settings
+    from duet.asr.decoding.file import write_decoding_file
     from tests.asr_helpers import transcripts_with
 
     model, model_path, _, entries = micro_model_and_manifest
@@ -911,7 +918,7 @@ def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(c
     copy, lm = folder / "model.nemo", folder / "token.arpa"
     shutil.copy(model_path, copy)
     shutil.copy(micro_token_lm, lm)
-    fused = DecodingSettings("beam_lm", beam_size=6, ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)
+    fused = decoding_settings("beam_lm", beam_size=6, ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)
     write_decoding_file(folder / "decoding.json", replace(fused, ngram_lm=str(lm)))
 
     def run(*options):
@@ -922,7 +929,7 @@ def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(c
 
     assert run() == ({f"beam6+LM(a=0.8,b=1.5) from {folder / 'decoding.json'}"},
                      [t.strip() for t in transcripts_with(model, fused, paths)])
-    greedy = [t.strip() for t in transcripts_with(model, DecodingSettings(), paths)]
+    greedy = [t.strip() for t in transcripts_with(model, decoding_settings(), paths)]
     assert greedy != run()[1], "the LM should change this random model's output: otherwise the test cannot tell"
     assert run("--asr-decoding", "greedy") == ({"greedy"}, greedy)
 
@@ -933,7 +940,7 @@ def test_cli_decodes_any_model_as_its_decoding_json_says_unless_told_otherwise(c
 def test_pipeline_json_words_are_timed_from_the_start_of_the_file(cli, fake_slm, bundled_base_model,
                                                                   micro_model_and_manifest, tmp_path, capfd):
     from duet.asr import inference
-    from duet.asr.words import transcribe_with_words
+    from duet.asr.inference import transcribe_with_words
     from tests.asr_helpers import check_words
 
     model, model_path = bundled_base_model

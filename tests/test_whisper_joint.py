@@ -1,4 +1,4 @@
-"""Joint decoding (duet.asr.whisper_joint): the CTC judge's likelihood, the union of candidates, the choice, and the
+"""Joint decoding (duet.asr.decoding.joint): the CTC judge's likelihood, the union of candidates, the choice, and the
 veto of text Whisper invents on silence, on constructed log-probabilities with stand-ins for Whisper (no weights
 read, no audio)."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from duet.asr.decoding import DecodingInputError, DecodingSettings
-from duet.asr.whisper_joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
-from duet.asr.whisper_rescoring import NOTHING_HEARD
+from duet.asr.decoding import DecodingInputError, decoding_settings
+from duet.asr.decoding.joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
+from duet.asr.decoding.rescoring import NOTHING_HEARD, nbest_candidates
 
 BLANK = 0
 
@@ -62,13 +62,20 @@ class StubTokenizer:
         return [self.ids[c] for c in text]
 
 
-def stub_model(beam_texts):
-    """What JointDecoding reads of a NeMo model: its tokenizer, its blank and its beam's n-best."""
+def stub_beam(beam_texts):
+    """A NeMo beam decoding keeping its n-best: ``beam_texts`` for every utterance."""
     def predictions(log_probs, decoder_lengths):
         return [[SimpleNamespace(text=t, score=-1.0, y_sequence=StubTokenizer().text_to_ids(t)) for t in beam_texts]
                 for _ in range(log_probs.shape[0])]
-    return SimpleNamespace(tokenizer=StubTokenizer(),
-                           decoding=SimpleNamespace(blank_id=BLANK, ctc_decoder_predictions_tensor=predictions))
+    return SimpleNamespace(blank_id=BLANK, ctc_decoder_predictions_tensor=predictions)
+
+
+def judge(decoder, beam, log_probs, lengths, audios):
+    return decoder.judge(nbest_candidates(beam, log_probs, lengths), log_probs, lengths, audios)
+
+
+def best(decoder, beam, log_probs, lengths, audios):
+    return decoder.best(nbest_candidates(beam, log_probs, lengths), log_probs, lengths, audios)
 
 
 class StubProposer:
@@ -97,13 +104,14 @@ def frames(*labels, sure=0.9):
 
 
 def joint(proposals, beam_texts, ctc=0.3):
-    return JointDecoding(StubProposer(proposals), StubRescorer(), JointWeights(ctc=ctc)), stub_model(beam_texts)
+    return (JointDecoding(StubProposer(proposals), StubRescorer(), JointWeights(ctc=ctc), StubTokenizer(), BLANK),
+            stub_beam(beam_texts))
 
 
 def test_the_union_keeps_one_candidate_per_spoken_form_in_whisper_formatting():
     decoder, model = joint(["Ab.", "Ba."], ["ab", "aa"])
     log_probs = frames(1, 0, 2, 0)
-    [candidates] = decoder.judge(model, log_probs, torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
+    [candidates] = judge(decoder, model, log_probs, torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
     assert [(c.text, c.spoken, c.from_whisper) for c in candidates] == [
         ("Ab.", "ab", True), ("Ba.", "ba", True), ("aa", "aa", False), ("", "", False)]  # nothing said: always judged
     assert [c.veto_only for c in candidates] == [False, False, False, True]  # ... for the veto, not to be chosen
@@ -112,39 +120,39 @@ def test_the_union_keeps_one_candidate_per_spoken_form_in_whisper_formatting():
 
 def test_the_chosen_text_keeps_whisper_formatting_and_the_ctc_tokens():
     decoder, model = joint(["Ab.", "Ba."], ["ab"])
-    [chosen] = decoder.best(model, frames(1, 0, 2, 0), torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
+    [chosen] = best(decoder, model, frames(1, 0, 2, 0), torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
     assert (chosen.text, chosen.tokens) == ("Ab.", (1, 2))  # the audio spells a-b: Ba. loses on the CTC score
 
 
 def test_the_ctc_judge_vetoes_text_whisper_invents_on_silence():
     decoder, model = joint(["Ab ab.", "Ba."], [""], ctc=1.0)
     silence = frames(0, 0, 0, 0, 0, 0, sure=0.99)
-    [chosen] = decoder.best(model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
+    [chosen] = best(decoder, model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
     assert chosen == NOTHING_HEARD
     # the veto holds whatever the weights: the CTC model gives "nothing said" most of its probability
     decoder.weights = JointWeights(ctc=0.0, whisper_sure=-5.0)
-    [alone] = decoder.best(model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
+    [alone] = best(decoder, model, silence, torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
     assert alone == NOTHING_HEARD
     # on speech ("ab" said surely) it does not fire, and Whisper's sure hypothesis is kept
-    [spoken] = decoder.best(model, frames(1, 0, 2, 0, 0, 0), torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
+    [spoken] = best(decoder, model, frames(1, 0, 2, 0, 0, 0), torch.tensor([6]), [np.zeros(16000, dtype=np.float32)])
     assert spoken.text == "Ab ab."
 
 
 def test_audio_longer_than_whisper_window_is_judged_among_the_beam_alone():
     decoder, model = joint(["Ab."], ["ba"])
     long_audio = np.zeros(31 * 16000, dtype=np.float32)
-    [candidates] = decoder.judge(model, frames(2, 0, 1, 0), torch.tensor([4]), [long_audio])
+    [candidates] = judge(decoder, model, frames(2, 0, 1, 0), torch.tensor([4]), [long_audio])
     assert [c.text for c in candidates] == ["ba", ""]
 
 
 def test_joint_settings_are_checked():
     with pytest.raises(DecodingInputError, match="ctc_weight"):
-        DecodingSettings("joint", ctc_weight=float("nan")).validate()
+        decoding_settings("joint", ctc_weight=float("nan")).validate()
     with pytest.raises(DecodingInputError, match="whisper_beam"):
-        DecodingSettings("joint", whisper_beam=0).validate()
+        decoding_settings("joint", whisper_beam=0).validate()
     with pytest.raises(DecodingInputError, match="lm_weight"):
-        DecodingSettings("joint", lm_weight=0.2).validate()  # no LM to score with
-    assert DecodingSettings("joint", ngram_lm="x.arpa", lm_weight=0.2).describe().startswith("joint(Whisper beam5")
+        decoding_settings("joint", lm_weight=0.2).validate()  # no LM to score with
+    assert decoding_settings("joint", ngram_lm="x.arpa", lm_weight=0.2).describe().startswith("joint(Whisper beam5")
 
 
 def test_written_words_take_the_times_of_the_words_they_read_as():
@@ -164,7 +172,7 @@ def test_joint_is_reachable_from_the_command_line_and_decoding_json(tmp_path):
     import json
 
     from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
-    from duet.cli.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
+    from duet.asr.decoding.file import DecodingFileError, read_decoding_file, write_decoding_file
 
     parser = argparse.ArgumentParser()
     add_decoding_arguments(parser)
@@ -180,12 +188,12 @@ def test_joint_is_reachable_from_the_command_line_and_decoding_json(tmp_path):
     saved = tmp_path / "decoding.json"
     write_decoding_file(saved, settings, min_confidence=0.4)
     assert json.loads(saved.read_text())["lm"] == "lm.arpa"
-    assert read_decoding_file(saved) == settings
+    assert read_decoding_file(saved).settings == settings
     saved.write_text(json.dumps({"strategy": "joint", "ctc_weight": -1}))
     with pytest.raises(DecodingFileError, match="'ctc_weight' must be a finite number >= 0"):
         read_decoding_file(saved)
     saved.write_text(json.dumps({"strategy": "joint"}))  # no LM: the beam alone proposes beside Whisper
-    assert read_decoding_file(saved) == DecodingSettings("joint")
+    assert read_decoding_file(saved).settings == decoding_settings("joint")
 
 
 def test_whisper_sure_keeps_whisper_first_hypothesis_unjudged():
@@ -195,7 +203,7 @@ def test_whisper_sure_keeps_whisper_first_hypothesis_unjudged():
     assert best_judged([sure, ctc_likes], JointWeights(ctc=0.5, whisper_sure=-0.3)) is sure
     assert best_judged([sure, ctc_likes], JointWeights(ctc=0.5, whisper_sure=-0.1)) is ctc_likes  # not sure enough
     with pytest.raises(DecodingInputError, match="whisper_sure"):
-        DecodingSettings("joint", whisper_sure=0.5).validate()
+        decoding_settings("joint", whisper_sure=0.5).validate()
 
 
 def test_nothing_said_added_for_the_veto_is_never_chosen_by_score():

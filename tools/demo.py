@@ -225,8 +225,9 @@ def stages() -> list[Stage]:
                            "--asr-model", str(DEMO_ASR_MODEL), "--slm-model", str(slm_dir)],
               lambda: pipeline_summary(answers, requests), prepare=prepare_pipeline(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
-              outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={"asr_decoding": asdict(demo_decoding()),
-                                                               "min_confidence": DEMO_MIN_CONFIDENCE}),
+              outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={
+                  "asr_decoding": {"strategy": demo_decoding().strategy, **asdict(demo_decoding())},
+                  "min_confidence": DEMO_MIN_CONFIDENCE}),
         # one command per model: the base's scores are kept while the base is unchanged
         Stage("generalise-base", [*generalise, "--model", str(BASE_CHECKPOINT), "--out-dir", str(base_report.parent)],
               lambda: f"base scored on {len(json.loads(base_report.read_text())['rows'])} sets",

@@ -36,7 +36,7 @@ from duet import SAMPLES_DIR
 from duet.asr import evaluation, recipe
 from duet.asr.inference import load_asr_model
 from duet.asr.pseudo_labelling import DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, pseudo_label
-from duet.cli.decoding_file import DECODING_FILE_NAME, decoding_file_for
+from duet.asr.decoding.file import DECODING_FILE_NAME, decoding_file_for
 from duet.errors import DuetError
 from duet.io import expand_audio_paths
 from duet.foundation.files import write_text_atomic

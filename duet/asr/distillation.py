@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from duet.asr.inference import hypothesis_text
+from duet.asr.decoding.nemo_decoding import hypothesis_text
 from duet.errors import DuetError
 
 log = logging.getLogger(__name__)

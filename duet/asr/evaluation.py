@@ -8,23 +8,24 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.inference import transcribe_files
+from duet.asr.inference import transcribe_files, transcribe_files_with_words
 from duet.asr.scoring import Scored, score
-from duet.asr.words import transcribe_files_with_words
 from duet.errors import AsrInputError
 from duet.data.manifest import read_manifest
 
 
 def evaluate_manifest(model, manifest: str | Path, batch_size: int = OfflineBatching.batch_size, progress: bool = True,
                       transcribe: Callable[[list[str]], list[str]] | None = None,
-                      workers: int | None = None, words: bool = False, skip: Collection[str] = ()) -> Scored:
+                      workers: int | None = None, words: bool = False, skip: Collection[str] = (),
+                      decoder=None) -> Scored:
     """Transcribe every entry of a NeMo manifest and score it; summary includes RTFx (audio s / wall s).
 
     ``transcribe`` (audio paths -> transcripts) replaces the batched :func:`duet.asr.inference.transcribe_files`, e.g. with
     ``duet.asr.streaming``'s chunk-by-chunk path; ``workers``: see :func:`duet.asr.inference.transcribe_audio`.
     ``words`` adds each utterance's word times and confidences (``duet.asr.words``; force-aligned under beam search) to
     its record as ``words`` (not with ``transcribe``). ``skip``: audio paths left out (files that cannot be read,
-    which the caller has reported); the summary counts them as ``skipped``.
+    which the caller has reported); the summary counts them as ``skipped``. ``decoder``: the CTC decoding
+    (``duet.asr.decoding.build_decoder``; greedy when None).
     """
     if words and transcribe is not None:
         raise AsrInputError("word timestamps come from the batched transcription, not from a replacement transcribe")
@@ -42,10 +43,12 @@ def evaluate_manifest(model, manifest: str | Path, batch_size: int = OfflineBatc
     if transcribe is not None:
         hyps = transcribe(paths)
     elif words:
-        timed = transcribe_files_with_words(model, paths, batch_size=batch_size, progress=progress, workers=workers)
+        timed = transcribe_files_with_words(model, paths, batch_size=batch_size, progress=progress, workers=workers,
+                                            decoder=decoder)
         hyps = [t.text for t in timed]
     else:
-        hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress, workers=workers)
+        hyps = transcribe_files(model, paths, batch_size=batch_size, progress=progress, workers=workers,
+                                decoder=decoder)
     wall = time.perf_counter() - start
     ids = [e.get("id") or Path(p).stem for e, p in zip(entries, paths)]
     durations = [float(e["duration"]) for e in entries]

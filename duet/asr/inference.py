@@ -5,9 +5,9 @@ batch carries little padding, the forward pass runs under ``torch.inference_mode
 convolution front end runs channels-last two utterances at a time (``set_front_end_chunking``), whole
 batches go to one-thread worker processes (``cpu_workers``) instead of splitting every small operation
 between threads, and the Linear layers can be quantised to int8 (``quantize_linear_int8``).
-Everything else — features, encoder, CTC decoding (greedy unless ``duet.asr.decoding.set_decoding``
-chose beam search) — is the model's own NeMo code; where the decoding rescores the beam's n-best with Whisper's
-decoder (:func:`rescoring_of`), each batch's audio goes to the decoding beside its log-probabilities. An ONNX
+Everything else — features, encoder, CTC decoding (the ``decoder`` a caller passes, built by
+``duet.asr.decoding``; greedy when none is) — is NeMo's own code; where the decoder rescores the beam's n-best with
+the audio (``CtcDecoder.reads_audio``), each batch's audio goes to it beside its log-probabilities. An ONNX
 export (``duet.asr.onnx_engine``) goes through the same batching, its whole batches shared among ``workers``
 threads of this process, each running a one-thread ONNX Runtime session (smaller batches where each thread would
 get fewer than ``BATCHES_PER_THREAD``); one batch, or ``workers`` 1, runs on the engine's own session (torch's
@@ -21,9 +21,10 @@ import itertools
 import multiprocessing as mp
 import tarfile
 import warnings
+from dataclasses import dataclass
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -31,24 +32,21 @@ import torch
 from tqdm import tqdm
 
 from duet.asr.batching import OfflineBatching, check_workers
+from duet.asr.decoding.decoder import CtcDecoder
+from duet.asr.decoding.greedy import GreedySettings
+from duet.asr.words import TimedTranscript
 from duet.errors import AsrInputError
 from duet.foundation.errors import first_line
 from duet.io import read_mono
 
-__all__ = ["AsrInputError", "BatchDecoder", "audio_length", "check_workers", "cpu_budget", "cpu_workers", "decode_texts",
-           "decoding_processes", "hypothesis_text", "load_asr_model", "load_audio", "pad_batch", "quantize_linear_int8",
-           "rescoring_of", "set_front_end_chunking",
-           "transcribe_audio", "transcribe_files"]
+__all__ = ["AsrInputError", "CachedLogProbs", "audio_length", "check_workers", "compute_log_probs", "cpu_budget",
+           "cpu_workers", "decode_log_probs", "decoding_processes", "load_asr_model", "load_audio", "pad_batch",
+           "quantize_linear_int8", "set_front_end_chunking", "transcribe_audio", "transcribe_files",
+           "transcribe_files_with_words", "transcribe_with_words"]
 
-#: Turns one padded batch's CTC log-probabilities ``(model, log_probs [B, T, V], lengths [B], audios)`` into one
-#: result per utterance (picklable: forked workers send them back); :func:`decode_texts` by default, words and times
-#: in ``duet.asr.words``. ``audios`` are the batch's waveforms, in the same order (None where a path has none: cached
-#: log-probabilities); a decoding that rescores with the audio (:func:`rescoring_of`) needs them.
-BatchDecoder = Callable[[Any, "torch.Tensor", "torch.Tensor", "Sequence[np.ndarray] | None"], list]
-
-#: The attribute of a model that holds its beam's rescoring (``duet.asr.whisper_rescoring.BeamRescoring``), set and
-#: cleared by ``duet.asr.decoding.set_decoding`` beside NeMo's decoding: NeMo's decoding object never sees the audio
-RESCORING_ATTRIBUTE = "duet_rescoring"
+#: Turns one padded batch's CTC log-probabilities ``(log_probs [B, T, V], lengths [B], audios)`` into one result per
+#: utterance (picklable: forked workers send them back): a decoder's texts, or its transcripts with word times.
+BatchDecode = Callable[["torch.Tensor", "torch.Tensor", "Sequence[np.ndarray]"], list]
 
 #: An exported engine's decoding threads get at least this many batches each (smaller batches where needed), so
 #: that they finish together: the last batch of one is otherwise the other's idle time.
@@ -128,23 +126,39 @@ def audio_length(path: str | Path, sample_rate: int) -> int:
 
 
 def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
-                     workers: int | None = None, decode: BatchDecoder | None = None) -> list:
-    """CTC transcripts of ``paths``, in input order, with the model's current decoding
-    (``duet.asr.decoding.set_decoding``; greedy by default).
+                     workers: int | None = None, decoder: CtcDecoder | None = None, words: bool = False) -> list:
+    """CTC transcripts of ``paths``, in input order, by ``decoder`` (``duet.asr.decoding.build_decoder``; greedy when
+    None); with ``words``, :class:`~duet.asr.words.TimedTranscript` s with word times and confidences.
 
     Files are decoded longest first in batches of ``batch_size`` (an exported engine's threads: at most that),
     so padding stays small and the largest batch (the one that would run out of memory) comes first. Lengths come from the file headers and
     each batch's audio is read when the batch is decoded, so memory holds a few batches, never the whole list
     (a train-clean-100 manifest is ~23 GB of float32 audio). Reading: ``workers`` (default :func:`cpu_workers`)
     threads a batch ahead of decoding on one process, or each decoding process reading its own batches
-    (:func:`transcribe_audio`). ``decode``: what each utterance's result is (default: its text).
+    (:func:`transcribe_audio`).
     """
     check_workers(workers)
     sample_rate = int(model.cfg.sample_rate)
     paths = list(paths)
     lengths = [audio_length(path, sample_rate) for path in paths]
+    decoder = decoder or GreedySettings().build(model)
     return _transcribe(model, lengths, lambda index: load_audio(paths[index], sample_rate), batch_size, progress,
-                       workers, readers=cpu_workers() if workers is None else workers, decode=decode)
+                       workers, readers=cpu_workers() if workers is None else workers,
+                       decode=batch_decode(decoder, words), forkable=decoder.forkable, keep_audio=decoder.reads_audio)
+
+
+def transcribe_files_with_words(model, paths: Sequence[str | Path], batch_size: int = OfflineBatching.batch_size,
+                                progress: bool = False, workers: int | None = None,
+                                decoder: CtcDecoder | None = None) -> list[TimedTranscript]:
+    """:func:`transcribe_files` with word times and confidences."""
+    return transcribe_files(model, paths, batch_size, progress, workers, decoder, words=True)
+
+
+def batch_decode(decoder: CtcDecoder, words: bool) -> BatchDecode:
+    """What each batch's log-probabilities become: ``decoder``'s texts, or (``words``) its timed transcripts."""
+    if words:
+        return lambda log_probs, lengths, audios: decoder.decode(log_probs, lengths, audios, words=True)
+    return decoder.texts
 
 
 def cpu_workers() -> int:
@@ -177,9 +191,9 @@ def decoding_processes(n_batches: int, workers: int | None = None) -> int:
 
 
 def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
-                     workers: int | None = None, decode: BatchDecoder | None = None) -> list:
-    """CTC transcripts (the model's current decoding) of mono float32 arrays at the model's sample rate,
-    in input order.
+                     workers: int | None = None, decoder: CtcDecoder | None = None, words: bool = False) -> list:
+    """CTC transcripts (by ``decoder``, greedy when None; with ``words``, timed transcripts) of mono float32 arrays at
+    the model's sample rate, in input order.
 
     Same batching as :func:`transcribe_files`; for audio already in memory (e.g. chunks of a long file).
     On CPU, with more than one batch, ``workers`` forked processes (default :func:`cpu_workers`) decode
@@ -187,16 +201,24 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = Offl
     engine's batches go to ``workers`` threads instead (default :func:`cpu_budget`), each running a one-thread
     session, in smaller batches where needed (see the module docstring). A worker
     that dies (e.g. killed for memory) is an error here, not a hang. The model leaves in the default
-    (contiguous) layout and its previous train/eval mode. ``decode`` replaces the text of each utterance
-    by another result (:data:`BatchDecoder`, e.g. ``duet.asr.words``' transcripts with word times).
+    (contiguous) layout and its previous train/eval mode.
     """
     check_workers(workers)
+    decoder = decoder or GreedySettings().build(model)
     return _transcribe(model, [len(a) for a in audios], audios.__getitem__, batch_size, progress, workers, readers=1,
-                       decode=decode)
+                       decode=batch_decode(decoder, words), forkable=decoder.forkable, keep_audio=decoder.reads_audio)
+
+
+def transcribe_with_words(model, audios: Sequence[np.ndarray], batch_size: int = OfflineBatching.batch_size,
+                          progress: bool = False, workers: int | None = None,
+                          decoder: CtcDecoder | None = None) -> list[TimedTranscript]:
+    """:func:`transcribe_audio` with word times and confidences (``duet.asr.words``)."""
+    return transcribe_audio(model, audios, batch_size, progress, workers, decoder, words=True)
 
 
 def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray], batch_size: int, progress: bool,
-                workers: int | None, readers: int, decode: BatchDecoder | None = None) -> list:
+                workers: int | None, readers: int, decode: BatchDecode, forkable: bool = True,
+                keep_audio: bool = True) -> list:
     """Batches of ``read(i)`` (the audio of item ``i``, ``lengths[i]`` samples) longest first through the model.
 
     In one process, ``readers`` threads read the next batch while the current one is decoded (libsndfile
@@ -204,11 +226,10 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
     decoding threads) read their own batches.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    decode = decode or decode_texts
     texts: list = [""] * len(lengths)
     if not order:
         return texts
-    if hasattr(model, "log_probs"):
+    if not isinstance(model, torch.nn.Module):
         # an exported engine (duet.asr.onnx_engine.OnnxCtcModel): no torch module to put in eval mode or lay out.
         # Whole batches go to threads each running a one-thread session (ONNX Runtime releases the GIL), not to
         # one session splitting every operator over its intra-op threads: 1.07 vs 1.37 s for 140 files on 2
@@ -223,13 +244,12 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
         if threads == 1:
             _decode_batches(model, batches, read, readers, 1, decode, texts, progress)
         else:
-            _decode_in_threads(model, batches, read, threads, decode, texts, progress)
+            _decode_in_threads(model, batches, read, threads, decode, texts, progress, keep_audio)
         return texts
     batches = _split(order, batch_size)
     device = next(model.parameters()).device
     on_cpu = device.type == "cpu"
-    # a decoding that cannot be forked (CTranslate2's thread pool, in joint decoding) runs here on its own threads
-    forkable = getattr(rescoring_of(model), "forkable", True)
+    # a decoder that cannot be forked (CTranslate2's thread pool, in joint decoding) runs here on its own threads
     workers = decoding_processes(len(batches), workers) if on_cpu and forkable else 1
     was_training = model.training
     model.eval()
@@ -251,7 +271,7 @@ def _transcribe(model, lengths: Sequence[int], read: Callable[[int], np.ndarray]
 
 
 def _decode_batches(model, batches: list[list[int]], read: Callable[[int], np.ndarray], readers: int, workers: int,
-                    decode: BatchDecoder, texts: list, progress: bool) -> None:
+                    decode: BatchDecode, texts: list, progress: bool) -> None:
     """``texts[i]`` for every item of ``batches``: in ``workers`` forked processes, or in this one (``workers`` 1)."""
     if workers == 1:
         _decode_in_order(batches, read, readers, lambda audios: _decode_batch(model, audios, decode), texts, progress)
@@ -273,17 +293,14 @@ def _split(order: list[int], batch_size: int) -> list[list[int]]:
 
 
 def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np.ndarray], threads: int,
-                       decode: BatchDecoder, texts: list, progress: bool) -> None:
+                       decode: BatchDecode, texts: list, progress: bool, keep_audio: bool) -> None:
     """``texts[i]`` for every item of ``batches`` with an exported engine: ``threads`` threads each read a batch and
     run it through the engine's one-thread session (``OnnxCtcModel.one_thread``); this thread decodes the
     log-probs as they come, so NeMo's decoding objects (beam search, an LM) are only ever used by one thread.
     At most two batches per thread are in flight, so memory holds a few batches of log-probs, never all."""
     engine = model.one_thread()
 
-    # the audio stays with its log-probs only where the decoding reads it (Whisper rescoring)
-    keep_audio = rescoring_of(model) is not None
-
-    def log_probs(batch):
+    def log_probs(batch):  # the audio stays with its log-probs only where the decoder reads it (keep_audio)
         audios = [read(i) for i in batch]
         return batch, *engine.log_probs(audios), audios if keep_audio else None
 
@@ -296,7 +313,7 @@ def _decode_in_threads(model, batches: list[list[int]], read: Callable[[int], np
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     batch, batch_log_probs, lengths, audios = future.result()  # a thread's exception is raised here
-                    for i, result in zip(batch, decode(model, batch_log_probs, lengths, audios)):
+                    for i, result in zip(batch, decode(batch_log_probs, lengths, audios)):
                         texts[i] = result
                     bar.update()
                     running |= {pool.submit(log_probs, batch) for batch in itertools.islice(pending_batches, 1)}
@@ -340,10 +357,10 @@ def _read_ahead(batches: list[list[int]], read: Callable[[int], np.ndarray], rea
             del audios
 
 
-def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> list:
+def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecode) -> list:
     """One padded batch through the model (or an exported engine's ``log_probs``) and ``decode``."""
-    if hasattr(model, "log_probs"):
-        return decode(model, *model.log_probs(audios), audios)
+    if not isinstance(model, torch.nn.Module):  # an exported engine (duet.asr.onnx_engine.OnnxCtcModel)
+        return decode(*model.log_probs(audios), audios)
     device = next(model.parameters()).device
     with torch.inference_mode():
         if device.type == "cpu":
@@ -351,58 +368,14 @@ def _decode_batch(model, audios: Sequence[np.ndarray], decode: BatchDecoder) -> 
         signal, lengths = pad_batch(audios)
         log_probs, encoded_len, _ = model.forward(input_signal=signal.to(device),
                                                   input_signal_length=lengths.to(device))
-        return decode(model, log_probs, encoded_len, audios)
-
-
-def rescoring_of(model):
-    """The rescoring of ``model``'s beam that ``set_decoding`` set (``duet.asr.whisper_rescoring.BeamRescoring``: its
-    ``best(model, log_probs, lengths, audios)`` gives each utterance's chosen candidate), or None."""
-    return getattr(model, RESCORING_ATTRIBUTE, None)
-
-
-def decode_texts(model, log_probs: "torch.Tensor", lengths: "torch.Tensor",
-                 audios: "Sequence[np.ndarray] | None" = None) -> list[str]:
-    """The transcripts of one batch with the model's current CTC decoding (the default :data:`BatchDecoder`)."""
-    if (rescoring := rescoring_of(model)) is not None:
-        return [candidate.text for candidate in rescoring.best(model, log_probs, lengths, audios)]
-    hyps = model.decoding.ctc_decoder_predictions_tensor(blank_past_end(log_probs, lengths, model.decoding.blank_id),
-                                                         decoder_lengths=lengths)
-    return [hypothesis_text(hyp) for hyp in hyps]
-
-
-# A log-probability low enough never to win a beam, yet finite: -inf would turn the beam's sums into NaN
-NEVER = -1.0e4
-
-
-def blank_past_end(log_probs: "torch.Tensor", lengths: "torch.Tensor", blank_id: int) -> "torch.Tensor":
-    """``log_probs`` [B, T, V] with every frame past its utterance's length certain of blank (log-prob 0 for blank,
-    NEVER for the rest), so that a batch decodes each utterance as it would alone. NeMo's batched beam search
-    (``beam_batch``, our ``beam`` and ``beam_lm``) stops extending an utterance's labels at its length but goes on
-    adding the padded frames' scores (and the beam bonus and LM scores on them) and re-ranking and pruning its beams
-    by them, so its transcripts changed with the batch they were decoded in (the demo's model, beam 8 + LM, its 52
-    held-out requests: 12.5 % WER one at a time, 15.7 % in batches of 8, 20.5 % in batches of 32). With blank
-    certain there, every beam extends by blank at no cost and keeps its rank. Greedy reads only up to the length
-    anyway. Returns ``log_probs`` itself when no frame is padding."""
-    frames = log_probs.shape[1]
-    past_end = torch.arange(frames, device=log_probs.device)[None, :] >= lengths.to(log_probs.device)[:, None]
-    if not bool(past_end.any()):
-        return log_probs
-    certain_blank = torch.full((log_probs.shape[2],), NEVER, dtype=log_probs.dtype, device=log_probs.device)
-    certain_blank[blank_id] = 0.0
-    return torch.where(past_end[:, :, None], certain_blank, log_probs)
-
-
-def hypothesis_text(hyp) -> str:
-    """The text of what NeMo's decoding or ``transcribe()`` returns per utterance: a ``Hypothesis`` or, from some
-    versions and strategies, a plain string."""
-    return hyp.text if hasattr(hyp, "text") else str(hyp)
+        return decode(log_probs, encoded_len, audios)
 
 
 # A forked worker's model and audio reader, inherited from the parent (never pickled).
 _worker_state: dict = {}
 
 
-def _init_worker(model, read, decode: BatchDecoder) -> None:
+def _init_worker(model, read, decode: BatchDecode) -> None:
     torch.set_num_threads(1)
     _worker_state.update(model=model, read=read, decode=decode)
 
@@ -410,3 +383,49 @@ def _init_worker(model, read, decode: BatchDecoder) -> None:
 def _decode_in_worker(batch: list[int]) -> tuple[list[int], list]:
     read = _worker_state["read"]
     return batch, _decode_batch(_worker_state["model"], [read(i) for i in batch], _worker_state["decode"])
+
+
+@dataclass
+class CachedLogProbs:
+    """CTC log-probabilities of a set of files, in length-sorted padded batches, for decoding again and again
+    without the encoder (the benches' weight grids)."""
+
+    batches: list[tuple[list[int], torch.Tensor, torch.Tensor]]  # (file indices, log_probs [B, T, V], lengths [B])
+    n_files: int
+    paths: list[str]  # the files, read again where a decoder rescores with the audio
+    sample_rate: int
+
+
+def compute_log_probs(model, paths, batch_size: int = OfflineBatching.batch_size) -> CachedLogProbs:
+    """Run the model once over ``paths`` (:func:`transcribe_files`' batching, in this process) and keep each
+    utterance's log-probabilities, re-padded into batches of ``batch_size`` longest first."""
+    sample_rate = int(model.cfg.sample_rate)
+    paths = [str(p) for p in paths]
+    lengths = [audio_length(p, sample_rate) for p in paths]
+    kept = _transcribe(model, lengths, lambda i: load_audio(paths[i], sample_rate), batch_size, False, 1, readers=1,
+                       decode=_own_log_probs, keep_audio=False)
+    order = sorted(range(len(paths)), key=lambda i: lengths[i], reverse=True)
+    batches = []
+    for batch in _split(order, batch_size):
+        frames = torch.tensor([len(kept[i]) for i in batch])
+        padded = torch.zeros(len(batch), int(frames.max()), kept[batch[0]].shape[1])
+        for row, i in enumerate(batch):
+            padded[row, : len(kept[i])] = kept[i]
+        batches.append((batch, padded, frames))
+    return CachedLogProbs(batches=batches, n_files=len(paths), paths=paths, sample_rate=sample_rate)
+
+
+def _own_log_probs(log_probs: torch.Tensor, lengths: torch.Tensor, audios) -> list[torch.Tensor]:
+    """Each utterance's own frames of a batch's log-probabilities."""
+    return [log_probs[i, : int(lengths[i])].clone() for i in range(len(lengths))]
+
+
+def decode_log_probs(decoder: CtcDecoder, cached: CachedLogProbs) -> list[str]:
+    """Transcripts of cached log-probabilities by ``decoder``, in input order (a decoder that rescores with the audio
+    reads each batch's files again)."""
+    texts = [""] * cached.n_files
+    for batch, log_probs, lengths in cached.batches:
+        audios = [load_audio(cached.paths[i], cached.sample_rate) for i in batch] if decoder.reads_audio else None
+        for i, text in zip(batch, decoder.texts(log_probs, lengths, audios)):
+            texts[i] = text
+    return texts

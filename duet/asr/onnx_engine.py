@@ -5,10 +5,9 @@ An export folder holds the graph (``model.onnx``, and ``model.int8.onnx`` when q
 ``metadata.json``: the feature front end's config (NeMo's ``AudioToMelSpectrogramPreprocessor``, run in torch
 outside the graph: the STFT is a small part of the time and keeps the features bit-identical), the encoder's
 subsampling (the graph returns log-probs only; the encoded lengths come from NeMo's ``calc_length``), the
-vocabulary and the model's decoding config. :class:`OnnxCtcModel` carries what ``duet.asr.decoding.set_decoding``
-and ``duet.asr.inference.transcribe_files`` use of a NeMo model (``cfg``, ``tokenizer``, ``decoding``,
-``change_decoding_strategy``), so greedy, beam and beam + LM decode the ONNX log-probs through NeMo's
-``CTCBPEDecoding``, the same code path as the torch engine.
+vocabulary and the model's decoding config. :class:`OnnxCtcModel` carries what ``duet.asr.decoding`` and
+``duet.asr.inference.transcribe_files`` use of a NeMo model (``cfg``, ``tokenizer``, ``decoding``), so every
+decoder decodes the ONNX log-probs through NeMo's ``CTCBPEDecoding``, the same code path as the torch engine.
 """
 
 from __future__ import annotations
@@ -98,8 +97,8 @@ def inference_session(graph: Path, threads: int | None = None):
 class OnnxCtcModel:
     """A CTC model exported by ``duet.asr.onnx_export``, as ``duet.asr.inference`` and ``duet.asr.decoding`` use it.
 
-    ``int8`` picks ``model.int8.onnx`` (exported with ``--int8``). Decoding starts as the model's own config
-    (greedy); ``duet.asr.decoding.set_decoding`` switches it like a NeMo model's.
+    ``int8`` picks ``model.int8.onnx`` (exported with ``--int8``). Its own ``decoding`` is the model's saved config
+    (greedy); a decoder of ``duet.asr.decoding`` decodes its log-probs as it does a NeMo model's.
     """
 
     def __init__(self, folder: str | Path, int8: bool = False, threads: int | None = None):

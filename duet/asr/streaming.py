@@ -37,7 +37,8 @@ from omegaconf import OmegaConf, open_dict
 from tqdm import tqdm
 
 from duet.asr.evaluation import evaluate_manifest
-from duet.asr.inference import hypothesis_text, load_audio
+from duet.asr.decoding.nemo_decoding import hypothesis_text
+from duet.asr.inference import load_audio
 from duet.asr.scoring import Scored
 from duet.errors import AsrInputError
 from duet.foundation.files import atomic_path
@@ -98,8 +99,8 @@ def check_streaming_model(model) -> None:
         )
     if model.cfg.decoding.strategy not in ("greedy", "greedy_batch"):
         raise StreamingModelError(
-            f"streaming decodes greedily; the model is set to {model.cfg.decoding.strategy} "
-            "(duet.asr.decoding.set_decoding(model, strategy='greedy'))"
+            f"streaming decodes greedily; the model's saved decoding config says {model.cfg.decoding.strategy} "
+            "(save it with decoding.strategy greedy_batch)"
         )
 
 

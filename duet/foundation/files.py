@@ -1,7 +1,9 @@
-"""Small file helpers shared by every tool: atomic writes, JSON Lines, native and library output to a log."""
+"""Small file helpers shared by every tool: atomic writes, JSON Lines, native and library output to a log (and the
+``--verbose``/``--log`` options that choose where that goes)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -11,6 +13,10 @@ from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
 from duet.foundation.errors import DiskFullError, is_disk_full
+from duet.foundation import EXPERIMENTS, REPO_ROOT
+
+# Where a tool's library output (NeMo, Lightning, transformers, warnings) goes without --verbose: <tool>.log here.
+LOG_DIR = EXPERIMENTS / "logs"
 
 
 @contextlib.contextmanager
@@ -152,6 +158,24 @@ def library_output_to(log_path: str | os.PathLike | None) -> Iterator[tuple[Text
         for stream, close in ((out, close_out), (err, close_err)):
             if close:
                 stream.close()
+
+
+def add_log_arguments(parser: argparse.ArgumentParser, tool: str) -> None:
+    """``--verbose`` and ``--log``: the libraries' log lines go to a file unless ``--verbose`` shows them (on standard
+    error); the tool's own lines stay on the console either way (:func:`library_output_to`). Here, below both
+    packages, so that ``slm``'s scripts take the same options as ``duet``'s tools."""
+    default = LOG_DIR / f"{tool}.log"
+    parser.add_argument("--verbose", action="store_true",
+                        help="show NeMo's, Lightning's and transformers' log lines and warnings (on standard error) "
+                             "instead of writing them to --log")
+    parser.add_argument("--log", type=Path, default=default,
+                        help=f"where those lines go, this run's only (default: {default.relative_to(REPO_ROOT)} in the "
+                             "repository)")
+
+
+def log_target(args: argparse.Namespace) -> Path | None:
+    """The file for :func:`library_output_to`: ``--log``, or None with ``--verbose``."""
+    return None if args.verbose else args.log
 
 
 def save_png_atomic(fig, path: str | os.PathLike, dpi: int = 120) -> None:

