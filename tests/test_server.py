@@ -34,7 +34,7 @@ from duet.serving.settings import ServerSettings, ServerSettingsError
 from duet.serving.streams import RedecodeStream
 from duet.synth.conversation import compose, room_noise
 from duet.serving.turns import TurnTaker
-from slm.generation import GenerationSettings, load_model
+from slm.generation import ContextLengthError, GenerationSettings, load_model
 from slm.tool_calls import ExecutedText, execute_calls
 
 SR = 16000
@@ -420,6 +420,28 @@ def test_a_model_failure_in_a_stream_is_an_error_message_and_the_server_goes_on(
         assert message == {"type": "error", "error": "internal error: decoder broke"}
         assert client.get("/health").json()["status"] == "ok"
         assert client.post("/v1/respond", json={"text": "hello"}).status_code == 200
+
+
+def test_a_stream_too_long_for_the_language_model_still_gets_its_transcript(pipeline, clips, monkeypatch):
+    """A transcript that does not fit the language model's context (3 min of speech fill the demo model's) is the
+    final's all the same, with no answer and the reason; one turn of a hands-free session likewise."""
+    def too_long(self, transcript):
+        raise ContextLengthError("the prompt is 500 tokens and the model's context is 448: no room for an answer")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls", too_long)
+    audio = load_audio(clips[0], SR)
+    talk, chunks, _ = two_turns(clips)
+    with TestClient(create_app(pipeline, SETTINGS)) as client:
+        with client.websocket_connect("/v1/stream?turns=false") as ws:
+            for chunk in pcm16_chunks(audio):
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            message, _ = receive_until(ws)
+        turns = [m for m in take_turns(client, chunks) if m["type"] in ("final", "error")]
+    heard = (np.frombuffer(b"".join(pcm16_chunks(audio)), dtype="<i2") / 32768.0).astype(np.float32)
+    assert message["type"] == "final" and message["transcript"] == pipeline.transcribe(heard)[0]
+    assert message["response"] is None and message["note"].startswith("language model skipped: the prompt is 500")
+    assert [(m["type"], m["response"]) for m in turns] == [("final", None), ("final", None)]
+    assert all(m["transcript"] and "model's context is 448" in m["note"] for m in turns)
 
 
 def test_redecode_stream_decodes_the_whole_buffer_every_interval():

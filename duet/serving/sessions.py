@@ -27,7 +27,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from duet.asr.confidence import utterance_confidence
 from duet.asr.streaming import pcm16_samples
-from duet.pipeline import is_silent
+from duet.pipeline import VoicePipeline, is_silent
 from duet.serving.errors import RequestError, internal_error
 from duet.serving.responses import spoken
 from duet.serving.service import Service
@@ -53,6 +53,17 @@ def check_end_message(message: dict) -> None:
         control = None
     if not isinstance(control, dict) or control.get("type") != "end":
         raise RequestError(400, 'text messages: only {"type": "end"} is understood (audio goes in binary messages)')
+
+
+def answer_or_why_not(pipeline: VoicePipeline, transcript: str, confidence: float | None
+                      ) -> tuple[str | None, bool, str | None]:
+    """``pipeline.answer_transcript``, except that a transcript too long for the language model's context (3 min of
+    speech fill the demo model's 448 positions) gets no answer and a note saying why: a stream's final never loses
+    its transcript for want of an answer."""
+    try:
+        return pipeline.answer_transcript(transcript, confidence)
+    except ContextLengthError as e:
+        return None, False, f"language model skipped: {e}"
 
 
 async def receive_audio(websocket: WebSocket, idle_seconds: float, take: Callable[[np.ndarray], Awaitable[bool]],
@@ -187,7 +198,7 @@ class StreamSession(SocketSession):
         async with self.worker.slot(wait=True):
             transcript = await self.worker.run(decoder.finish)
             asr_s = time.perf_counter() - ended
-            response, understood, note = await self.worker.run(self.pipeline.answer_transcript, transcript,
+            response, understood, note = await self.worker.run(answer_or_why_not, self.pipeline, transcript,
                                                                decoder.confidence)
         note = note or (None if transcript else "no speech heard; language model skipped")
         final = {"type": "final", "transcript": transcript, "response": response, "note": note,
@@ -267,9 +278,10 @@ class TurnsSession(SocketSession):
         """The pipeline's answer to a transcript (duet.pipeline: a low-confidence one gets the apology, and the
         language model is not asked)."""
         start = time.perf_counter()
-        response, understood, _ = self.pipeline.answer_transcript(transcript, confidence)
+        response, understood, note = answer_or_why_not(self.pipeline, transcript, confidence)
         return {"transcript": transcript, "response": response, "asr_s": asr_s, "confidence": confidence,
-                "understood": understood, "slm_s": time.perf_counter() - start if understood else None}
+                "understood": understood, "note": note,
+                "slm_s": time.perf_counter() - start if understood else None}
 
     async def serve(self) -> None:
         if await receive_audio(self.websocket, self.settings.stream_idle_seconds, self.take) == "disconnect":
@@ -381,9 +393,10 @@ class TurnsSession(SocketSession):
         if stream["decoder"] == "re-decode":
             stream["partials"] = self.partials.pop(event.turn, 0)
         note = None if transcript else "no speech heard; language model skipped"
-        if transcript and not result["understood"]:
-            note = (f"confidence {result['confidence']:.2f} is below {self.pipeline.settings.min_confidence:g}: "
-                    "not understood")
+        if transcript and not result["understood"]:  # not heard surely enough, or too long for the language model
+            note = result["note"] if result["response"] is None else (
+                f"confidence {result['confidence']:.2f} is below {self.pipeline.settings.min_confidence:g}: "
+                "not understood")
         final = {"type": "final", "turn": event.turn, "transcript": transcript, "response": response,
                  "confidence": result["confidence"], "understood": result["understood"], "note": note,
                  "speech_end_s": event.at_s, "forced_end": event.forced, "speculative": speculative,
