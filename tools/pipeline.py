@@ -12,7 +12,7 @@ Usage:
   python tools/pipeline.py talk.flac --asr-decoding beam --beam-size 8
   python tools/pipeline.py talk.flac --asr-decoding beam_lm --lm experiments/lm/train-clean_token6.arpa \
       --alpha 0.3 --beta 2
-  # joint decoding: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges (duet/asr/whisper_joint.py)
+  # joint decoding: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges (duet/asr/decoding/joint.py)
   python tools/pipeline.py talk.flac --asr-decoding joint --ctc-weight 0.5
   # cache-aware streaming ASR (a model trained with configs/fastconformer_small_streaming.yaml):
   # partial transcripts are printed as each chunk is decoded

@@ -52,7 +52,7 @@ class WhisperRescorer:
     @torch.no_grad()
     def encoded_log_likelihoods(self, encoding: torch.Tensor, texts: Sequence[str]) -> list[float]:
         """:meth:`log_likelihoods` given the audio's encoding [1, S, d_model] (Whisper's encoder output, e.g. the one
-        CTranslate2's beam search already computed: ``duet.asr.whisper_joint``)."""
+        CTranslate2's beam search already computed: ``duet.asr.decoding.joint``)."""
         if not texts:
             return []
         rows = [list(WHISPER_PREFIX) + self.tokenizer.encode(text, add_special_tokens=False) + [END_OF_TEXT]

@@ -35,6 +35,7 @@ from typing import Sequence
 
 import torch
 
+from duet.foundation.token_rows import pad_token_rows
 from duet.text import normalize_spoken
 
 __all__ = ["TimedTranscript", "Word", "formatted_words", "timed_transcripts"]
@@ -123,9 +124,7 @@ def aligned_log_probs(log_probs, lengths, token_ids: Sequence, blank_id: int):
     targets = [[blank_id] + [x for token in torch.as_tensor(ids).tolist() for x in (token, blank_id)]
                for ids in token_ids]
     target_lengths = torch.tensor([len(t) for t in targets])
-    padded_targets = torch.full((batch, int(target_lengths.max())), labels, dtype=torch.long)
-    for b, t in enumerate(targets):
-        padded_targets[b, : len(t)] = torch.tensor(t)
+    padded_targets, _ = pad_token_rows(targets, labels)
     lengths = lengths.to(device)
     past_end = torch.arange(frames, device=device)[None, :] >= lengths[:, None]
     padded = log_probs.float().masked_fill(past_end[:, :, None], IMPOSSIBLE)

@@ -63,7 +63,7 @@ DEMO_LM = EXPERIMENTS / "demo_lm" / f"lm_text_token{LM_ORDER}.arpa"
 # in about 0.4 s on one thread against beam 8's 0.25 s without Whisper (bench/pipeline_latency.py).
 # Held out, evaluation only: RESULTS.md, "Whisper's decoder rescoring the beam's n-best".
 PIPELINE_BEAM, PIPELINE_ALPHA, PIPELINE_BETA = 16, 1.1, 4.0
-# The pipeline decodes jointly (duet.asr.whisper_joint): that beam's n-best and Whisper tiny.en's beam-5 n-best are the
+# The pipeline decodes jointly (duet.asr.decoding.joint): that beam's n-best and Whisper tiny.en's beam-5 n-best are the
 # candidates, the CTC model judges. The judge's weights: chosen by bench/joint_decoding.py on the same held-in data
 # (the dev speakers' utterances the fine-tune never trained on), by the one-standard-error rule: the lowest dev WER,
 # 17.19 %, leant on the CTC judge (1.0 / LM 1.5) and lost to Whisper on native speech; within one standard error
