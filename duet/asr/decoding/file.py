@@ -1,16 +1,17 @@
 """A model's chosen CTC decoding, saved as ``decoding.json`` in the model's folder (or ``<stem>.decoding.json`` beside
 a ``.nemo`` that shares its folder).
 
-The demo writes one beside its fine-tuned model (beam search with its token LM, at the width and weights
-tuned for them); ``tools/pipeline.py`` reads the one beside whatever model it is given, when no decoding
-option says otherwise. The file::
+The demo writes one beside its fine-tuned model (joint decoding, at the width and weights tuned for it);
+``tools/pipeline.py`` and ``tools/serve.py`` read the one beside whatever model they are given, once, when no
+decoding option says otherwise. The file::
 
     {"strategy": "beam_lm", "beam_size": 16, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
      "whisper_weight": 0.5}
 
-``lm`` is relative to the file's folder, so the folder can be moved or copied with the LM beside it.
-Only ``strategy`` is required; the others default as in ``duet.asr.decoding.DecodingSettings``
-(``whisper_weight``: Whisper's decoder rescoring the beam's candidates, off when absent). An optional
+``lm`` (any path option) is relative to the file's folder, so the folder can be moved or copied with the LM beside
+it. Only ``strategy`` is required; the keys are the options of that strategy's settings dataclass
+(``duet.asr.decoding``), defaulting as declared there, checked by the same rules as the command line's, and a
+message names the file and the key. An optional
 ``"min_confidence"`` (0..1) is the low-confidence threshold chosen for this model under this decoding
 (``bench/confidence_threshold.py``; confidences depend on both, beam search + LM giving lower ones than greedy):
 the pipeline uses it whenever it decodes as the file says, instead of ``duet.asr.confidence.DEFAULT_MIN_CONFIDENCE``.
