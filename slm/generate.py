@@ -9,7 +9,8 @@ Usage:
 
 The decoding flags and their defaults are the voice pipeline's (``slm.generation.GenerationSettings``); the
 loading and decoding are ``slm.generation``'s (the library the pipeline answers with), this command only reads
-the options and prints the answers.
+the options and prints the answers; transformers' lines (loading the weights, its warnings) go to --log
+(experiments/logs/generate.log), or with --verbose to standard error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Sequence
 import torch
 
 from duet.foundation.errors import cli
+from duet.foundation.files import add_log_arguments, library_output_to, log_target
 from slm.generation import add_generation_arguments, generation_settings_from_args, load_model, respond
 
 
@@ -31,6 +33,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", default="", help="optional Alpaca input field")
     parser.add_argument("--seed", type=int, default=0, help="for sampling")
     add_generation_arguments(parser)
+    add_log_arguments(parser, "generate")
     return parser
 
 
@@ -38,12 +41,13 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     settings = generation_settings_from_args(args)
-    tokenizer, model = load_model(args.model_dir)
-    torch.manual_seed(args.seed)
     instructions = [line.strip() for line in sys.stdin if line.strip()] if args.instruction == "-" else [args.instruction]
-    for instruction in instructions:
-        answer = respond(model, tokenizer, instruction, args.input, settings)
-        print(answer if len(instructions) == 1 else f"{instruction}\t{answer}")
+    with library_output_to(log_target(args)) as (out, _):
+        tokenizer, model = load_model(args.model_dir)
+        torch.manual_seed(args.seed)
+        for instruction in instructions:
+            answer = respond(model, tokenizer, instruction, args.input, settings)
+            print(answer if len(instructions) == 1 else f"{instruction}\t{answer}", file=out, flush=True)
     return 0
 
 

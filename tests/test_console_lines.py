@@ -1,7 +1,7 @@
 """No library's log line on a tool's console without --verbose: every entry script's --help, and a real call of the
 tools that load NeMo, Lightning or transformers for a user (the pipeline on a file, the server answering a request with
 beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher, importing Whisper, plotting a
-.nemo's features, adapting a model to a folder of recordings;
+.nemo's features, adapting a model to a folder of recordings, answering with a GPT-2 folder;
 nemo_recipes/finetune_ctc.py's console is checked in tests/test_asr_recipe.py), their standard output and error read
 for NeMo's, Lightning's, OneLogger's and transformers' lines. Minutes, NeMo's import in most: the slow tier."""
 
@@ -187,3 +187,11 @@ def test_adapting_to_a_folder_prints_its_own_lines_only(micro_model_and_manifest
     assert proc.stdout == (out / "adapt.log").read_text()  # the run's own lines, kept in the run folder too
     assert foreign_lines(log.read_text())  # NeMo's and Lightning's
 
+
+def test_answering_with_a_gpt2_folder_prints_the_answer_only(tiny_slm_folder, tmp_path):
+    log = tmp_path / "generate.log"
+    proc = subprocess.run([sys.executable, "slm/generate.py", str(tiny_slm_folder), "set a timer", "--max-new-tokens",
+                           "4", "--log", str(log)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.endswith("\n") and proc.stderr == "" and not foreign_lines(proc.stdout)
+    assert foreign_lines(log.read_text())  # transformers' (loading the weights)

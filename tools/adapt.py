@@ -35,9 +35,8 @@ from pathlib import Path
 
 from duet.asr.adaptation import BASE_MODEL, MOVING, AdaptationSettings, adapt, summary_line
 from duet.asr.pseudo_labelling import DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER
-from duet.cli.cli_args import add_log_arguments, log_target
 from duet.foundation.errors import cli
-from duet.foundation.files import library_output_to
+from duet.foundation.files import add_log_arguments, library_output_to, log_target
 
 DEFAULTS = AdaptationSettings(source=Path("."), out=Path("."))
 

@@ -23,11 +23,10 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
-from duet.cli.cli_args import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
-from duet.foundation.files import library_output_to, save_png_atomic
+from duet.foundation.files import add_log_arguments, library_output_to, log_target, save_png_atomic
 
 
 def get_parser() -> argparse.ArgumentParser:
