@@ -38,6 +38,7 @@ from duet.asr.confidence import (DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, c
 from duet.demo.models import DEMO_ASR_MODEL, default_slm_model
 from duet.io import audio_file_problem
 from duet.data.lexicon import english_words
+from duet.text import request_text
 from duet.vad import VadSettings, speech_segments
 from slm.generation import GenerationSettings, load_model, respond_with_calls
 from slm.tool_calls import ExecutedText
@@ -334,8 +335,11 @@ class VoicePipeline:
         return self.respond_with_calls(transcript).text
 
     def respond_with_calls(self, transcript: str) -> ExecutedText:
-        """The language model's answer with its tool calls executed (the text) and recorded (the calls)."""
-        return respond_with_calls(self.slm_model, self.slm_tokenizer, transcript, settings=self.settings.generation)
+        """The language model's answer to the transcript (given as :func:`duet.text.request_text` writes it: the
+        form its training rows of spoken requests take) with its tool calls executed (the text) and recorded (the
+        calls)."""
+        return respond_with_calls(self.slm_model, self.slm_tokenizer, request_text(transcript),
+                                  settings=self.settings.generation)
 
     def run(self, path: str | Path, on_partial: Callable | None = None) -> PipelineResult:
         """Answer one file; ``on_partial`` receives the partial transcripts when streaming."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from text_to_num import alpha2digit
+
 from duet.foundation.spelling import spell_numbers
 
 # Anything that is neither a word character (Unicode letters, digits, underscore), white space nor an
@@ -32,3 +34,19 @@ def normalize_spoken(text: str) -> str:
     fifty five", :func:`duet.foundation.spelling.spell_numbers`): the one normaliser of transcripts as speech, for
     labels (pseudo-labels, manifests), the LM's text and scoring."""
     return normalize_text(spell_numbers(text))
+
+
+# as _NOT_KEPT, but a colon or point between digits stays ("7:30", "2.5")
+_NOT_KEPT_IN_REQUEST = re.compile(r"[^\w\s':.]|(?<!\d)[:.]|[:.](?!\d)")
+
+
+def request_text(text: str) -> str:
+    """A spoken request as the language model is given it, whoever wrote the transcript: lower case, no
+    punctuation, numbers in digits ("What is sixty four degrees Celsius?" and "what is 64 degrees celsius" both
+    -> "what is 64 degrees celsius"; text2num's ``alpha2digit``, which leaves a lone "one" or "two" a word).
+
+    The recognisers write numbers both ways (the CTC model in words, Whisper in digits, with its casing and
+    punctuation), and a model this small copies a digit far better than it turns "seventy seven" into 77 (it wrote
+    70). The voice pipeline gives the model this form of its transcript, and the Alpaca sample's requests in the
+    speech corpus's wording are written in it (duet.synth.alpaca_sample)."""
+    return " ".join(alpha2digit(" ".join(_NOT_KEPT_IN_REQUEST.sub(" ", text.lower()).split()), "en").split())

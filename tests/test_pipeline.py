@@ -1083,3 +1083,15 @@ def test_the_default_language_model_is_the_whisper_start_preset_once_it_exists(t
     assert PipelineSettings().slm_model == demo_models.DEMO_SLM_MODEL  # an unfinished run's folder: still the demo's
     (tmp_path / "slm_whisper" / "config.json").write_text("{}")
     assert PipelineSettings().slm_model == tmp_path / "slm_whisper"
+
+
+def test_the_language_model_is_given_the_transcript_in_its_request_form(monkeypatch):
+    # Whisper's "What is 64 degrees Celsius?" and the CTC model's "what is sixty four degrees celsius" reach the
+    # model alike, in the form of the Alpaca sample's spoken requests (duet.text.request_text)
+    given = []
+    monkeypatch.setattr(pipeline_module, "respond_with_calls",
+                        lambda model, tokenizer, instruction, settings: given.append(instruction) or ExecutedText("ok"))
+    pipe = VoicePipeline(FakeAsr(), slm_model=None, slm_tokenizer=None, asr_decoder=SimpleNamespace())
+    pipe.respond("What is 64 degrees Celsius in Fahrenheit?")
+    pipe.respond("what is sixty four degrees celsius in fahrenheit")
+    assert given == ["what is 64 degrees celsius in fahrenheit"] * 2

@@ -6,7 +6,7 @@ digits, underscores and non-ASCII letters, which the merged one keeps (the score
 
 from duet.synth import alpaca_sample, corpus_text, wordnet_text
 from duet.synth.corpus import held_out_texts
-from duet.text import normalize_text
+from duet.text import normalize_text, request_text
 
 
 def test_punctuation_and_case_go_apostrophes_and_hyphenated_words_stay_words():
@@ -31,3 +31,23 @@ def test_synthesis_outputs_are_unchanged_by_the_merge():
     instruction = "Set a timer for 10 minutes."
     assert normalize_text(instruction) not in held_out
     assert alpaca_sample.asr_form(instruction) == "set a timer for ten minutes"
+
+
+def test_a_request_reaches_the_language_model_in_one_form_whoever_transcribed_it():
+    # the CTC model spells numbers out, Whisper writes digits, casing and punctuation: the model gets one form
+    said = "what is sixty four degrees celsius in fahrenheit"
+    assert request_text(said) == request_text("What is 64 degrees Celsius in Fahrenheit?") == \
+        "what is 64 degrees celsius in fahrenheit"
+    assert request_text("add four and seventy five") == "add 4 and 75"
+    assert request_text("what is six hundred and twenty three squared") == "what is 623 squared"
+    assert request_text("Play some hip-hop music.") == "play some hip hop music"
+    # a clock's colon and a decimal point stay; a lone "one" stays a word, as text2num leaves it
+    assert request_text("Wake me up at 7:30.") == "wake me up at 7:30"
+    assert request_text("convert two point five miles") == "convert 2.5 miles"
+    assert request_text("turn the volume up to one") == "turn the volume up to one"
+
+
+def test_the_alpaca_samples_corpus_requests_are_written_as_the_pipeline_gives_them():
+    rows = alpaca_sample.corpus_examples(200, seed=5)
+    assert all(row["instruction"] == request_text(row["instruction"]) for row in rows)
+    assert any(ch.isdigit() for row in rows for ch in row["instruction"])
