@@ -56,7 +56,8 @@ def test_the_command_line_takes_its_options_with_their_help_and_bounds(shout):
 
     parser = argparse.ArgumentParser()
     add_decoding_arguments(parser)
-    assert "exclamation marks after each transcript (shout; default: 1)" in " ".join(parser.format_help().split())
+    assert "exclamation marks after each transcript (shout; an integer in 0..3; default: 1)" in \
+        " ".join(parser.format_help().split())
     settings = decoding_settings_from_args(parser.parse_args(["--decoding", "shout", "--marks", "3"]))
     assert settings == ShoutSettings(marks=3)
     with pytest.raises(DecodingInputError, match=r"^--marks must be an integer in 0\.\.3, got 5$"):

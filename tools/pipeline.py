@@ -32,11 +32,8 @@ duet/demo/models.py). The ASR decoding, when no decoding option (--asr-decoding,
 otherwise, is read from the ASR model's decoding file, if there is one: <stem>.decoding.json beside a .nemo, else
 decoding.json in its folder; the demo writes one beside its model (joint decoding: Whisper tiny.en's beam search
 and the CTC beam with the demo's token LM propose, the fine-tuned CTC model judges, at the weights chosen on held-in
-data, and the model's low-confidence threshold), e.g.:
-  {"strategy": "joint", "beam_size": 16, "lm": "../demo_lm/lm_text_token6.arpa", "alpha": 1.1, "beta": 4,
-   "whisper_beam": 5, "ctc_weight": 0.5, "lm_weight": 0.2, "token_bonus": 1, "whisper_sure": -0.3,
-   "spoken_share": 0.5, "min_confidence": 0.45}
-("lm" is relative to the file's folder). Options given replace its values, --asr-decoding greedy or --lm
+data, and the model's low-confidence threshold; `cat experiments/demo_asr/decoding.json` shows it): its keys are
+the decoding options' names ("lm" for --lm, relative to the file's folder) and "min_confidence". Options given replace its values, --asr-decoding greedy or --lm
 set it aside, and the "asr_decoding" of the --json output ends with "from <that file>" when it was used.
 A broken file (bad JSON, unknown key, missing LM) is a one-line error naming it. Any rate or channel count is read and resampled to the model's 16 kHz mono;
 long recordings are cut at pauses into chunks of at most --max-chunk-seconds. Silence, or an empty transcript,

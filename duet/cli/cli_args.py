@@ -16,7 +16,7 @@ import dataclasses
 from duet.asr.batching import OfflineBatching
 from duet.asr.decoding import (DecodingInputError, DecodingSettings, all_options, settings_from_values, strategies,
                                strategy_class)
-from duet.asr.decoding.options import flag_of, kind_of
+from duet.asr.decoding.options import describe_rule, flag_of, kind_of
 from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
 # --verbose/--log live below both packages (slm's scripts take them too); the tools import them from here
@@ -68,8 +68,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str =
     for name, (f, opt, readers) in all_options().items():
         kind = kind_of(f, opt)
         default = "" if f.default is None else f"; default: {f.default:g}" if kind is not str else f"; default: {f.default}"
+        bounds = "" if kind is str or (opt.low is None and opt.high is None) else f"; {describe_rule(kind, opt)}"
         group.add_argument(flag_of(name, opt), dest=name, type=kind, default=None,
-                           help=f"{opt.help} ({', '.join(readers)}{default})")
+                           help=f"{opt.help} ({', '.join(readers)}{bounds}{default})")
 
 
 def given_decoding_values(args: argparse.Namespace) -> dict:

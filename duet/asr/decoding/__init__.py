@@ -8,6 +8,9 @@ them. Rescorings (Whisper's decoder on a beam's n-best, joint decoding) follow `
 they use follows ``rescoring.TextScorer`` (``duet.asr.whisper_rescoring.WhisperRescorer``).
 """
 
+import importlib
+import pkgutil
+
 from duet.asr.decoding.decoder import CtcDecoder
 from duet.asr.decoding.options import DecodingInputError, StrategySettings, option
 from duet.asr.decoding.registry import (all_options, decoding_settings, register, settings_from_values, strategies,
@@ -36,3 +39,9 @@ def build_decoder(model, settings: StrategySettings, reuse: CtcDecoder | None = 
 def greedy_decoder(model) -> CtcDecoder:
     """The decoder of a path that was given none: greedy."""
     return GreedySettings().build(model)
+
+
+# The built-ins above register themselves on import; so does any other module of this package: a new strategy is
+# one file here, found without a line naming it
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

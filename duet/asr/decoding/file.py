@@ -132,7 +132,7 @@ def read_decoding_file(path: str | os.PathLike) -> SavedDecoding:
             value = str(located)
         values[field] = value
     try:
-        settings = settings_from_values(strategy, values, lambda field: f"{path}: {key_of(field, options[field][1])!r}")
-    except DecodingInputError as e:
-        raise DecodingFileError(str(e)) from None
+        settings = settings_from_values(strategy, values, lambda field: repr(key_of(field, options[field][1])))
+    except DecodingInputError as e:  # the rule's message names the key; the file is said once, first
+        raise DecodingFileError(f"{path}: {e}") from None
     return SavedDecoding(settings, None if threshold is None else float(threshold))

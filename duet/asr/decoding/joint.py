@@ -49,9 +49,8 @@ from duet.asr.decoding.options import DecodingInputError, NameOf, option
 from duet.asr.decoding.registry import register
 from duet.asr.decoding.rescoring import NOTHING_HEARD, Candidate, TextScorer
 from duet.asr.ngram import load_token_lm, score_token_sentences
-from duet.asr.whisper_weights import whisper_tiny_en
 from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES, WhisperGpt2Error
-from duet.asr.whisper_weights import WhisperWeightsError
+from duet.asr.whisper_weights import WhisperWeightsError, whisper_tiny_en
 from duet.text import normalize_spoken
 
 # Whisper's longest output (tokens, prompt included): faster-whisper's max_length
@@ -65,12 +64,11 @@ IMPOSSIBLE = -1.0e4
 NOTHING_SAID_PROBABILITY = 0.05
 
 
-
 @register
 @dataclass(frozen=True)
 class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then these
     strategy = "joint"
-    summary = "joint: Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges"
+    summary = "Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges"
 
     whisper_beam: int = option(5, "Whisper's beam width and n-best", low=1)
     ctc_weight: float = option(0.3, "weight of the CTC log-likelihood of a candidate's spoken form", low=0)
