@@ -22,13 +22,19 @@ class EchoCtc(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self.cfg = SimpleNamespace(sample_rate=16000)
-        # "log-probs" with one label, the blank: the padded batch's audio itself (padding is zeros, as the blank's
-        # certain log-prob 0 that the decoding puts past each utterance's end)
-        self.decoding = SimpleNamespace(blank_id=0, ctc_decoder_predictions_tensor=lambda signal, decoder_lengths: [
-            f"{float(row.sum()):.5f}/{signal.shape[1]}/{int(n)}" for row, n in zip(signal, decoder_lengths)])
 
     def forward(self, input_signal, input_signal_length):
+        # "log-probs" with one label: the padded batch's audio itself
         return input_signal[:, :, None], input_signal_length, None
+
+
+class EchoDecoder:
+    """Stands in for a decoder (duet.asr.decoding.CtcDecoder): a row's text is its sum, padded width and length."""
+
+    forkable, reads_audio = True, False
+
+    def texts(self, log_probs, lengths, audios=None):
+        return [f"{float(row.sum()):.5f}/{log_probs.shape[1]}/{int(n)}" for row, n in zip(log_probs, lengths)]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +56,7 @@ def test_audio_is_read_per_batch_and_the_transcripts_are_the_old_ones(manifest_a
     # the old path: every file read first, then transcribed from memory
     everything = [inference.load_audio(path, 16000) for path in manifest_audio]
     assert [inference.audio_length(path, 16000) for path in manifest_audio] == [len(a) for a in everything]
-    expected = inference.transcribe_audio(model, everything, batch_size=4, workers=1)
+    expected = inference.transcribe_audio(model, everything, batch_size=4, workers=1, decoder=EchoDecoder())
     del everything
 
     held, peak = [0], [0]
@@ -64,7 +70,7 @@ def test_audio_is_read_per_batch_and_the_transcripts_are_the_old_ones(manifest_a
 
     counting_load_audio.__wrapped__ = inference.load_audio
     monkeypatch.setattr(inference, "load_audio", counting_load_audio)
-    texts = inference.transcribe_files(model, manifest_audio, batch_size=4, workers=1)
+    texts = inference.transcribe_files(model, manifest_audio, batch_size=4, workers=1, decoder=EchoDecoder())
     assert texts == expected
     assert peak[0] <= 2 * 4, f"{peak[0]} clips held at once; the decoded batch and the one read ahead are 8"
     assert held[0] == 0
