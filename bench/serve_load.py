@@ -4,6 +4,7 @@ r"""Load test of tools/serve.py: N concurrent clients post one clip for T second
 Usage:
   python bench/serve_load.py --clients 4 --seconds 30           # starts tools/serve.py (the demo's models)
   python bench/serve_load.py --clients 8 --seconds 60 --endpoint transcriptions
+  python bench/serve_load.py --clients 8 16 --seconds 60    # 8 clients, then 16, back to back on one server
   python bench/serve_load.py --url http://127.0.0.1:8000 --clients 4 --seconds 30   # a server already running
   python bench/serve_load.py --clients 4 --seconds 30 --stream-seconds 20   # then one 20 s WebSocket stream
   python bench/serve_load.py --clients 4 --seconds 60 --turn-sessions 16   # and 16 hands-free sessions beside them
@@ -13,11 +14,14 @@ Usage:
 Without --url the server is started on a free 127.0.0.1 port (OMP_NUM_THREADS as this process has it) and
 stopped at the end. Each client is a thread with its own HTTP connection that posts --audio (default: a
 held-out sample utterance) to /v1/pipeline (or /v1/audio/transcriptions) again and again until --seconds
-have passed, after one warm-up request; requests already sent then finish. Printed and written as JSON
-(--json, default experiments/bench/serve_load.json): requests/s, p50/p95/max latency (a request's back-offs
-included: a 503 with Retry-After, a full queue, is waited out, with jitter, and counted apart), failures (other
-non-200 answers or errors: the exit code is 1 if there are any) and the server's resident memory (VmRSS) after the models
-loaded, after the warm-up and after the load.
+have passed, after one warm-up request; requests already sent then finish. Several --clients counts run one after
+another on the same server (so that 8 and 16 clients are compared under the same machine load). Printed and written
+as JSON (--json, default experiments/bench/serve_load.json), for each load: requests/s, p50/p95/max latency (a
+request's back-offs included: a 503 with Retry-After, a full queue, is waited out, with jitter, and counted apart),
+failures (other non-200 answers or errors: the exit code is 1 if there are any), and the share of the wall time
+the server's inference thread spent on model calls (/health's busy_s: at 100 % no client's back-off left it idle);
+and the server's resident memory (VmRSS) after the models loaded, after the warm-up, sampled every second across all
+the loads (first, peak, last) and after them.
 
 --stream-seconds S then sends the clip, repeated to S seconds, over the WebSocket (/v1/stream) in 0.25 s
 messages as fast as the server takes them, alone on the server, and reports what the final message says
@@ -26,10 +30,10 @@ the end of the audio to the final transcript and answer.
 
 --turn-sessions N runs N hands-free WebSocket sessions (/v1/stream?turns=true) beside the HTTP clients for the
 same --seconds: each thread plays a two-turn conversation (two held-out sample utterances 1.5 s apart, faint room
-noise under them; duet.serving.stream_client) in real time, checks that exactly two finals came back, numbered 1 and 2, and
-starts the next session until the time is up (at most --max-sessions-each per thread). A session that errs, loses,
-splits or merges a turn is a failure. The server's memory is also sampled every 5 s during the load (only loopback
-addresses are used; every loop is bounded by --seconds and the per-request timeouts).
+noise under them; duet.serving.stream_client) in real time, checks that exactly two finals came back, numbered 1 and
+2, and starts the next session until the time is up (at most --max-sessions-each per thread). A session that errs,
+loses, splits or merges a turn is a failure (only loopback addresses are used; every loop is bounded by --seconds and
+the per-request timeouts).
 """
 
 from __future__ import annotations
@@ -70,7 +74,9 @@ ENDPOINTS = {"pipeline": "/v1/pipeline", "transcriptions": "/v1/audio/transcript
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default: 4)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[4],
+                        help="concurrent clients; several counts run one after another on the same server "
+                             "(default: 4)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the load lasts (default: 30)")
     parser.add_argument("--endpoint", choices=ENDPOINTS, default="pipeline", help="what each request asks for")
     parser.add_argument("--audio", type=Path, default=DEFAULT_AUDIO, help="the clip every request posts")
@@ -225,7 +231,7 @@ def stream_once(url: str, audio_path: Path, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     own, serve_args = split_serve_args(argv)
     args = get_parser().parse_args(own)
-    if args.clients < 1 or args.seconds <= 0:
+    if min(args.clients) < 1 or args.seconds <= 0:
         raise DuetError("--clients must be >= 1 and --seconds > 0")
     if not args.audio.is_file():
         raise DuetError(f"--audio {args.audio} does not exist")
@@ -256,25 +262,16 @@ def main(argv: list[str] | None = None) -> int:
         samples, sampling = [], threading.Event()
 
         def sample_memory() -> None:
-            while not sampling.wait(5.0):
+            while not sampling.wait(1.0):
                 samples.append(rss_mb(pid))
         sampler = threading.Thread(target=sample_memory, daemon=True)
         sampler.start()
-        turns_result, turns_thread = None, None
-        if conversations:
-            deadline = time.monotonic() + args.seconds
-
-            def turns_runner() -> None:
-                nonlocal turns_result
-                turns_result = run_turn_sessions(url, conversations, deadline, args.max_sessions_each)
-            turns_thread = threading.Thread(target=turns_runner)
-            turns_thread.start()
-        result = run_load(url, endpoint, audio, args.audio.name, args.clients, args.seconds)
-        if turns_thread is not None:
-            turns_thread.join()
+        loads = [load_with_turns(url, endpoint, audio, args, clients, conversations) for clients in args.clients]
         sampling.set()
         memory["after_load"] = rss_mb(pid)
-        memory["during_load"] = [m for m in samples if m is not None]
+        during = [m for m in samples if m is not None]
+        memory["during_load"] = {"first": during[0], "peak": max(during), "last": during[-1],
+                                 "samples_1s": during} if during else None
         stream = stream_once(url, args.audio, args.stream_seconds) if args.stream_seconds > 0 else None
     finally:
         if process is not None:
@@ -283,23 +280,58 @@ def main(argv: list[str] | None = None) -> int:
               "audio": str(args.audio), "audio_s": round(soundfile.info(str(args.audio)).duration, 3),
               "server": {k: health.get(k) for k in
               ("asr_model", "slm_model", "asr_decoding")}, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "server_rss_mib": memory, "warm_up_answer": warm.json(), **result, "turn_sessions": turns_result,
-              "stream": stream}
+              "server_rss_mib": memory, "warm_up_answer": warm.json(), "loads": loads, "stream": stream}
     write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
-    lat = result["latency_s"]
-    print(f"{args.clients} clients x {args.seconds:g} s on {endpoint}: {result['requests']} requests "
-          f"({result['requests_per_s']:.2f}/s), p50 {lat['p50']} s, p95 {lat['p95']} s, max {lat['max']} s, "
-          f"{result['failures']} failures, {result['busy_503_backed_off']} busy answers backed off; server RSS {memory['models_loaded']} -> {memory['after_warm_up']} -> "
-          f"{memory['after_load']} MiB (loaded, warm, after); written to {args.json}")
-    if turns_result:
-        print(f"{args.turn_sessions} hands-free session threads beside them: {turns_result['sessions']} two-turn sessions "
-              f"passed, {turns_result['failures']} failed; answers {turns_result['after_end_s']['p50']} s (median) "
-              f"after each turn's end was decided; server RSS during the load {memory['during_load']} MiB")
+    for result in loads:
+        lat, turns_result = result["latency_s"], result["turn_sessions"]
+        print(f"{result['clients']} clients x {args.seconds:g} s on {endpoint}: {result['requests']} requests "
+              f"({result['requests_per_s']:.2f}/s), p50 {lat['p50']} s, p95 {lat['p95']} s, max {lat['max']} s, "
+              f"{result['failures']} failures, {result['busy_503_backed_off']} busy answers backed off; inference "
+              f"thread busy {result['worker_busy_share']:.0%} of the time, {result['worker_s_per_request']} s a "
+              "request")
+        if turns_result:
+            print(f"  {args.turn_sessions} hands-free session threads beside them: {turns_result['sessions']} "
+                  f"two-turn sessions passed, {turns_result['failures']} failed; answers "
+                  f"{turns_result['after_end_s']['p50']} s (median) after each turn's end was decided")
+    during = memory["during_load"] or {}
+    print(f"server RSS {memory['models_loaded']} -> {memory['after_warm_up']} MiB (loaded, warm); during the load "
+          f"{during.get('first')} -> peak {during.get('peak')} -> {during.get('last')} MiB (first, peak, last of "
+          f"{len(during.get('samples_1s', []))} one-second samples); after {memory['after_load']} MiB; written to "
+          f"{args.json}")
     if stream:
         print(f"stream of {stream['audio_s']:g} s: {stream['decodes']} decodes, median {stream['decode_s_median']} s, "
               f"last {stream['decode_s_last']} s; final transcript and answer {stream['latency_s']['after_end']} s "
               f"after the end of the audio (wall {stream['wall_s']} s)")
-    return 1 if result["failures"] or (turns_result and turns_result["failures"]) else 0
+    return 1 if any(r["failures"] or (r["turn_sessions"] or {}).get("failures") for r in loads) else 0
+
+
+def load_with_turns(url: str, endpoint: str, audio: bytes, args: argparse.Namespace, clients: int,
+                    conversations: list[np.ndarray]) -> dict:
+    """One load of ``clients`` HTTP clients for ``args.seconds``, with the hands-free sessions beside it, and how
+    busy it kept the server's inference thread: its share of the wall time on model calls (1.0: never idle, so any
+    change in requests/s is the calls' own speed) and its seconds per request."""
+    busy_before = worker_busy_s(url)
+    turns_result, turns_thread = None, None
+    if conversations:
+        deadline = time.monotonic() + args.seconds
+
+        def turns_runner() -> None:
+            nonlocal turns_result
+            turns_result = run_turn_sessions(url, conversations, deadline, args.max_sessions_each)
+        turns_thread = threading.Thread(target=turns_runner)
+        turns_thread.start()
+    result = run_load(url, endpoint, audio, args.audio.name, clients, args.seconds)
+    if turns_thread is not None:
+        turns_thread.join()
+    busy = worker_busy_s(url) - busy_before
+    return {"clients": clients, **result, "worker_busy_share": round(busy / result["wall_s"], 3),
+            "worker_s_per_request": round(busy / result["requests"], 3) if result["requests"] else None,
+            "turn_sessions": turns_result}
+
+
+def worker_busy_s(url: str) -> float:
+    """The server's inference thread's time on model calls since it started (/health)."""
+    return httpx.get(f"{url}/health", timeout=30).json()["queue"]["busy_s"]
 
 
 if __name__ == "__main__":

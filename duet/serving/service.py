@@ -40,6 +40,7 @@ class InferenceWorker:
         # the last calls' wait for the thread and run on it (seconds): /health's queue figures and Retry-After
         self.waits: collections.deque[float] = collections.deque(maxlen=200)
         self.runs: collections.deque[float] = collections.deque(maxlen=200)
+        self.busy_s = 0.0  # time on calls since the thread started: how busy a load kept it (bench/serve_load.py)
 
     def _try_take(self) -> bool:
         with self._lock:
@@ -75,6 +76,7 @@ class InferenceWorker:
                 return fn(*args)
             finally:
                 self.runs.append(time.perf_counter() - started)
+                self.busy_s += self.runs[-1]  # written by this one thread only
         return await asyncio.get_running_loop().run_in_executor(self._executor, timed)
 
     def retry_after(self) -> int:
@@ -84,7 +86,8 @@ class InferenceWorker:
         return max(1, min(60, math.ceil(run * self.capacity)))
 
     def figures(self) -> dict:
-        """/health's queue: slots taken, capacity, and the last 200 calls' wait for the thread and time on it."""
+        """/health's queue: slots taken, capacity, the last 200 calls' wait for the thread and time on it, and the
+        thread's busy time since it started."""
         def spread(values) -> dict | None:
             if not values:
                 return None
@@ -93,7 +96,7 @@ class InferenceWorker:
                     "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 4),
                     "max": round(ordered[-1], 4)}
         return {"active": self.active, "capacity": self.capacity, "calls": len(self.runs),
-                "wait_s": spread(list(self.waits)), "run_s": spread(list(self.runs))}
+                "wait_s": spread(list(self.waits)), "run_s": spread(list(self.runs)), "busy_s": round(self.busy_s, 3)}
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
