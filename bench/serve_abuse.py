@@ -7,15 +7,18 @@ Usage:
   python bench/serve_abuse.py -- --asr-model m.nemo --slm-model gpt2/   # options after -- go to tools/serve.py
   python bench/serve_abuse.py --url http://127.0.0.1:8000             # a server already running (no memory figures)
   python bench/serve_abuse.py --only stream                           # the probes whose name holds "stream"
+  python bench/serve_abuse.py --only "real time" --stream-seconds 180 --stream-speed 4   # issue #55 stream target
 
 The probes: an HLS playlist and an ffconcat list naming a sample on the server's disk; a 5 s FLAC of 8 channels at
 384 kHz (39 kB); 300 s of 8 channels at 48 kHz (over the decoded-sample limit); 600 s of 48 kHz stereo silence (within
-the limits, as 600 s of 96 kHz mono: its memory is the decoding's alone, silence skips the model); a 256 MiB chunked body and a 1 GiB
+the limits, as 600 s of 96 kHz mono: its memory is the decoding's alone, silence skips the model) and --speech-seconds
+of 48 kHz stereo speech (the sample utterances end to end: the model's memory too); a 256 MiB chunked body and a 1 GiB
 Content-Length; language-model options out of range (5,000 and 10^23 beams, 10^23 new tokens, temperature nan, inf and
 1e-45, repetition penalty inf and 1e-300) and 10 MB of text; a NUL byte in the filename; a FLAC and a WAV cut in half;
 a foreign Host (DNS rebinding) over HTTP and the WebSocket, a foreign Origin, /docs; 16 requests at once on the
 server's queue of 8 (each 503 must carry Retry-After); --stream-seconds of speech over the WebSocket as fast as the
-socket takes it (it must get its final) and a client that goes quiet (final after the server's idle timeout).
+socket takes it, or at --stream-speed times real time (it must get its final) and a client that goes quiet (final
+after the server's idle timeout).
 
 A started server gets --stream-idle-seconds 5 (so the quiet client's probe is short) and
 --min-confidence 0. Printed as a table (probe, expected, got, ok, RSS before -> peak -> after in MiB, seconds) and
@@ -31,7 +34,6 @@ import select
 import socket
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,8 +47,8 @@ from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.errors import DuetError
-from duet.serving.local_server import add_bench_arguments, rss_mb, split_serve_args, start_server, stop_server
+from duet.serving.local_server import (PeakRss, add_bench_arguments, rss_mb, split_serve_args, start_server,
+                                      stop_server)
 from duet.serving.stream_client import SAMPLE_RATE, StreamClientError, play
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
@@ -59,32 +61,13 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream-seconds", type=float, default=100.0,
                         help="speech sent over the WebSocket as fast as it goes (default: 100)")
+    parser.add_argument("--stream-speed", type=float, default=0.0,
+                        help="the stream's pace in times real time (default: 0, as fast as the socket takes it)")
+    parser.add_argument("--speech-seconds", type=float, default=600.0,
+                        help="the 48 kHz stereo speech upload's length (default: 600, the server's limit)")
     parser.add_argument("--only", default=None, help="run only the probes whose name holds this text")
     add_bench_arguments(parser, "serve_abuse")
     return parser
-
-
-class Peak:
-    """The highest RSS of process ``pid`` while the block runs (sampled every 50 ms)."""
-
-    def __init__(self, pid: int | None):
-        self.pid, self.peak, self._stop = pid, None, threading.Event()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            rss = rss_mb(self.pid)
-            if rss is not None and (self.peak is None or rss > self.peak):
-                self.peak = rss
-            self._stop.wait(0.05)
-
-    def __enter__(self):
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def write_blocks(path: Path, seconds: float, rate: int, channels: int, noise: float = 0.0) -> Path:
@@ -93,6 +76,15 @@ def write_blocks(path: Path, seconds: float, rate: int, channels: int, noise: fl
     with soundfile.SoundFile(str(path), "w", samplerate=rate, channels=channels) as out:
         for _ in range(int(seconds)):
             out.write((noise * rng.standard_normal((rate, channels))).astype(np.float32))
+    return path
+
+
+def write_speech(path: Path, seconds: float) -> Path:
+    """``seconds`` of the sample utterances end to end, at 48 kHz in two channels (the most samples an upload may
+    decode to at the server's defaults, when ``seconds`` is its 600 s limit)."""
+    clips = [load_audio(p, 48000) for p in sorted((SAMPLES_DIR / "LibriSpeech" / "test-clean").rglob("*.flac"))]
+    speech = np.resize(np.concatenate(clips), int(seconds * 48000))
+    soundfile.write(path, np.stack([speech, speech], axis=1), 48000)
     return path
 
 
@@ -154,8 +146,9 @@ def websocket_handshake(url: str, host_header: str) -> int:
                 return 0
 
 
-def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> list[tuple[str, str, Callable]]:
+def build_probes(url: str, folder: Path, clip: Path, args: argparse.Namespace) -> list[tuple[str, str, Callable]]:
     """(name, expected answer, a function giving the answer) of every probe."""
+    stream_seconds, speed = args.stream_seconds, args.stream_speed
     http = httpx.Client(base_url=url, timeout=600)
 
     def post_file(name: str, data: bytes) -> Callable[[], str]:
@@ -181,12 +174,17 @@ def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> l
     def fast_stream() -> str:
         audio = np.resize(speech, int(stream_seconds * SAMPLE_RATE))
         try:
-            played = play(url, audio, query="turns=false", piece_s=0.25, realtime=False, timeout_s=600,
-                          until=("final",))
+            played = play(url, audio, query="turns=false", piece_s=0.25, realtime=speed > 0, speed=speed or 1.0,
+                          timeout_s=600, until=("final",))
         except StreamClientError as e:
             return f"no final ({e})"
         final = played.of_type("final")
-        return f"final ({final[0][1]['stream']['decodes']} decodes)" if final else "no final"
+        if not final:
+            errors = played.of_type("error")
+            return f"no final (error: {errors[0][1]['error']})" if errors else "no final"
+        message = final[0][1]
+        return (f"final ({message['stream']['decodes']} decodes, {len(message['transcript'].split())} words, "
+                f"{message['latency_s']['after_end']:.1f} s after the end)")
 
     def quiet_client() -> str:
         try:
@@ -205,6 +203,7 @@ def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> l
     wide = write_blocks(folder / "wide.flac", 300, 48000, 8)
     long_quiet = write_blocks(folder / "long_quiet.flac", 600, 48000, 2)
     high_quiet = write_blocks(folder / "high_quiet.flac", 600, 96000, 1)
+    long_speech = write_speech(folder / "long_speech.flac", args.speech_seconds)
     wav = folder / "clip.wav"
     soundfile.write(wav, speech, SAMPLE_RATE)
     flac_half, wav_half = cut_in_half(clip, folder / "half.flac"), cut_in_half(wav, folder / "half.wav")
@@ -219,6 +218,8 @@ def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> l
          post_file(long_quiet.name, long_quiet.read_bytes())),
         (f"FLAC 1 ch x 96 kHz, 600 s silence ({high_quiet.stat().st_size // 1024} kB, within the limits)", "200",
          post_file(high_quiet.name, high_quiet.read_bytes())),
+        (f"FLAC 2 ch x 48 kHz, {args.speech_seconds:g} s speech ({long_speech.stat().st_size // 1024} kB, within the "
+         "limits)", "200", post_file(long_speech.name, long_speech.read_bytes())),
         ("chunked body of 256 MiB (limit 128)", "413", lambda: str(chunked_upload(url, 256))),
         ("Content-Length of 1 GiB", "413",
          lambda: str(raw_post(url, f"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: {1 << 30}\r\n",
@@ -244,7 +245,8 @@ def build_probes(url: str, folder: Path, clip: Path, stream_seconds: float) -> l
                                headers={"origin": "http://evil.example"}).status_code)),
         ("/docs (Swagger from a CDN)", "404", lambda: str(http.get("/docs").status_code)),
         ("16 requests at once, queue of 8", "200 and 503 with Retry-After", crowd),
-        (f"WebSocket: {stream_seconds:g} s of speech as fast as it goes", "final", fast_stream),
+        (f"WebSocket: {stream_seconds:g} s of speech "
+         + (f"at {speed:g}x real time" if speed else "as fast as it goes"), "final", fast_stream),
         (f"WebSocket: a client that goes quiet", "final (idle)", quiet_client),
     ]
 
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="serve-abuse-") as folder:
-            probes = build_probes(url, Path(folder), clip, args.stream_seconds)
+            probes = build_probes(url, Path(folder), clip, args)
             httpx.post(f"{url}/v1/audio/transcriptions", files={"file": (clip.name, clip.read_bytes())}, timeout=120)
             idle = rss_mb(pid)
             print("| probe | expected | got | ok | server RSS MiB: before -> peak -> after | seconds |\n"
@@ -281,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only and args.only not in name:
                     continue
                 before, start = rss_mb(pid), time.perf_counter()
-                with Peak(pid) as peak:
+                with PeakRss(pid) as peak:
                     try:
                         got = probe()
                     except (httpx.HTTPError, OSError) as e:

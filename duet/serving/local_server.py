@@ -1,11 +1,12 @@
 """``tools/serve.py`` in a child process on a free loopback port, for the benches that drive it
-(``bench/serve_load.py``, ``bench/turn_latency.py``), and its resident memory."""
+(``bench/serve_load.py``, ``bench/turn_latency.py``), and its resident memory (now, or the peak while a block runs)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,30 @@ def rss_mb(pid: int | None) -> float | None:
     except OSError:
         return None
     return None
+
+
+class PeakRss:
+    """The highest resident memory (MiB) of process ``pid`` while the block runs, sampled every 50 ms (None when it
+    cannot be read)."""
+
+    def __init__(self, pid: int | None):
+        self.pid, self.peak, self._stop = pid, None, threading.Event()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            rss = rss_mb(self.pid)
+            if rss is not None and (self.peak is None or rss > self.peak):
+                self.peak = rss
+            self._stop.wait(0.05)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def add_bench_arguments(parser, name: str) -> None:
