@@ -153,8 +153,15 @@ def require_torch_to_see_the_gpus() -> None:
     if not gpus:
         return
     driver_cuda = driver_cuda_version()
-    build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
     driver = f", the driver runs CUDA {driver_cuda[0]}.{driver_cuda[1]}" if driver_cuda else ""
     raise NoTorchBuild(f"nvidia-smi lists {describe(gpus)} but torch {torch.__version__} "
-                       f"cannot use them ({build}{driver}): run bash tools/setup.sh to install the build for this "
-                       f"driver, or set CUDA_VISIBLE_DEVICES= to run on the CPU")
+                       f"cannot use them ({installed_build_name()}{driver}): run bash tools/setup.sh to install the "
+                       f"build for this driver, or set CUDA_VISIBLE_DEVICES= to run on the CPU")
+
+
+def installed_build_name() -> str:
+    """The installed torch as :func:`require_torch_to_see_the_gpus` names it: "a CUDA 13.0 build" (PyPI's Linux
+    wheel) or "a CPU build" (e.g. from a local wheel mirror)."""
+    import torch
+
+    return f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"

@@ -9,6 +9,7 @@ driver is not loaded fails every call (exit 9).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,8 +131,9 @@ def test_setup_installs_what_torch_build_chooses():
 # --- the recipes: GPUs that nvidia-smi sees and torch does not ---------------------------------------------------
 
 def test_the_slm_recipe_refuses_gpus_torch_cannot_use(fake_smi, tmp_path, capsys, monkeypatch):
-    """torch here is a CPU build: with a GPU in nvidia-smi, slm/finetune.py stops with one line instead of training
-    on the CPU; hiding the GPUs (CUDA_VISIBLE_DEVICES=) runs on the CPU as asked."""
+    """torch here cannot use a GPU of that driver (a CPU build from the local wheel mirror, or PyPI's CUDA 13.0 build
+    on a fresh machine): with a GPU in nvidia-smi, slm/finetune.py stops with one line instead of training on the
+    CPU; hiding the GPUs (CUDA_VISIBLE_DEVICES=) runs on the CPU as asked."""
     from slm import finetune
 
     fake_smi(caps=V100 * 4, driver="535.104.05", cuda="12.2")
@@ -140,7 +142,8 @@ def test_the_slm_recipe_refuses_gpus_torch_cannot_use(fake_smi, tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("finetune: error: nvidia-smi lists 4 x Tesla V100-SXM2-16GB (compute 7.0) but torch ")
-    assert "cannot use them (a CPU build, the driver runs CUDA 12.2): run bash tools/setup.sh" in err
+    build = torch_build.installed_build_name()
+    assert f"cannot use them ({build}, the driver runs CUDA 12.2): run bash tools/setup.sh" in err
     assert not out.parent.exists()  # stopped before anything was written
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     torch_build.require_torch_to_see_the_gpus()  # hidden on purpose: the CPU is what was asked for
@@ -157,8 +160,9 @@ def test_the_asr_recipe_refuses_gpus_torch_cannot_use(fake_smi, monkeypatch):
                                 "precision": None, "sync_batchnorm": None})
     # slm's error (the recipe's cli reports every ToolError in one line, DuetError and SlmError alike)
     with pytest.raises(torch_build.NoTorchBuild,
-                       match=r"^nvidia-smi lists NVIDIA H100 80GB HBM3 \(compute 9.0\) but torch .* "
-                             r"cannot use them \(a CPU build, the driver runs CUDA 12.2\)") as refused:
+                       match=r"^nvidia-smi lists NVIDIA H100 80GB HBM3 \(compute 9.0\) but torch .* cannot use them "
+                             + re.escape(f"({torch_build.installed_build_name()}, the driver runs CUDA 12.2)")) \
+            as refused:
         recipe.resolve_trainer_config(trainer)
     assert isinstance(refused.value, SlmError)
     # asking for the CPU, or hiding the GPUs, is a choice: no refusal
