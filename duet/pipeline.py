@@ -335,9 +335,8 @@ class VoicePipeline:
         return self.respond_with_calls(transcript).text
 
     def respond_with_calls(self, transcript: str) -> ExecutedText:
-        """The language model's answer to the transcript (given as :func:`duet.text.request_text` writes it: the
-        form its training rows of spoken requests take) with its tool calls executed (the text) and recorded (the
-        calls)."""
+        """The language model's answer to the transcript (given as :func:`duet.text.request_text` writes it: numbers
+        in digits, whoever transcribed it) with its tool calls executed (the text) and recorded (the calls)."""
         return respond_with_calls(self.slm_model, self.slm_tokenizer, request_text(transcript),
                                   settings=self.settings.generation)
 

@@ -46,8 +46,3 @@ def test_a_request_reaches_the_language_model_in_one_form_whoever_transcribed_it
     assert request_text("convert two point five miles") == "convert 2.5 miles"
     assert request_text("turn the volume up to one") == "turn the volume up to one"
 
-
-def test_the_alpaca_samples_corpus_requests_are_written_as_the_pipeline_gives_them():
-    rows = alpaca_sample.corpus_examples(200, seed=5)
-    assert all(row["instruction"] == request_text(row["instruction"]) for row in rows)
-    assert any(ch.isdigit() for row in rows for ch in row["instruction"])

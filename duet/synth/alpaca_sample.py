@@ -4,8 +4,8 @@ written by ``tools/make_alpaca_sample.py``).
 Every row is generated here from small tables (no rows are copied from Stanford Alpaca). About half
 are voice-assistant requests of the kind the speech sample speaks (timers, alarms, weather, lights,
 music, lists, arithmetic, unit conversion, calendar, general questions), many of them in the form an
-ASR transcript takes (lower case, no punctuation, numbers as words; those in the speech corpus's own wording with
-numbers in digits, as the voice pipeline feeds the model: ``duet.text.request_text``); the rest are general tasks (rewrite, classify, sort, count, facts).
+ASR transcript takes (lower case, no punctuation, numbers as words) because that is what the
+voice pipeline feeds the model; the rest are general tasks (rewrite, classify, sort, count, facts).
 Answers are computed (sorting, counting) so they are always correct; what a small model cannot work out
 itself (sums, unit and temperature conversions, the time and date) it answers with a tool call
 (``slm.tool_calls``: ``50 minus 3 is <<calc: 50 - 3>>.``), which generation executes. The assistant never invents
@@ -20,7 +20,7 @@ import random
 
 from duet.synth.corpus import held_out_texts
 from duet.synth.corpus_text import assistant_requests, number_to_words
-from duet.text import normalize_text, request_text
+from duet.text import normalize_text
 from slm.tool_calls import format_number as fmt_number
 
 
@@ -580,14 +580,12 @@ def corpus_answer(template: str):
 def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset(),
                     templates: set[str] | None = None) -> list[dict]:
     """Requests from the speech corpus templates with an answer (:func:`corpus_answer`; the others are skipped),
-    or only from ``templates``, each as the voice pipeline gives the model a transcript (``duet.text.request_text``:
-    "what is sixty four degrees ..." -> "what is 64 degrees ...")."""
+    or only from ``templates``."""
     examples = []
     for sentence in assistant_requests(12 * n_examples, seed=seed, exclude=exclude):
         answer = corpus_answer(sentence.template)
         if answer is not None and (templates is None or sentence.template in templates):
-            # in the form the voice pipeline gives the model its transcript (numbers in digits)
-            examples.append({"instruction": request_text(sentence.text), "input": "", "output": answer(sentence.slots)})
+            examples.append({"instruction": sentence.text, "input": "", "output": answer(sentence.slots)})
             if len(examples) == n_examples:
                 return examples
     raise RuntimeError(f"only {len(examples)} corpus requests with an answer; draw more")
