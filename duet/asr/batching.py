@@ -40,5 +40,6 @@ class OfflineBatching:
 # batches, no cutting.
 EVALUATION_BATCHING = OfflineBatching(batch_size=32)
 # The voice pipeline (duet.pipeline.PipelineSettings): one request's recording, cut at pauses into pieces of at
-# most 20 s so that memory stays bounded whatever its length.
-PIPELINE_BATCHING = OfflineBatching(batch_size=8, max_chunk_seconds=20.0)
+# most 20 s so that memory stays bounded whatever its length; two pieces a batch keep a long upload's peak within the
+# server's memory target under joint decoding (bench/upload_memory.py: 8 a batch cost twice as much, no faster).
+PIPELINE_BATCHING = OfflineBatching(batch_size=2, max_chunk_seconds=20.0)

@@ -32,6 +32,10 @@ from duet.asr.whisper_gpt2 import END_OF_TEXT, WHISPER_PREFIX, WhisperAudioEncod
 from duet.foundation.token_rows import pad_token_rows
 
 
+# Positions whose vocabulary-wide logits are computed at once (about 200 kB each)
+LOGIT_BLOCK = 256
+
+
 class WhisperRescorer:
     """Whisper tiny.en's encoder and decoder, scoring candidate transcripts of 16 kHz audio."""
 
@@ -70,11 +74,20 @@ class WhisperRescorer:
                 first_row_at.setdefault(tuple(row[: j + 1]), (i, j))
                 rows_at.append((i, first_row_at[tuple(row[: j + 1])], row[j + 1]))
         distinct = list(dict.fromkeys(where for _, where, _ in rows_at))
-        index = {where: k for k, where in enumerate(distinct)}
-        logits = self.decoder.logits(hidden[[i for i, _ in distinct], [j for _, j in distinct]])
-        normaliser = logits.logsumexp(-1)
+        wanted: dict[tuple[int, int], list[int]] = {}  # position -> the next tokens whose log-probability is read
+        for _, where, token in rows_at:
+            wanted.setdefault(where, []).append(token)
+        # in blocks of positions: [positions, 51,864] float32 logits take 200 kB a position, and a long piece's
+        # candidates reach thousands of them (hundreds of MB at once)
+        log_prob: dict[tuple[tuple[int, int], int], float] = {}
+        for start in range(0, len(distinct), LOGIT_BLOCK):
+            block = distinct[start : start + LOGIT_BLOCK]
+            logits = self.decoder.logits(hidden[[i for i, _ in block], [j for _, j in block]])
+            normaliser = logits.logsumexp(-1)
+            for k, where in enumerate(block):
+                for token in wanted[where]:
+                    log_prob[where, token] = float(logits[k, token] - normaliser[k])
         scores = [0.0] * len(rows)
         for i, where, token in rows_at:
-            k = index[where]
-            scores[i] += float(logits[k, token] - normaliser[k])
+            scores[i] += log_prob[where, token]
         return scores
