@@ -51,7 +51,7 @@ from duet.errors import DuetError
 from duet.data.manifest import build_split_manifest, read_manifest
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
-from duet.foundation.files import write_text_atomic
+from duet.foundation.files import add_log_arguments, library_output_to, log_target, write_text_atomic
 from duet.synth.noise import SYNTH_NOISES
 
 REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
@@ -76,6 +76,7 @@ def get_parser() -> argparse.ArgumentParser:
                         help="our batches (default: the voice pipeline's, %(default)s)")
     parser.add_argument("--noise-clips", type=int, default=3, help="non-speech clips of each kind (default 3)")
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "asr_vs_whisper")
+    add_log_arguments(parser, "asr_vs_whisper")
     return parser
 
 
@@ -132,8 +133,8 @@ def five_second_clip(entries: list[dict], folder: Path) -> Path:
     return path
 
 
-def our_system(args):
-    """Our transcriber (paths -> texts) and the decoding it uses, described."""
+def our_system(args, err):
+    """Our transcriber (paths -> texts) and the decoding it uses, described; ``err``: the console's standard error."""
     if args.decoding is not None:
         settings = decoding_settings(args.decoding)
     elif decoding_file_for(args.model).is_file():
@@ -143,7 +144,7 @@ def our_system(args):
     if args.engine == "onnx":
         export = default_export_dir(args.model)
         if not (export / "metadata.json").is_file():
-            print(f"asr_vs_whisper: exporting {args.model} to {export} (once)", file=sys.stderr)
+            print(f"asr_vs_whisper: exporting {args.model} to {export} (once)", file=err)
             export_onnx(args.model, export, [str(p) for p in sorted(SAMPLES_DIR.rglob("*.flac"))[:4]],
                         OnnxExportSettings(int8=True))
         model = load_onnx_model(export, int8=True, threads=args.threads)
@@ -187,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                max_utterances=args.max_utterances))
     noise = [str(p) for p in non_speech_clips(args.out / "non_speech", args.noise_clips)]
     torch.set_num_threads(args.threads)
-    ours, described = our_system(args)
+    with library_output_to(log_target(args)) as (out, err):  # NeMo's and faster-whisper's lines
+        compare(args, sets, noise, out, err)
+    return 0
+
+
+def compare(args, sets: dict[str, list[dict]], noise: list[str], out, err) -> None:
+    """Both systems on every set, the noise clips and a 5 s clip; the table to ``out``, progress to ``err``."""
+    ours, described = our_system(args, err)
     theirs = whisper_system(args.threads)
     systems = {f"ours ({described})": ours, "whisper tiny.en (faster-whisper defaults)": theirs}
     names = list(systems)
@@ -207,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             row[name] = score([Path(p).stem for p in paths], [e["text"] for e in entries], hyps,
                               [float(e["duration"]) for e in entries]).summary["wer"]
         rows.append(row)
-        print(f"  {set_name}: " + ", ".join(f"{n.split(' ')[0]} {100 * row[n]:.2f} %" for n in names), file=sys.stderr)
+        print(f"  {set_name}: " + ", ".join(f"{n.split(' ')[0]} {100 * row[n]:.2f} %" for n in names), file=err)
     worded = {name: sum(bool(manifest_text(t)) for t in systems[name](noise)) for name in names}
     clip = five_second_clip(next(iter(sets.values())), args.out)
     latency = {}
@@ -222,17 +230,17 @@ def main(argv: list[str] | None = None) -> int:
               "throughput_ratio": ratio, "latency_seconds": latency, "clip": str(clip),
               "audio_seconds": round(audio_seconds, 1)}
     write_text_atomic(args.out / "asr_vs_whisper.json", json.dumps(report, indent=1) + "\n")
-    print(f"| set | utterances | {names[0]} | {names[1]} | ours / whisper |")
-    print("|---|---|---|---|---|")
+    print(f"| set | utterances | {names[0]} | {names[1]} | ours / whisper |", file=out)
+    print("|---|---|---|---|---|", file=out)
     for row in rows:
         r = row[names[0]] / row[names[1]] if row[names[1]] else float("nan")
-        print(f"| {row['set']} | {row['utterances']} | {100 * row[names[0]]:.2f} | {100 * row[names[1]]:.2f} | {r:.2f} |")
-    print(f"| non-speech clips with any word | {len(noise)} | {worded[names[0]]} | {worded[names[1]]} | |")
+        print(f"| {row['set']} | {row['utterances']} | {100 * row[names[0]]:.2f} | {100 * row[names[1]]:.2f} | {r:.2f} |",
+              file=out)
+    print(f"| non-speech clips with any word | {len(noise)} | {worded[names[0]]} | {worded[names[1]]} | |", file=out)
     print(f"| throughput (x real time) | {audio_seconds / 60:.1f} min | {throughput[names[0]]:.1f} | "
-          f"{throughput[names[1]]:.1f} | {ratio:.2f} |")
-    print(f"| {Path(clip).name} alone (s) | 1 | {latency[names[0]]:.2f} | {latency[names[1]]:.2f} | |")
-    print(f"asr_vs_whisper: {args.threads} threads; wrote {args.out / 'asr_vs_whisper.json'}")
-    return 0
+          f"{throughput[names[1]]:.1f} | {ratio:.2f} |", file=out)
+    print(f"| {Path(clip).name} alone (s) | 1 | {latency[names[0]]:.2f} | {latency[names[1]]:.2f} | |", file=out)
+    print(f"asr_vs_whisper: {args.threads} threads; wrote {args.out / 'asr_vs_whisper.json'}", file=out)
 
 
 if __name__ == "__main__":

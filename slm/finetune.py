@@ -33,12 +33,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TextIO
 
 from omegaconf import OmegaConf
 
 from duet.foundation import python_command
 from duet.foundation.errors import cli, first_line
-from duet.foundation.files import write_jsonl_atomic, write_text_atomic
+from duet.foundation.files import (add_log_arguments, library_output_to, log_target, write_jsonl_atomic,
+                                   write_text_atomic)
 from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
 from slm.errors import SlmError
 from slm.torch_build import require_torch_to_see_the_gpus
@@ -50,6 +52,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-name", default=DEFAULT_CONFIG, help="YAML in configs/ without .yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=1")
+    add_log_arguments(parser, "finetune")
     return parser
 
 
@@ -199,15 +202,16 @@ def make_progress_callback():
     return ProgressLines()
 
 
-def setup_logging(log_file: Path | None) -> None:
-    """Progress to stdout and, when ``log_file`` is given, appended to it (a resumed run continues its log)."""
+def setup_logging(log_file: Path | None, console: TextIO | None = None) -> None:
+    """Progress to ``console`` (default stdout) and, when ``log_file`` is given, appended to it (a resumed run
+    continues its log)."""
     log.setLevel(logging.INFO)
     log.propagate = False
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
     fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
-    handlers = [logging.StreamHandler(sys.stdout)] + ([logging.FileHandler(log_file)] if log_file else [])
+    handlers = [logging.StreamHandler(console or sys.stdout)] + ([logging.FileHandler(log_file)] if log_file else [])
     for handler in handlers:
         handler.setFormatter(fmt)
         log.addHandler(handler)
@@ -253,8 +257,9 @@ def remove_checkpoints(checkpoints: Path) -> None:
     shutil.rmtree(checkpoints, ignore_errors=True)
 
 
-def run(cfg) -> dict:
-    """Train and evaluate; returns the metrics written to metrics.json (empty on ranks other than 0)."""
+def run(cfg, console: TextIO | None = None) -> dict:
+    """Train and evaluate; returns the metrics written to metrics.json (empty on ranks other than 0). Progress lines
+    go to ``console`` (default stdout)."""
     # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
     import transformers
 
@@ -276,7 +281,7 @@ def run(cfg) -> dict:
         raise ResumeConflict(f"{work_dir} holds a stopped run with another config ({kept}); re-run with that "
                              f"config to resume it, or delete the folder to start afresh")
     work_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging(work_dir / "finetune.log" if is_rank_zero else None)
+    setup_logging(work_dir / "finetune.log" if is_rank_zero else None, console)
     progress = {"training_started": resuming}
     try:
         return _train_and_evaluate(cfg, config_text, work_dir, final_dir, started, is_rank_zero, progress)
@@ -412,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         # Use only the local cache from here on: a cached model still works, a missing one fails at once.
         os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
     try:
-        run(cfg)
+        # transformers' lines and progress bars (loading, writing shards), datasets' and evaluate's to --log
+        with library_output_to(log_target(args)) as (out, _):
+            run(cfg, out)
     except RuntimeError as e:
         from slm.modeling import HubUnreachable  # torch + transformers: the config error path stays fast
 

@@ -1,9 +1,9 @@
 """No library's log line on a tool's console without --verbose: every entry script's --help, and a real call of the
 tools that load NeMo, Lightning or transformers for a user (the pipeline on a file, the server answering a request with
-beam search, the tokenizer and token-LM trainers, pseudo-labelling with a .nemo teacher, importing Whisper, plotting a
-.nemo's features, adapting a model to a folder of recordings, answering with a GPT-2 folder;
-nemo_recipes/finetune_ctc.py's console is checked in tests/test_asr_recipe.py), their standard output and error read
-for NeMo's, Lightning's, OneLogger's and transformers' lines. Minutes, NeMo's import in most: the slow tier."""
+beam search, the tokenizer and token-LM trainers, fine-tuning a tiny GPT-2, pseudo-labelling with a .nemo teacher,
+importing Whisper, plotting a .nemo's features, adapting a model to a folder of recordings, answering with a GPT-2
+folder; nemo_recipes/finetune_ctc.py's console is checked in tests/test_asr_recipe.py), their standard output and error
+read for NeMo's, Lightning's, OneLogger's and transformers' lines. Minutes, NeMo's import in most: the slow tier."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ ENTRY_SCRIPTS = sorted(path.relative_to(REPO) for folder in ("tools", "nemo_reci
                        for path in (REPO / folder).glob("*.py") if 'if __name__ == "__main__"' in path.read_text())
 # What NeMo, Lightning, OneLogger, transformers and Python's warnings print, at the start of a line
 FOREIGN = re.compile(r"\s*(\[NeMo [IWE] |OneLogger:|No exporters were provided|(GPU|TPU|HPU) available:|LOCAL_RANK:|"
-                     r"`Trainer\.fit` stopped|\[transformers\] |Loading weights:)|.*\b\w*Warning: ")
+                     r"`Trainer\.fit` stopped|\[transformers\] |Loading weights:|Writing model shards:)|.*\b\w*Warning: ")
 SAMPLE_FILE = REPO / "samples" / "LibriSpeech" / "test-clean" / "7001" / "700101" / "7001-700101-0000.flac"
 BASE = REPO / "samples" / "checkpoints" / "whisper_tiny_ctc.nemo"
 
@@ -42,7 +42,8 @@ def test_the_pattern_finds_what_the_libraries_print():
             "OneLogger: Setting error_handling_strategy to DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR ...",
             "GPU available: False, used: False", "/x/y.py:3: UserWarning: pin_memory is set ...",
             "[transformers] We strongly recommend passing in an `attention_mask` since your input_ids may be padded.",
-            "Loading weights:   0%|          | 0/52 [00:00<?, ?it/s]"]
+            "Loading weights:   0%|          | 0/52 [00:00<?, ?it/s]",
+            "Writing model shards:   0%|          | 0/1 [00:00<?, ?it/s]"]
     ours = ["finetune_ctc: epoch 1/4, step 40/204 (20 %), loss 0.911, about 3 min left",
             "  NeMo's, Lightning's and OneLogger's log lines go to experiments/logs/finetune_ctc_<name>.log"]
     assert foreign_lines("\n".join(seen + ours)) == seen
@@ -195,3 +196,17 @@ def test_answering_with_a_gpt2_folder_prints_the_answer_only(tiny_slm_folder, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.endswith("\n") and proc.stderr == "" and not foreign_lines(proc.stdout)
     assert foreign_lines(log.read_text())  # transformers' (loading the weights)
+
+
+def test_fine_tuning_a_gpt2_prints_its_own_lines_only(tmp_path):
+    """A tiny scratch GPT-2, a few steps: transformers' lines and progress bars go to --log."""
+    from tests.test_slm_finetune import TINY_RUN
+
+    log = tmp_path / "finetune_libraries.log"
+    proc = subprocess.run([sys.executable, "slm/finetune.py", "--config-name", "slm_tiny_offline",
+                           f"output_dir={tmp_path / 'run'}", *TINY_RUN, "train.threads=1", "--log", str(log)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert " done in " in proc.stdout and proc.stderr == "", proc.stderr[-3000:]
+    assert proc.stdout == (tmp_path / "run" / "finetune.log").read_text()  # the run's own lines, kept with it
+    assert foreign_lines(log.read_text())  # transformers' (a config note, the shard-writing bar)
