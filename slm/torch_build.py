@@ -162,6 +162,7 @@ def require_torch_to_see_the_gpus() -> None:
 def installed_build_name() -> str:
     """The installed torch as :func:`require_torch_to_see_the_gpus` names it: "a CUDA 13.0 build" (PyPI's Linux
     wheel) or "a CPU build" (e.g. from a local wheel mirror)."""
+    # torch takes ~9 s to import: only a refusal that names the build pays for it
     import torch
 
     return f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
