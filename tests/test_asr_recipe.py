@@ -321,30 +321,35 @@ def test_finetune_from_nemo_switches_tokenizer_learns_and_writes_outputs(python,
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_path):
-    # long enough that the run is still training when its first checkpoint is seen: on a fast machine 8 epochs
-    # of the micro model were over before the test could kill the run
-    epochs = 100
+    # The run is frozen (SIGSTOP) as soon as a last checkpoint shows, and killed once that file loads: however fast
+    # the machine, it cannot end in between, so a short run will do. (Waiting for the file, renamed each epoch, to
+    # keep its name and size over two looks while the run went on took 100 epochs to be safe.)
+    epochs = 10
     args = _recipe_args(micro_setup, tmp_path, f"trainer.max_epochs={epochs}", "evaluate_before_fit=false",
                         "model.test_ds.manifest_filepath=null")
     ckpt_dir = tmp_path / "micro" / "checkpoints"
     proc = subprocess.Popen([python, str(SCRIPT), *args], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 600
-        last, last_size = None, -1
-        while time.monotonic() < deadline and proc.poll() is None:
-            found = sorted(ckpt_dir.glob("*last.ckpt")) if ckpt_dir.is_dir() else []
-            if found and found[0] == last and found[0].stat().st_size == last_size:
-                break  # a complete last checkpoint exists (same size on two looks)
-            if found:
-                last, last_size = found[0], found[0].stat().st_size
-            time.sleep(0.2)
-        assert proc.poll() is None, "the run finished before it could be killed; raise trainer.max_epochs"
-        proc.send_signal(signal.SIGKILL)
+        deadline, step_at_kill = time.monotonic() + 600, None
+        while step_at_kill is None:
+            assert proc.poll() is None, "the run finished before it could be killed"
+            assert time.monotonic() < deadline, "no last checkpoint in 10 minutes"
+            if ckpt_dir.is_dir() and any(ckpt_dir.glob("*last.ckpt")):
+                proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.1)  # stopped: what is on disk stays as it is
+                found = sorted(ckpt_dir.glob("*last.ckpt"))
+                try:  # one last checkpoint, written to its end
+                    if len(found) == 1:
+                        step_at_kill = torch.load(found[0], map_location="cpu", weights_only=False)["global_step"]
+                except Exception:  # cut short mid-save: let the run finish writing it
+                    pass
+                if step_at_kill is None:
+                    proc.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
     finally:
+        proc.kill()  # a preempted job: no clean-up code runs
         proc.wait()
-    ckpt = sorted(ckpt_dir.glob("*last.ckpt"))[0]
-    step_at_kill = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
     assert 0 < step_at_kill < epochs * 2
 
     resumed = _run(python, args)
@@ -358,7 +363,9 @@ def test_killed_run_resumes_from_its_last_checkpoint(python, micro_setup, tmp_pa
 
 
 def test_sigterm_stops_the_run_saying_where_and_the_command_that_resumes_it(python, micro_setup, tmp_path):
-    epochs = 40
+    # frozen (SIGSTOP) the moment its second validation is printed, the run gets SIGTERM as it continues: a short
+    # run cannot end before it, however fast the machine
+    epochs = 8
     args = _recipe_args(micro_setup, tmp_path, f"trainer.max_epochs={epochs}", "evaluate_before_fit=false",
                         "model.test_ds.manifest_filepath=null")
     console = tmp_path / "console.txt"
@@ -369,9 +376,11 @@ def test_sigterm_stops_the_run_saying_where_and_the_command_that_resumes_it(pyth
             deadline = time.monotonic() + 600
             while proc.poll() is None and time.monotonic() < deadline and "validation after epoch 2/" not in \
                     console.read_text():
-                time.sleep(0.2)
-            assert proc.poll() is None, "the run finished before it could be stopped; raise trainer.max_epochs"
-            proc.send_signal(signal.SIGTERM)
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGSTOP)
+            assert proc.poll() is None, "the run finished before it could be stopped"
+            proc.send_signal(signal.SIGTERM)  # delivered once it continues
+            proc.send_signal(signal.SIGCONT)
             _, err = proc.communicate(timeout=300)
         finally:
             proc.kill()
