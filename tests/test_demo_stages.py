@@ -83,6 +83,23 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
         cli.main(["--list", "--from", "slm", "--only", "asr"])
 
 
+def test_asr_epochs_replaces_only_the_fine_tunes_passes(repo_root, capsys):
+    """--asr-epochs N: a quicker demo (the slow tier's), every other stage and setting as the demo's own."""
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
+
+    def listed(*argv):
+        assert cli.main(["--list", *argv]) == 0
+        return dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+
+    own, shorter = listed(), listed("--asr-epochs", "1")
+    assert {name for name in own if own[name] != shorter[name]} == {"asr"}
+    epochs = next(arg for arg in own["asr"].split() if arg.startswith("trainer.max_epochs="))
+    assert shorter["asr"] == own["asr"].replace(epochs, "trainer.max_epochs=1")
+    with pytest.raises(SystemExit):
+        cli.main(["--asr-epochs", "0"])
+    assert "--asr-epochs must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_the_fine_tune_mixes_in_the_bases_pool_and_its_real_speech_where_that_exists(repo_root, tmp_path,
                                                                                    monkeypatch):
     cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
