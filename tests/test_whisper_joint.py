@@ -14,7 +14,7 @@ import torch
 
 from duet.asr.decoding import DecodingInputError, decoding_settings
 from duet.asr.decoding.joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
-from duet.asr.decoding.rescoring import NOTHING_HEARD, nbest_candidates
+from duet.asr.decoding.rescoring import NOTHING_HEARD, BeamNbest, Candidate, nbest_candidates
 
 BLANK = 0
 
@@ -75,7 +75,7 @@ def judge(decoder, beam, log_probs, lengths, audios):
 
 
 def best(decoder, beam, log_probs, lengths, audios):
-    return decoder.best(nbest_candidates(beam, log_probs, lengths), log_probs, lengths, audios)
+    return decoder.best(BeamNbest(beam, log_probs, lengths), log_probs, lengths, audios)
 
 
 class StubProposer:
@@ -212,3 +212,48 @@ def test_nothing_said_added_for_the_veto_is_never_chosen_by_score():
                      veto_only=True)
     assert best_judged([said, nothing], JointWeights(ctc=0.1)) is said  # -80 against -3: speech is never emptied
     assert best_judged([said, replace(nothing, veto_only=False)], JointWeights(ctc=0.1)).text == ""  # proposed: it competes
+
+
+def test_the_veto_fires_where_blank_is_likeliest_on_every_frame_though_nothing_said_is_unlikely():
+    # ten frames of blank at 0.6: the all-blank reading has 0.6^10 = 0.6 % (under the 5 % of the first half), while
+    # Whisper's invented text is cheap for the CTC model to spell in a frame or two
+    decoder, model = joint(["A."], [""], ctc=0.1)
+    tones = frames(*[0] * 10, sure=0.6)
+    assert math.exp(ctc_log_likelihoods(tones[0], [()], BLANK)[0]) < 0.05
+    audio = [np.zeros(16000, dtype=np.float32)]
+    [chosen] = best(decoder, model, tones, torch.tensor([10]), audio)
+    assert chosen == NOTHING_HEARD
+    # what the score alone would choose: Whisper's text (so the veto, not the weights, refused it)
+    [candidates] = judge(decoder, model, tones, torch.tensor([10]), audio)
+    assert best_judged(candidates, decoder.weights).text == "A."
+
+
+class RecordingBeam:
+    """A beam n-best that records which utterances it was asked to search."""
+
+    def __init__(self, texts, size):
+        self.texts, self.size, self.asked = texts, size, []
+
+    def of(self, rows):
+        self.asked.append(list(rows))
+        return [[Candidate(t, -1.0, tuple(StubTokenizer().text_to_ids(t))) for t in self.texts] for _ in rows]
+
+    def all(self):
+        return self.of(range(self.size))
+
+
+def test_the_beam_is_searched_only_where_neither_the_veto_nor_whisper_sureness_settles_the_choice():
+    decoder, _ = joint(["Ab."], ["ba"])
+    decoder.weights = JointWeights(ctc=0.3, whisper_sure=-2.0)  # the stub Whisper gives "Ab." -1.0 a word: sure
+    silence, speech = frames(0, 0, 0, 0, sure=0.99), frames(1, 0, 2, 0)
+    log_probs = torch.cat([silence, speech])
+    audios = [np.zeros(16000, dtype=np.float32)] * 2
+    beam = RecordingBeam(["ba"], 2)
+    assert [c.text for c in decoder.best(beam, log_probs, torch.tensor([4, 4]), audios)] == ["", "Ab."]
+    assert beam.asked == [[]]  # silence vetoed, Whisper sure of the speech: no search
+    decoder.weights = JointWeights(ctc=0.3, whisper_sure=-0.5)  # now unsure: the speech alone is searched
+    beam = RecordingBeam(["ba"], 2)
+    chosen = decoder.best(beam, log_probs, torch.tensor([4, 4]), audios)
+    assert beam.asked == [[1]]
+    everything = decoder.judge(RecordingBeam(["ba"], 2).all(), log_probs, torch.tensor([4, 4]), audios)
+    assert chosen[1].text == best_judged(everything[1], decoder.weights).text == "Ab."

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf, open_dict
 from duet.asr.decoding.decoder import CtcDecoder
 from duet.asr.decoding.options import DecodingInputError, StrategySettings, option
 from duet.asr.decoding.registry import register
-from duet.asr.decoding.rescoring import NOTHING_HEARD, Candidate, TextScorer
+from duet.asr.decoding.rescoring import NOTHING_HEARD, BeamNbest, Candidate, TextScorer
 from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES, WhisperGpt2Error
 from duet.asr.whisper_rescoring import WhisperRescorer
 from duet.asr.whisper_weights import WhisperWeightsError
@@ -126,9 +126,9 @@ class BeamRescoring:
     weight: float
     forkable = True
 
-    def best(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
+    def best(self, nbest: BeamNbest, log_probs: torch.Tensor, lengths: torch.Tensor,
              audios: Sequence[np.ndarray]) -> list[Candidate]:
-        return [self.choose(audio, candidates) for audio, candidates in zip(audios, nbest, strict=True)]
+        return [self.choose(audio, candidates) for audio, candidates in zip(audios, nbest.all(), strict=True)]
 
     def choose(self, waveform: np.ndarray, candidates: Sequence[Candidate]) -> Candidate:
         """The candidate with the best combined score (:data:`NOTHING_HEARD` when there is none); the beam's own

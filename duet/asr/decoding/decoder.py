@@ -11,7 +11,7 @@ import torch
 
 from duet.asr.decoding.nemo_decoding import blank_past_end, hypothesis_text, nemo_ctc_decoding, word_decoding
 from duet.asr.decoding.options import StrategySettings
-from duet.asr.decoding.rescoring import Rescoring, nbest_candidates
+from duet.asr.decoding.rescoring import BeamNbest, Rescoring
 from duet.asr.words import TimedTranscript, timed_transcripts
 
 
@@ -49,8 +49,7 @@ class CtcDecoder:
             if audios is None:
                 raise ValueError(f"{self.settings.describe()} reads each utterance's audio, and this decode path has "
                                  "none: use a decoding that does not rescore")
-            nbest = nbest_candidates(self.nemo, log_probs, lengths)
-            chosen = self.rescoring.best(nbest, log_probs, lengths, audios)
+            chosen = self.rescoring.best(BeamNbest(self.nemo, log_probs, lengths), log_probs, lengths, audios)
             texts, tokens = [c.text for c in chosen], [c.tokens for c in chosen]
         elif words and self.timed_by_nemo:
             texts = tokens = None

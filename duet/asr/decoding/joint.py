@@ -47,7 +47,7 @@ from duet.asr.decoding.beam_lm import LmFusion, lm_for_beam_batch
 from duet.asr.decoding.decoder import CtcDecoder
 from duet.asr.decoding.options import DecodingInputError, NameOf, option
 from duet.asr.decoding.registry import register
-from duet.asr.decoding.rescoring import NOTHING_HEARD, Candidate, TextScorer
+from duet.asr.decoding.rescoring import NOTHING_HEARD, BeamNbest, Candidate, TextScorer
 from duet.asr.ngram import load_token_lm, score_token_sentences
 from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES, WhisperGpt2Error
 from duet.asr.whisper_weights import WhisperWeightsError, whisper_tiny_en
@@ -58,9 +58,11 @@ WHISPER_MAX_LENGTH = 448
 # A log-likelihood for a text the CTC model cannot spell in the frames it has (more tokens than frames allow):
 # low enough never to win, finite so that weighted sums stay numbers
 IMPOSSIBLE = -1.0e4
-# The CTC judge's veto: where the CTC model gives "nothing was said" (every frame blank) at least this probability,
-# nothing was said, whatever Whisper proposes (it writes "you" or "Thank you." on noise and silence). Speech of a
-# single short word leaves that reading many orders of magnitude less likely.
+# The CTC judge's veto, first half: where the CTC model gives "nothing was said" (every frame blank) at least this
+# probability, nothing was said, whatever Whisper proposes (it writes "you" or "Thank you." on noise and silence).
+# Speech of a single short word leaves that reading many orders of magnitude less likely. The second half
+# (:func:`ctc_hears_nothing`): the model's likeliest label is blank on every frame, as on music-like tones where
+# Whisper's "you" outscored an all-blank reading of a few per cent.
 NOTHING_SAID_PROBABILITY = 0.05
 
 
@@ -150,17 +152,37 @@ class Judged:
 
 
 def best_judged(judged: Sequence[Judged], weights: JointWeights) -> Judged | None:
-    """The empty candidate when the CTC model hears nothing (:data:`NOTHING_SAID_PROBABILITY`); else Whisper's first
-    hypothesis when Whisper is sure of it (``weights.whisper_sure``); else the candidate with the highest score (the
-    first on a tie); None when there is none."""
+    """The empty candidate when the CTC model gives nothing said :data:`NOTHING_SAID_PROBABILITY` (the half of the
+    veto that the candidates' scores show; :meth:`JointDecoding.best` checks the whole of :func:`ctc_hears_nothing`
+    first); else Whisper's first hypothesis when Whisper is sure of it (:func:`whisper_is_sure`); else the candidate
+    with the highest score (the first on a tie); None when there is none."""
     nothing = next((j for j in judged if not j.spoken), None)
-    if nothing is not None and nothing.ctc > math.log(NOTHING_SAID_PROBABILITY):
+    if nothing is not None and nothing_said_likely(nothing.ctc):
         return nothing
     first = next((j for j in judged if j.from_whisper), None)
-    if first is not None and first.whisper / max(1, len(first.text.split())) > weights.whisper_sure:
+    if first is not None and whisper_is_sure(first, weights):
         return first
     proposed = [j for j in judged if not j.veto_only]
     return max(proposed, key=lambda j: j.score(weights)) if proposed else None
+
+
+def nothing_said_likely(nothing_said: float) -> bool:
+    """Whether ``nothing_said``, the CTC log-likelihood of the empty text (every frame blank), is above
+    :data:`NOTHING_SAID_PROBABILITY`."""
+    return nothing_said > math.log(NOTHING_SAID_PROBABILITY)
+
+
+def ctc_hears_nothing(log_probs: torch.Tensor, blank_id: int, nothing_said: float) -> bool:
+    """The CTC judge's veto on one utterance's log-probabilities [T, V]: the empty text is likely
+    (:func:`nothing_said_likely`), or blank is the likeliest label on every frame (the model's best reading is
+    silence)."""
+    return nothing_said_likely(nothing_said) or bool((log_probs.argmax(-1) == blank_id).all())
+
+
+def whisper_is_sure(first: Judged, weights: JointWeights) -> bool:
+    """Whether Whisper's first hypothesis is kept unjudged: its log-likelihood per written word above
+    ``weights.whisper_sure``."""
+    return first.whisper / max(1, len(first.text.split())) > weights.whisper_sure
 
 
 class WhisperProposer:
@@ -221,26 +243,59 @@ class JointDecoding:
     def judge(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
               audios: Sequence[np.ndarray]) -> list[list[Judged]]:
         """Every candidate of each utterance of a batch with its scores (the beam's ``nbest``, then Whisper's)."""
+        proposals, encodings = self._propose(audios)
+        return [self._judged(proposals.get(i, []), candidates, log_probs[i, : int(lengths[i])], encodings.get(i))
+                for i, candidates in enumerate(nbest)]
+
+    def best(self, nbest: BeamNbest, log_probs: torch.Tensor, lengths: torch.Tensor,
+             audios: Sequence[np.ndarray]) -> list[Candidate]:
+        """Each utterance's chosen candidate (text as a person reads it, CTC tokens of its spoken form): what
+        :func:`best_judged` picks among :meth:`judge`'s candidates. The beam is searched only for the utterances that
+        neither the CTC model's veto nor Whisper's sureness settles (both read without the beam's candidates)."""
+        proposals, encodings = self._propose(audios)
+        frames = [log_probs[i, : int(lengths[i])] for i in range(len(audios))]
+        chosen = {i: self._settled(proposals.get(i, []), frames[i], encodings.get(i)) for i in range(len(audios))}
+        pending = [i for i, settled in chosen.items() if settled is None]
+        for i, candidates in zip(pending, nbest.of(pending), strict=True):
+            chosen[i] = best_judged(self._judged(proposals.get(i, []), candidates, frames[i], encodings.get(i)),
+                                    self.weights)
+        return [NOTHING_HEARD if best is None or not best.spoken else
+                Candidate(best.text, best.score(self.weights), best.tokens)
+                for best in (chosen[i] for i in range(len(audios)))]
+
+    def _propose(self, audios: Sequence[np.ndarray]) -> tuple[dict[int, list[str]], dict[int, torch.Tensor]]:
+        """Whisper's n-best and encoding of each utterance of up to 30 s, by its index in ``audios``."""
         short = [i for i, a in enumerate(audios) if len(a) <= WHISPER_WINDOW_SAMPLES]
-        proposals: dict[int, list[str]] = {}
-        encodings: dict[int, torch.Tensor] = {}
-        if short:
-            texts, encoded = self.proposer.propose([audios[i] for i in short])
-            for row, i in enumerate(short):
-                proposals[i], encodings[i] = texts[row], encoded[row : row + 1]
-        judged = []
-        for i, candidates in enumerate(nbest):
-            # one candidate per spoken form: Whisper's formatting where it proposed that form
-            forms: dict[str, tuple[str, bool]] = {}
-            for text in proposals.get(i, []):
-                forms.setdefault(normalize_spoken(text), (text, True))
-            for candidate in candidates:
-                forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
-            veto_only = "" not in forms
-            forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
-            scored = self._scores(log_probs[i, : int(lengths[i])], forms, encodings.get(i))
-            judged.append([replace(j, veto_only=True) if veto_only and not j.spoken else j for j in scored])
-        return judged
+        if not short:
+            return {}, {}
+        texts, encoded = self.proposer.propose([audios[i] for i in short])
+        return ({i: texts[row] for row, i in enumerate(short)},
+                {i: encoded[row : row + 1] for row, i in enumerate(short)})
+
+    def _settled(self, proposals: list[str], log_probs: torch.Tensor, encoding: torch.Tensor | None) -> Judged | None:
+        """What :func:`best_judged` returns before it reads the beam's candidates, or None: the empty text when the
+        CTC model hears nothing, Whisper's first hypothesis when Whisper is sure of it."""
+        (nothing_said,) = ctc_log_likelihoods(log_probs, [()], self.blank_id)
+        if ctc_hears_nothing(log_probs, self.blank_id, nothing_said):
+            return Judged("", "", (), 0.0, 0.0, nothing_said, 0.0, False)
+        if not proposals:
+            return None
+        (first,) = self._scores(log_probs, {normalize_spoken(proposals[0]): (proposals[0], True)}, encoding)
+        return first if whisper_is_sure(first, self.weights) else None
+
+    def _judged(self, proposals: list[str], candidates: list[Candidate], log_probs: torch.Tensor,
+                encoding: torch.Tensor | None) -> list[Judged]:
+        """One utterance's candidates judged: Whisper's ``proposals`` and the beam's ``candidates``, one per spoken
+        form (Whisper's formatting where it proposed that form), and the empty text for the veto."""
+        forms: dict[str, tuple[str, bool]] = {}
+        for text in proposals:
+            forms.setdefault(normalize_spoken(text), (text, True))
+        for candidate in candidates:
+            forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
+        veto_only = "" not in forms
+        forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
+        scored = self._scores(log_probs, forms, encoding)
+        return [replace(j, veto_only=True) if veto_only and not j.spoken else j for j in scored]
 
     def _scores(self, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],
                 encoding: torch.Tensor | None) -> list[Judged]:
@@ -258,13 +313,3 @@ class JointDecoding:
         if self.lm is None or not spoken:
             return [0.0] * len(spoken)
         return [float(x) for x in score_token_sentences(self.lm, self.tokenizer, spoken)]
-
-    def best(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
-             audios: Sequence[np.ndarray]) -> list[Candidate]:
-        """Each utterance's chosen candidate (text as a person reads it, CTC tokens of its spoken form)."""
-        chosen = []
-        for judged in self.judge(nbest, log_probs, lengths, audios):
-            best = best_judged(judged, self.weights)
-            chosen.append(NOTHING_HEARD if best is None or not best.spoken else
-                          Candidate(best.text, best.score(self.weights), best.tokens))
-        return chosen

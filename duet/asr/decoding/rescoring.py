@@ -36,13 +36,34 @@ class TextScorer(Protocol):
     def encoded_log_likelihoods(self, encoding: torch.Tensor, texts: Sequence[str]) -> list[float]: ...
 
 
+class BeamNbest:
+    """A batch's beam n-best, searched when asked and for the utterances asked: a rescoring that settles some
+    utterances without the beam's candidates (joint decoding's veto and sure cases) spares their search."""
+
+    def __init__(self, nemo_decoding, log_probs: torch.Tensor, lengths: torch.Tensor):
+        self.nemo_decoding, self.log_probs, self.lengths = nemo_decoding, log_probs, lengths
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def of(self, rows: Sequence[int]) -> list[list[Candidate]]:
+        """The n-best of the batch's utterances ``rows``, in that order (each searched as in the whole batch)."""
+        if not rows:
+            return []
+        index = torch.as_tensor(list(rows), dtype=torch.long)
+        return nbest_candidates(self.nemo_decoding, self.log_probs[index], self.lengths[index])
+
+    def all(self) -> list[list[Candidate]]:
+        return self.of(range(len(self)))
+
+
 class Rescoring(Protocol):
     """Chooses each utterance's transcript among its beam's n-best (and candidates of its own), with the audio."""
 
     #: whether it may run in a forked process (CTranslate2's thread pool may not)
     forkable: bool
 
-    def best(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
+    def best(self, nbest: BeamNbest, log_probs: torch.Tensor, lengths: torch.Tensor,
              audios: Sequence[np.ndarray]) -> list[Candidate]: ...
 
 
