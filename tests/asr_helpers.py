@@ -98,7 +98,7 @@ def transcripts_with(model, settings, paths) -> list[str]:
 
 
 def check_words(timed, seconds: float, frame_s: float) -> None:
-    """Word times inside the audio (NeMo ends a word on the frame that emits its last token), in order, not
+    """Word times inside the audio (a word ends after the frame that emits its last token), in order, not
     overlapping; words spelling the transcript; confidences in [0, 1]."""
     assert timed.words is not None
     assert " ".join(w.word for w in timed.words) == " ".join(timed.text.split())

@@ -231,3 +231,38 @@ def test_every_audio_extension_searched_for_is_one_load_audio_reads(tmp_path):
         soundfile.write(path, tone, SR, format=fmt, subtype=subtype)
         audio = inference.load_audio(path, SR)
         assert abs(len(audio) - SR) < 0.1 * SR and np.abs(audio).max() > 0.1, ext
+
+
+def test_token_runs_collapse_repeats_and_split_at_blanks():
+    from duet.asr.words import token_runs
+
+    assert token_runs(torch.tensor([0, 5, 5, 0, 0, 5, 7, 7, 0]), blank_id=0) == [(1, 2), (5, 5), (6, 7)]
+    assert token_runs(torch.tensor([0, 0]), blank_id=0) == []
+
+
+def test_a_word_after_a_pause_starts_where_its_first_token_is_emitted(bundled_base_model):
+    """Constructed posteriors of two words with a long pause between (each token certain on its frames, blank
+    elsewhere): each word spans the frames its tokens are emitted on, not the pause before it (NeMo's own
+    convention starts a word where the one before it ended)."""
+    from duet.asr.decoding.nemo_decoding import word_decoding
+    from duet.asr.words import timed_transcripts
+
+    model, _ = bundled_base_model
+    tokenizer, blank = model.tokenizer, int(model.decoding.blank_id)
+    first, second = tokenizer.text_to_ids("the"), tokenizer.text_to_ids("sun")
+    frames, emitted = 80, {}
+    for start, ids in ((5, first), (60, second)):  # the second word 55 frames after the first
+        for k, token in enumerate(ids):
+            emitted[start + 2 * k] = emitted[start + 2 * k + 1] = token  # two frames a token, no blank within
+    probs = torch.full((1, frames, model.tokenizer.vocab_size + 1), 1e-4)
+    for t in range(frames):
+        probs[0, t, emitted.get(t, blank)] = 1.0
+    log_probs = (probs / probs.sum(-1, keepdim=True)).log()
+    lengths = torch.tensor([frames])
+    frame_s = float(model.encoder.subsampling_factor) * float(model.cfg.preprocessor.window_stride)
+    for texts, tokens in ((None, None), (["the sun"], [first + second])):  # greedy's path, then a forced one
+        (timed,) = timed_transcripts(model, word_decoding(model), log_probs, lengths, texts, tokens)
+        assert [w.word for w in timed.words] == ["the", "sun"]
+        the, sun = timed.words
+        assert (the.start, the.end) == pytest.approx((5 * frame_s, (5 + 2 * len(first)) * frame_s))
+        assert (sun.start, sun.end) == pytest.approx((60 * frame_s, (60 + 2 * len(second)) * frame_s))

@@ -7,10 +7,11 @@ at alpha 1: the probability of the frame's best token rescaled so that a uniform
 one 1, over the frames that emit the word's tokens (blanks excluded), the lowest of them (``aggregation: min``).
 NeMo's default measure (Tsallis entropy, alpha 0.33, exp normalisation) gave 0.001-0.18 to the words of a
 demo-model utterance that this one puts at 0.67 (the word before a deleted one) to 1.0: too low to read.
-The times are NeMo's CTC convention: a word ends on the frame that emits its last token and starts where the
-word before it ended (the first one a frame before its first token), so consecutive words touch. Frames
-become seconds as NeMo's ``model.transcribe(timestamps=True)`` converts them: ``timestamp_utils.
-process_timestamp_outputs`` with the encoder's subsampling factor and the feature window stride.
+The times are the frames the word's tokens are emitted on: from the first frame of its first token to the end of
+the last frame of its last token. NeMo's own word times give a word the blank frames before it (it starts where the
+word before it ended), so a word after a pause started up to the whole pause early (RESULTS, "word times").
+Frames become seconds as NeMo's ``model.transcribe(timestamps=True)`` converts them (``timestamp_utils.
+process_timestamp_outputs``): the encoder's subsampling factor times the feature window stride.
 
 Greedy decoding has them from NeMo itself. NeMo's batched beam search (``beam_batch``, our ``beam`` and
 ``beam_lm``) refuses ``compute_timestamps`` and confidence, so there the beam's own tokens are force-aligned to the
@@ -82,7 +83,10 @@ def timed_transcripts(model, word_decoding, log_probs, lengths, texts: Sequence[
         log_probs = aligned_log_probs(log_probs, lengths, tokens, word_decoding.blank_id)
     hyps = word_decoding.ctc_decoder_predictions_tensor(log_probs, decoder_lengths=lengths, return_hypotheses=True)
     hyps = process_timestamp_outputs(hyps, model.encoder.subsampling_factor, model.cfg.preprocessor.window_stride)
-    timed = [_timed(hyp) for hyp in hyps]
+    frame_seconds = float(model.encoder.subsampling_factor) * float(model.cfg.preprocessor.window_stride)
+    paths = log_probs.argmax(-1).cpu()  # greedy's path, or (masked) the aligned one: what NeMo's decoding read
+    timed = [_timed(hyp, paths[b, : int(lengths[b])], word_decoding.blank_id, frame_seconds)
+             for b, hyp in enumerate(hyps)]
     if texts is None:
         return timed
     # the path spells the beam's tokens, so its words are the beam's; the text stays the beam's own (a joint
@@ -137,16 +141,53 @@ def aligned_log_probs(log_probs, lengths, token_ids: Sequence, blank_id: int):
     return masked.scatter_(2, path, log_probs.gather(2, path))
 
 
-def _timed(hyp) -> TimedTranscript:
+def token_runs(path: torch.Tensor, blank_id: int) -> list[tuple[int, int]]:
+    """The first and last frame of each token a CTC path emits (a run of one label between blanks or other labels:
+    CTC's collapse), in order."""
+    runs: list[tuple[int, int]] = []
+    previous = blank_id
+    for frame, label in enumerate(path.tolist()):
+        if label != blank_id and label == previous:
+            runs[-1] = (runs[-1][0], frame)
+        elif label != blank_id:
+            runs.append((frame, frame))
+        previous = label
+    return runs
+
+
+def _timed(hyp, path: torch.Tensor, blank_id: int, frame_seconds: float) -> TimedTranscript:
     offsets = hyp.timestamp.get("word", []) if isinstance(hyp.timestamp, dict) else []
+    tokens = hyp.timestamp.get("char", []) if isinstance(hyp.timestamp, dict) else []
+    confidence = list(hyp.word_confidence or [])
     # a lone word-boundary piece ("▁") decodes to a double space: NeMo times it as an empty word but gives it no
     # confidence (it is no word)
-    offsets = [o for o in offsets if o["word"].strip()]
-    confidence = list(hyp.word_confidence or [])
-    if len(confidence) != len(offsets):  # NeMo splits both by the same tokens; say so loudly if not
-        raise RuntimeError(f"NeMo gave {len(offsets)} word times but {len(confidence)} word confidences "
+    kept = [o for o in offsets if o["word"].strip()]
+    if len(confidence) != len(kept):  # NeMo splits both by the same tokens; say so loudly if not
+        raise RuntimeError(f"NeMo gave {len(kept)} word times but {len(confidence)} word confidences "
                            f"for {hyp.text!r}")
+    spans = _emitted_spans(offsets, tokens, token_runs(path, blank_id), frame_seconds)
     # clipped: a force-aligned token less likely than uniform reads below 0 (module doc); greedy's never does
-    words = [Word(o["word"], round(float(o["start"]), 3), round(float(o["end"]), 3),
-                  round(min(1.0, max(0.0, float(c))), 4)) for o, c in zip(offsets, confidence)]
+    words = [Word(o["word"], *spans.get(k, (round(float(o["start"]), 3), round(float(o["end"]), 3))),
+                  round(min(1.0, max(0.0, float(c))), 4))
+             for (k, o), c in zip(((k, o) for k, o in enumerate(offsets) if o["word"].strip()), confidence)]
     return TimedTranscript(hyp.text, words)
+
+
+def _emitted_spans(words: list[dict], tokens: list[dict], runs: list[tuple[int, int]],
+                   frame_seconds: float) -> dict[int, tuple[float, float]]:
+    """Each word's span (seconds) from the first frame its first token is emitted on to the end of the last frame
+    its last token is emitted on, by the word's index in NeMo's ``words``. NeMo's own convention (the module doc)
+    gives a word the blank frames before it, so after a pause it starts when the word before it ended; the
+    emitted frames alone put it where the model heard it. Empty when NeMo's tokens and the path's do not line up."""
+    if len(tokens) != len(runs):
+        return {}
+    spans, k = {}, 0
+    for index, word in enumerate(words):
+        inside = []
+        while k < len(tokens) and int(tokens[k]["end_offset"]) <= int(word["end_offset"]):
+            inside.append(k)
+            k += 1
+        if inside:
+            first, last = runs[inside[0]][0], runs[inside[-1]][1]
+            spans[index] = (round(first * frame_seconds, 3), round((last + 1) * frame_seconds, 3))
+    return spans
