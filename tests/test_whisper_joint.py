@@ -257,3 +257,12 @@ def test_the_beam_is_searched_only_where_neither_the_veto_nor_whisper_sureness_s
     assert beam.asked == [[1]]
     everything = decoder.judge(RecordingBeam(["ba"], 2).all(), log_probs, torch.tensor([4, 4]), audios)
     assert chosen[1].text == best_judged(everything[1], decoder.weights).text == "Ab."
+
+
+def test_ctc_candidates_judges_the_beams_best_that_whisper_did_not_propose():
+    decoder, model = joint(["Ab."], ["ab", "aa", "", "ba", "bb"])
+    decoder.weights = JointWeights(ctc=0.3, ctc_candidates=2)
+    [candidates] = judge(decoder, model, frames(1, 0, 2, 0), torch.tensor([4]), [np.zeros(16000, dtype=np.float32)])
+    # "ab" is Whisper's already; then the beam's first two that say something; its empty one kept for the veto
+    assert [(c.spoken, c.from_whisper, c.veto_only) for c in candidates] == [
+        ("ab", True, False), ("aa", False, False), ("", False, False), ("ba", False, False)]

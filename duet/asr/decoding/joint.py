@@ -80,6 +80,8 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
                                       "word is above this (0: always judged)", high=0)
     spoken_share: float = option(0.0, "the share of Whisper's log-likelihood read from a candidate's spoken form "
                                       "(lower case, numbers in words) rather than as written", low=0, high=1)
+    ctc_candidates: int = option(0, "the CTC beam's best candidates judged beside Whisper's, those Whisper did not "
+                                    "propose (0: all of them)", low=0)
 
     def check(self, name_of: NameOf) -> None:
         if self.lm_weight and not self.ngram_lm:
@@ -89,12 +91,13 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
     def weights(self) -> "JointWeights":
         return JointWeights(ctc=self.ctc_weight, lm=self.lm_weight, token_bonus=self.token_bonus,
                             whisper=1 - self.spoken_share, whisper_spoken=self.spoken_share,
-                            whisper_sure=self.whisper_sure)
+                            whisper_sure=self.whisper_sure, ctc_candidates=self.ctc_candidates)
 
     def describe(self) -> str:
         beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "")
         sure = (f",sure={self.whisper_sure:g}" if self.whisper_sure else "") + \
-            (f",spoken={self.spoken_share:g}" if self.spoken_share else "")
+            (f",spoken={self.spoken_share:g}" if self.spoken_share else "") + \
+            (f",ctc_candidates={self.ctc_candidates}" if self.ctc_candidates else "")
         return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
                 f"lm={self.lm_weight:g},bonus={self.token_bonus:g}{sure})")
 
@@ -129,6 +132,9 @@ class JointWeights:
     # Whisper's first hypothesis is kept without judging when its log-likelihood per written word is above this
     # (Whisper is sure of it); 0 never (a log-likelihood is never above 0)
     whisper_sure: float = 0.0
+    # how many of the beam's candidates are judged, best first, beside Whisper's (those Whisper did not propose;
+    # its empty one, the veto's, always): each costs a teacher-forced Whisper pass and an LM score; 0 all
+    ctc_candidates: int = 0
 
 
 @dataclass(frozen=True)
@@ -290,8 +296,13 @@ class JointDecoding:
         forms: dict[str, tuple[str, bool]] = {}
         for text in proposals:
             forms.setdefault(normalize_spoken(text), (text, True))
+        judged_from_beam = 0
         for candidate in candidates:
-            forms.setdefault(normalize_spoken(candidate.text), (candidate.text, False))
+            form = normalize_spoken(candidate.text)
+            if form in forms or (form and 0 < self.weights.ctc_candidates <= judged_from_beam):
+                continue
+            forms[form] = (candidate.text, False)
+            judged_from_beam += bool(form)
         veto_only = "" not in forms
         forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
         scored = self._scores(log_probs, forms, encoding)
