@@ -23,6 +23,10 @@ Whisper invents on silence or noise has no frames that spell it (the empty candi
 needs frames for every repeat. Audio longer than Whisper's 30 s window is judged among the CTC beam's candidates
 alone (the pipeline cuts recordings into shorter pieces).
 
+Two rules come before any score (:func:`best_judged`): the CTC model's veto (:func:`ctc_hears_nothing`) and
+Whisper's sureness of its first hypothesis (``whisper_sure``). Both read nothing of the CTC beam, so the beam is
+searched only for the utterances they leave open (:meth:`JointDecoding.best`).
+
 The weights are chosen on held-in data (``bench/joint_decoding.py``) and saved in a model's ``decoding.json``
 (strategy ``joint``, :class:`JointSettings`); its decoder's rescoring is a :class:`JointDecoding`, which every decode
 path asks for each utterance's choice.
