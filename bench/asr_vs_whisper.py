@@ -19,14 +19,16 @@ Sets: every --manifest (default: the sample's test-clean voices), and with --rea
 speechocean762/test, read_sentences and common_voice. Each set is run once by each system, the order alternating from
 set to set; WER is on normalised text. Also: clips of non-speech generated here (digital silence, dither, coloured
 noise, hum, fan, music-like tones; --noise-clips of each kind) and how many of them each system writes any word
-for; throughput (audio seconds / wall seconds) over all the sets and its ratio ours / whisper; a ~5 s clip alone,
-to transcript. Writes <out>/asr_vs_whisper.json.
+for; throughput (audio seconds / wall seconds) over all the sets and its ratio ours / whisper, and the same per
+CPU second (user + system time: what other work on a shared machine does not inflate); a ~5 s clip alone, to
+transcript. Writes <out>/asr_vs_whisper.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -193,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and the workers it has waited for: beside wall time, the cost
+    that other work on a shared machine does not inflate."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def compare(args, sets: dict[str, list[dict]], noise: list[str], out, err) -> None:
     """Both systems on every set, the noise clips and a 5 s clip; the table to ``out``, progress to ``err``."""
     ours, described = our_system(args, err)
@@ -201,16 +210,17 @@ def compare(args, sets: dict[str, list[dict]], noise: list[str], out, err) -> No
     names = list(systems)
     for run in systems.values():  # warm-up: the models' first calls
         run([sets[next(iter(sets))][0]["audio_filepath"]])
-    rows, seconds = [], {name: 0.0 for name in names}
+    rows, seconds, cpu = [], {name: 0.0 for name in names}, {name: 0.0 for name in names}
     audio_seconds = 0.0
     for k, (set_name, entries) in enumerate(sets.items()):
         paths = [e["audio_filepath"] for e in entries]
         audio_seconds += sum(float(e["duration"]) for e in entries)
         row = {"set": set_name, "utterances": len(paths)}
         for name in names if k % 2 == 0 else list(reversed(names)):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), cpu_seconds()
             texts = systems[name](paths)
             seconds[name] += time.perf_counter() - start
+            cpu[name] += cpu_seconds() - cpu_start
             hyps = [manifest_text(t) for t in texts]
             row[name] = score([Path(p).stem for p in paths], [e["text"] for e in entries], hyps,
                               [float(e["duration"]) for e in entries]).summary["wer"]
@@ -225,9 +235,12 @@ def compare(args, sets: dict[str, list[dict]], noise: list[str], out, err) -> No
         latency[name] = time.perf_counter() - start
     throughput = {name: audio_seconds / seconds[name] for name in names}
     ratio = throughput[names[0]] / throughput[names[1]]
+    per_cpu = {name: audio_seconds / cpu[name] for name in names}
+    cpu_ratio = per_cpu[names[0]] / per_cpu[names[1]]
     report = {"model": str(args.model), "ours": described, "threads": args.threads, "rows": rows,
               "non_speech_clips": len(noise), "clips_with_words": worded, "throughput_rtfx": throughput,
-              "throughput_ratio": ratio, "latency_seconds": latency, "clip": str(clip),
+              "throughput_ratio": ratio, "audio_per_cpu_second": per_cpu, "cpu_throughput_ratio": cpu_ratio,
+              "latency_seconds": latency, "clip": str(clip),
               "audio_seconds": round(audio_seconds, 1)}
     write_text_atomic(args.out / "asr_vs_whisper.json", json.dumps(report, indent=1) + "\n")
     print(f"| set | utterances | {names[0]} | {names[1]} | ours / whisper |", file=out)
@@ -239,6 +252,8 @@ def compare(args, sets: dict[str, list[dict]], noise: list[str], out, err) -> No
     print(f"| non-speech clips with any word | {len(noise)} | {worded[names[0]]} | {worded[names[1]]} | |", file=out)
     print(f"| throughput (x real time) | {audio_seconds / 60:.1f} min | {throughput[names[0]]:.1f} | "
           f"{throughput[names[1]]:.1f} | {ratio:.2f} |", file=out)
+    print(f"| audio seconds per CPU second | {audio_seconds / 60:.1f} min | {per_cpu[names[0]]:.1f} | "
+          f"{per_cpu[names[1]]:.1f} | {cpu_ratio:.2f} |", file=out)
     print(f"| {Path(clip).name} alone (s) | 1 | {latency[names[0]]:.2f} | {latency[names[1]]:.2f} | |", file=out)
     print(f"asr_vs_whisper: {args.threads} threads; wrote {args.out / 'asr_vs_whisper.json'}", file=out)
 
