@@ -47,7 +47,7 @@ def request_text(text: str) -> str:
 
     The recognisers write numbers both ways (the CTC model in words, Whisper in digits, with its casing and
     punctuation), and a model this small copies a digit far better than it turns "seventy seven" into 77 (it wrote
-    70). The voice pipeline gives the model this form of its transcript. (The Alpaca sample's requests in the speech
-    corpus's wording stay spelt out: trained on them in this form, the demo's model answered no better, RESULTS.md
-    "Requests with numbers in digits".)"""
+    70). The voice pipeline gives the model this form of its transcript, and the Alpaca sample writes its requests in
+    the recogniser's form this way too (``duet.synth.alpaca_sample``), so the model trains on the form it is given
+    (RESULTS.md "Requests with numbers in digits")."""
     return " ".join(alpha2digit(" ".join(_NOT_KEPT_IN_REQUEST.sub(" ", text.lower()).split()), "en").split())

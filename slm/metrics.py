@@ -226,11 +226,16 @@ def answer_words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+# a comma, question or exclamation mark, or a full stop that is not a decimal point ("2.5" is a number)
+_SENTENCE_PUNCTUATION = re.compile(r"[,?!]|\.(?!\d)")
+
+
 def is_spoken_request(row: dict) -> bool:
-    """An assistant request in the form the speech recogniser writes: no input field, lower case, no digits
-    or sentence punctuation ("hey assistant dim the dining room lights to ninety percent thanks")."""
+    """An assistant request in the form the speech recogniser writes, numbers spelt out or in digits as the voice
+    pipeline gives them to the model (``duet.text.request_text``): no input field, lower case, no sentence
+    punctuation ("hey assistant dim the dining room lights to ninety percent thanks", "... to 90 percent thanks")."""
     text = row["instruction"]
-    return not row["input"] and text == text.lower() and not any(c in text for c in ".,?!0123456789")
+    return not row["input"] and text == text.lower() and not _SENTENCE_PUNCTUATION.search(text)
 
 
 def slot_words(instruction: str, reference: str) -> list[str]:

@@ -185,3 +185,43 @@ def test_replay_sentences_are_drawn_by_the_seed_and_a_missing_or_short_file_is_n
         replay_sentences(tmp_path / "missing.txt", 0.5, 20, seed=1)
     with pytest.raises(ConfigError, match="has 50 sentences.*wants 60"):
         replay_sentences(text, 3.0, 20, seed=1)
+
+
+def test_spoken_rows_are_in_the_form_the_pipeline_gives_the_model():
+    """The voice pipeline gives the model ``duet.text.request_text`` of a transcript (numbers in digits): the sample's
+    requests in the recogniser's form are in that form already, so training and answering see the same text."""
+    from duet.synth.alpaca_sample import make_examples
+    from duet.text import request_text
+
+    spoken = [r["instruction"] for r in make_examples(1500, seed=5) if not r["input"]
+              and r["instruction"] == r["instruction"].lower() and not any(c in r["instruction"] for c in ",?!")]
+    assert [s for s in spoken if request_text(s) != s] == []
+    assert sum(any(c.isdigit() for c in s) for s in spoken) > 100
+
+
+def test_an_action_it_cannot_take_is_declined_by_name_in_the_second_person():
+    import random
+
+    from duet.synth.alpaca_sample import _unsupported
+
+    rows = [_unsupported(random.Random(seed)) for seed in range(60)]
+    for instruction, answer in rows:
+        assert answer.startswith("Sorry, I can't ") and answer.endswith(".")
+        asked = answer.removeprefix("Sorry, I can't ").rstrip(".").replace("your", "my").replace("you", "me")
+        assert asked.lower() in instruction.lower(), (instruction, answer)
+    assert any(" your " in answer for _, answer in rows)  # "share my location" -> "share your location"
+
+
+def test_calls_and_timer_controls_name_who_and_which_timer_the_request_named():
+    import random
+
+    from duet.synth.alpaca_sample import _call, _name, _timer_control
+
+    for seed in range(40):
+        instruction, answer = _call(random.Random(seed))
+        assert answer.startswith("Calling ") and answer.removeprefix("Calling ").rstrip(".") in instruction
+        instruction, answer = _timer_control(random.Random(seed))
+        named = instruction.lower().split(" timer")[0].split()[-1]  # "pause the pasta timer" -> "pasta"
+        named_in_answer = answer.lower().removeprefix("i've cancelled the ").split("timer")[0].strip()
+        assert named_in_answer == ("" if named in ("the", "my") else named), (instruction, answer)
+    assert _name("aunt rosa") == "Aunt Rosa" and _name("my boss") == "my boss" and _name("new york") == "New York"

@@ -230,3 +230,12 @@ def test_computed_values_are_the_numbers_the_request_did_not_say():
         == [1.0, 30.0]
     assert computed_values("dim the dining room lights to ninety percent",
                            "Setting the dining room lights to 90 percent.") == []
+
+
+def test_a_spoken_request_may_hold_digits_as_the_pipeline_gives_them():
+    # duet.text.request_text writes a transcript's numbers in digits: such a row is still a spoken request
+    spoken = ["what is 66 plus 42", "what is 2.5 times 4", "wake me up at 7:30", "what is sixty six plus forty two"]
+    written = ["Set a timer for 10 minutes.", "set a timer for 10 minutes.", "what is 66 plus 42?", "call nina, please"]
+    assert [is_spoken_request({"instruction": t, "input": ""}) for t in spoken] == [True] * 4
+    assert [is_spoken_request({"instruction": t, "input": ""}) for t in written] == [False] * 4
+    assert not is_spoken_request({"instruction": "sort the numbers", "input": "3, 1"})

@@ -3,14 +3,15 @@ written by ``tools/make_alpaca_sample.py``).
 
 Every row is generated here from small tables (no rows are copied from Stanford Alpaca). About half
 are voice-assistant requests of the kind the speech sample speaks (timers, alarms, weather, lights,
-music, lists, arithmetic, unit conversion, calendar, general questions), many of them in the form an
-ASR transcript takes (lower case, no punctuation, numbers as words) because that is what the
-voice pipeline feeds the model; the rest are general tasks (rewrite, classify, sort, count, facts).
+music, lists, arithmetic, unit conversion, calendar, calls, general questions), many of them in the form the
+voice pipeline gives the model a transcript (``duet.text.request_text``: lower case, no punctuation, numbers in
+digits); the rest are general tasks (rewrite, classify, sort, count, facts).
 Answers are computed (sorting, counting) so they are always correct; what a small model cannot work out
 itself (sums, unit and temperature conversions, the time and date) it answers with a tool call
 (``slm.tool_calls``: ``50 minus 3 is <<calc: 50 - 3>>.``), which generation executes. The assistant never invents
 live data or facts it was not taught (weather, calendar contents, prices, populations, ages): it says it has no
-access, or "I don't know that." (:data:`UNKNOWN_ANSWER`). :func:`tool_examples` draws only the rows with a call
+access, or "I don't know that." (:data:`UNKNOWN_ANSWER`); an action it cannot take it declines by name ("Sorry, I
+can't book a flight to Oslo.", :data:`UNSUPPORTED_ACTIONS`). :func:`tool_examples` draws only the rows with a call
 or a refusal, for mixing into another instruction set (``data.tool_rows`` of the fine-tune's config).
 """
 
@@ -20,7 +21,7 @@ import random
 
 from duet.synth.corpus import held_out_texts
 from duet.synth.corpus_text import assistant_requests, number_to_words
-from duet.text import normalize_text
+from duet.text import normalize_text, request_text
 from slm.tool_calls import format_number as fmt_number
 
 
@@ -159,19 +160,40 @@ POLITE_PREFIX = ["", "please ", "hey assistant ", "could you ", "can you "]
 POLITE_SUFFIX = ["", " please", " for me", " thanks"]
 
 
+TIMER_LABELS = ["pasta", "tea", "laundry", "oven", "workout", "pizza", "bread", "egg", "rice", "soup", "cake", "nap",
+                "study", "bath", "muffin", "steak"]
+
+
 def _timer(rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.3:
+        return _timer_control(rng)
     n = rng.choice([1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 45, 50, 60, 90])
     unit = rng.choice(["minute", "minute", "second", "hour"]) if n <= 12 else rng.choice(["minute", "second"])
     units = unit if n == 1 else unit + "s"
-    label = rng.choice(["", "", "pasta", "tea", "laundry", "oven", "workout"])
+    # half the timers carry a name, which the answer repeats: the name is whatever word the request gave
+    label = rng.choice(TIMER_LABELS) if rng.random() < 0.5 else ""
     templates = [f"Set a timer for {n} {units}.", f"Start a {n} {unit} timer.",
                  f"Can you set a timer for {n} {units}?", f"Timer for {n} {units}, please.",
                  f"Count down {n} {units}."]
     if label:
-        templates.append(f"Set a {label} timer for {n} {units}.")
+        templates = [f"Set a {label} timer for {n} {units}.", f"Start a {label} timer for {n} {units}.",
+                     f"Set a {n} {unit} {label} timer."]
     instruction = rng.choice(templates)
-    named = f" {label}" if label and label in instruction else ""
+    named = f" {label}" if label else ""
     return instruction, f"OK, your{named} timer is set for {n} {units}. I'll let you know when it's done."
+
+
+def _timer_control(rng: random.Random) -> tuple[str, str]:
+    """Pausing, resuming or cancelling a running timer, named or not: the answer names the timer as the request did."""
+    label = rng.choice(TIMER_LABELS) if rng.random() < 0.5 else ""
+    named = f"{label} timer" if label else "timer"
+    verb, done = rng.choice([("pause", "paused"), ("hold", "paused"), ("resume", "resumed"), ("restart", "resumed"),
+                             ("stop", "cancelled"), ("cancel", "cancelled")])
+    instruction = rng.choice([f"{verb.capitalize()} the {named}.", f"{verb.capitalize()} my {named}.",
+                              f"Please {verb} the {named}.", f"Can you {verb} the {named}?"])
+    if done == "cancelled":
+        return instruction, f"I've cancelled the {named}."
+    return instruction, f"{named.capitalize()} {done}."
 
 
 def _alarm(rng: random.Random) -> tuple[str, str]:
@@ -180,19 +202,37 @@ def _alarm(rng: random.Random) -> tuple[str, str]:
     ampm = rng.choice(["a.m.", "a.m.", "p.m."])
     spoken = f"{hour}" if minute == 0 else f"{hour}:{minute:02d}"
     day = rng.choice(["", "", " tomorrow", " on Monday", " on Saturday"])
+    if rng.random() < 0.3:  # an alarm already set, named by its time
+        instruction = rng.choice([f"Turn off my {spoken} {ampm} alarm.", f"Cancel my {spoken} {ampm} alarm.",
+                                  f"Switch off the {spoken} {ampm} alarm.", f"Delete my {spoken} {ampm} alarm."])
+        return instruction, f"I've turned off your {hour}:{minute:02d} {ampm} alarm."
     instruction = rng.choice([f"Set an alarm for {spoken} {ampm}{day}.", f"Wake me up at {spoken} {ampm}{day}.",
                               f"Please set an alarm at {spoken} {ampm}{day}.", f"I need an alarm for {spoken} {ampm}{day}."])
     return instruction, f"Done. Your alarm is set for {hour}:{minute:02d} {ampm}{day}."
 
 
 def _weather(rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.35:
+        return _weather_here(rng)
     city = rng.choice(CITIES)
     when = rng.choice(["today", "tomorrow", "this weekend", "right now", "tonight"])
     instruction = rng.choice([f"What's the weather like in {city} {when}?", f"Will it rain in {city} {when}?",
                               f"How hot will it be in {city} {when}?", f"Do I need an umbrella in {city} {when}?",
                               f"What is the forecast for {city} {when}?", f"Is it cold in {city} {when}?"])
-    return instruction, (f"I don't have access to live weather data, so I can't tell you the weather in {city} {when}. "
-                         f"Please check a weather service for the latest forecast.")
+    return instruction, _NO_WEATHER.format(where=f" in {city} {when}")
+
+
+def _weather_here(rng: random.Random) -> tuple[str, str]:
+    """Weather asked without a place (where the user is): the answer names the time asked about, and no city."""
+    when = rng.choice(["today", "tomorrow", "tonight", "this weekend", "this afternoon", "outside", "right now",
+                       *(f"on {day}" for day in DAYS[:7])])
+    questions = [f"What's the weather like {when}?", f"Will it rain {when}?", f"How cold is it {when}?",
+                 f"Is it warm {when}?", f"How windy is it {when}?"]
+    if when not in ("outside", "right now"):
+        forecast = when.removeprefix("on ")
+        questions += [f"What is the forecast for {forecast}?", f"Show me the weather forecast for {forecast}."]
+    instruction = rng.choice(questions)
+    return instruction, _NO_WEATHER.format(where=f" {when}")
 
 
 def _lights(rng: random.Random) -> tuple[str, str]:
@@ -249,17 +289,67 @@ def _lists(rng: random.Random) -> tuple[str, str]:
     return instruction, f"I've removed {item} from your {name}."
 
 
+#: who a call goes to: many names (so that the answer copies the name it was given rather than recalling one), and
+#: people by what they are to the user
+CONTACTS = PEOPLE + ["Aisha", "Ben", "Carlos", "Chloe", "Daniel", "Elena", "Farah", "George", "Hana", "Ivan", "Jack",
+                     "Julia", "Kenji", "Laura", "Leo", "Mia", "Mohammed", "Nora", "Oscar", "Paula", "Rosa", "Sam",
+                     "Sofia", "Tariq", "Uma", "Victor", "Wei", "Yusuf", "Zoe", "Grace", "Henry", "Lily", "Max", "Ruth",
+                     "mom", "dad", "grandpa", "my sister", "my brother", "my wife", "my husband", "my son",
+                     "my daughter", "my doctor", "my neighbor", "my friend", "my aunt", "my uncle", "the office",
+                     "the dentist", "the bank", "the vet", "the school"]
+
+
+def _call(rng: random.Random) -> tuple[str, str]:
+    contact = rng.choice(CONTACTS)
+    instruction = rng.choice([f"Call {contact}.", f"Phone {contact}.", f"Ring {contact}.", f"Give {contact} a call.",
+                              f"Please call {contact}.", f"Can you call {contact}?", f"Dial {contact}."])
+    return instruction, f"Calling {contact}."
+
+
+#: things a user may ask for that this assistant cannot do (it has timers, alarms, reminders, the weather service's
+#: refusal, lights, appliances, music, lists, calendar entries and calls, nothing else): each is declined by name
+UNSUPPORTED_ACTIONS = [
+    "order a pizza", "order {item} online", "buy more {item}", "book a flight to {city}", "book a hotel room in {city}",
+    "reserve two tickets for the concert", "pay the water bill", "send twenty dollars to {person}",
+    "transfer money to my savings account", "unlock the car", "start the car", "open the window in the {room}",
+    "open the back gate", "feed the cat", "water the plants", "vacuum the {room}", "wash the dishes",
+    "do the laundry", "mow the lawn", "make me a sandwich", "iron my shirt", "translate this letter into German",
+    "print my boarding pass", "scan this document", "share my location with {person}", "post a message on social media",
+    "update my phone", "record a voice memo", "find my keys", "charge the car", "check my bank balance",
+    "read me my emails", "open the banking app", "restart the router", "change the channel to the football match",
+    "write a poem for {person}", "clean the windows", "fill up the bird feeder", "wrap the birthday present",
+    "track my package", "rent a bike for the afternoon", "sign me up for the gym", "fix the dripping tap",
+]
+#: the words that turn a request into the assistant's echo of it ("share my location" -> "share your location")
+_SECOND_PERSON = {"my": "your", "me": "you", "i": "you", "mine": "yours", "myself": "yourself", "i'm": "you're"}
+
+
+def _unsupported(rng: random.Random) -> tuple[str, str]:
+    """An action outside what the assistant can do: declined, naming what was asked (never pretending it is done)."""
+    action = rng.choice(UNSUPPORTED_ACTIONS).format(item=rng.choice(ITEMS), city=rng.choice(CITIES),
+                                                    person=rng.choice(PEOPLE), room=rng.choice(ROOMS))
+    instruction = rng.choice([f"{action[0].upper()}{action[1:]}.", f"Please {action}.", f"Can you {action}?",
+                              f"Could you {action} for me?", f"I need you to {action}."])
+    echo = " ".join(_SECOND_PERSON.get(word, word) for word in action.split())
+    return instruction, f"Sorry, I can't {echo}."
+
+
 #: the operator a calc call writes for each spoken one
 CALC_OPERATORS = {"plus": "+", "minus": "-", "times": "*", "divided by": "/"}
 UNKNOWN_ANSWER = "I don't know that."
 
 
 def _arithmetic(rng: random.Random) -> tuple[str, str]:
+    if rng.random() < 0.15:
+        a = rng.randint(2, 999)  # the model copies a number of any size into its call, as the request wrote it
+        instruction = rng.choice([f"What is {a} squared?", f"What's {a} squared?", f"Calculate {a} squared."])
+        return instruction, f"{a} squared is <<calc: {a} ** 2>>."
     op = rng.choice(list(CALC_OPERATORS))
+    top = rng.choice([99, 99, 999])
     if op == "plus":
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
+        a, b = rng.randint(1, top), rng.randint(1, top)
     elif op == "minus":
-        a = rng.randint(10, 120)
+        a = rng.randint(10, top + 21)
         b = rng.randint(1, a - 1)
     elif op == "times":
         a, b = rng.randint(2, 15), rng.randint(2, 12)
@@ -318,8 +408,39 @@ PLACES = ["Eiffel Tower", "Big Ben", "Golden Gate Bridge", "Statue of Liberty", 
 PERSON_FACTS = ["How old is {p}?", "Where does {p} live?", "What is {p}'s phone number?", "When is {p}'s birthday?"]
 
 
+#: general-knowledge questions that no row answers (:data:`FACTS` are the facts the model is taught): whatever their
+#: form, the model cannot know the answer, so it says so rather than making one up
+UNTAUGHT_QUESTIONS = ["Who wrote {book}?", "Who discovered {discovery}?", "Who composed {music}?",
+                      "What is the largest {kind} in the world?", "What is the smallest {kind} in the world?",
+                      "What color is {colored}?", "What does {animal} eat?", "Where do {animals} live?",
+                      "What is the national dish of {country}?", "What is the currency of {country}?",
+                      "When did {event} happen?", "Who was the first person to {feat}?",
+                      "What is the main ingredient of {dish}?", "What is the meaning of the word {word}?",
+                      "What is a baby {animal_noun} called?", "What is the chemical symbol for {element}?"]
+UNTAUGHT_SLOTS = {
+    "book": ["War and Peace", "Pride and Prejudice", "The Hobbit", "Don Quixote", "Moby Dick", "Hamlet"],
+    "discovery": ["penicillin", "electricity", "radium", "the electron", "insulin", "oxygen"],
+    "music": ["the Four Seasons", "the Moonlight Sonata", "Swan Lake", "the Magic Flute"],
+    "kind": ["desert", "lake", "island", "bird", "fish", "country", "forest", "volcano"],
+    "colored": ["a flamingo", "a ruby", "an emerald", "a canary", "a lemon", "a plum", "copper", "a robin's egg"],
+    "animal": ["a koala", "a panda", "a hedgehog", "a beaver", "an owl", "a crab"],
+    "animals": ["penguins", "kangaroos", "polar bears", "camels", "lemurs", "otters"],
+    "country": ["Peru", "Kenya", "Vietnam", "Sweden", "Morocco", "Chile", "Greece", "Thailand"],
+    "event": ["the first moon landing", "the fall of the Berlin Wall", "the first Olympic Games",
+              "the invention of printing"],
+    "feat": ["climb Mount Everest", "fly across the Atlantic", "sail around the world", "walk in space"],
+    "dish": ["guacamole", "hummus", "risotto", "paella", "pesto", "sushi"],
+    "word": ["serendipity", "ephemeral", "ubiquitous", "melancholy", "gregarious"],
+    "animal_noun": ["kangaroo", "swan", "goat", "deer", "seal"],
+    "element": ["silver", "iron", "sodium", "lead", "tin"],
+}
+
+
 def _unknown(rng: random.Random) -> tuple[str, str]:
     """A question about live data or the world that nothing taught the model: answered "I don't know that."."""
+    if rng.random() < 0.4:
+        question = rng.choice(UNTAUGHT_QUESTIONS)
+        return question.format(**{slot: rng.choice(values) for slot, values in UNTAUGHT_SLOTS.items()}), UNKNOWN_ANSWER
     city, other, place = rng.choice(CITIES), rng.choice(CITIES), rng.choice(PLACES)
     questions = [f"What is the stock price of {rng.choice(COMPANIES)} today?",
                  f"How much is a share of {rng.choice(COMPANIES)} worth right now?",
@@ -342,21 +463,22 @@ def _general_question(rng: random.Random) -> tuple[str, str]:
 
 
 ASSISTANT_GENERATORS = [_timer, _alarm, _weather, _lights, _music, _lists, _arithmetic, _conversion, _calendar,
-                        _general_question, _clock, _unknown]
+                        _general_question, _clock, _unknown, _call, _unsupported]
 #: the generators whose answers hold a tool call or a refusal (:func:`tool_examples`)
 TOOL_GENERATORS = [_arithmetic, _conversion, _clock, _unknown]
 
 
 def assistant_example(rng: random.Random, spoken: bool, generators=tuple(ASSISTANT_GENERATORS)) -> dict:
-    """One voice-assistant request from one of ``generators``; ``spoken`` gives it the ASR transcript form with a
-    filler prefix/suffix."""
+    """One voice-assistant request from one of ``generators``; ``spoken`` gives it a filler prefix/suffix and the
+    form the pipeline gives the model a transcript in (spelt out as a recogniser writes it, then
+    ``duet.text.request_text``: numbers in digits)."""
     instruction, output = rng.choice(generators)(rng)
     if spoken:
         # "can you" before a question reads badly ("can you what is ..."): questions only get a wake phrase.
         question = instruction.endswith("?")
         prefix = rng.choice(["", "hey assistant "] if question else POLITE_PREFIX)
         suffix = rng.choice(["", " please"] if question or "please" in prefix else POLITE_SUFFIX)
-        instruction = asr_form(prefix + instruction.rstrip(".?!") + suffix)
+        instruction = request_text(asr_form(prefix + instruction.rstrip(".?!") + suffix))
     instruction = instruction.replace("..", ".")
     return {"instruction": instruction, "input": "", "output": output}
 
@@ -437,7 +559,8 @@ def _yours(text: str) -> str:
 
 
 def _name(text: str) -> str:
-    return " ".join(w if w in ("my", "the") else w.capitalize() for w in text.split())
+    """A name capitalised ("aunt rosa" -> "Aunt Rosa"); someone named by a role stays lower case ("my boss")."""
+    return text if text.split()[0] in ("my", "the") else " ".join(w.capitalize() for w in text.split())
 
 
 # the units' definitions (the international mile, pound and foot; the US gallon and cup), so that a reference agrees
@@ -580,12 +703,12 @@ def corpus_answer(template: str):
 def corpus_examples(n_examples: int, seed: int, exclude: set[str] = frozenset(),
                     templates: set[str] | None = None) -> list[dict]:
     """Requests from the speech corpus templates with an answer (:func:`corpus_answer`; the others are skipped),
-    or only from ``templates``."""
+    or only from ``templates``, each in the form the voice pipeline gives the model (``duet.text.request_text``)."""
     examples = []
     for sentence in assistant_requests(12 * n_examples, seed=seed, exclude=exclude):
         answer = corpus_answer(sentence.template)
         if answer is not None and (templates is None or sentence.template in templates):
-            examples.append({"instruction": sentence.text, "input": "", "output": answer(sentence.slots)})
+            examples.append({"instruction": request_text(sentence.text), "input": "", "output": answer(sentence.slots)})
             if len(examples) == n_examples:
                 return examples
     raise RuntimeError(f"only {len(examples)} corpus requests with an answer; draw more")
