@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from duet.asr.batching import OfflineBatching, check_workers
 from duet.asr.decoding.decoder import CtcDecoder
-from duet.asr.decoding.greedy import GreedySettings
+from duet.asr.decoding.greedy import greedy_decoder
 from duet.asr.words import TimedTranscript
 from duet.errors import AsrInputError
 from duet.foundation.errors import first_line
@@ -141,7 +141,7 @@ def transcribe_files(model, paths: Sequence[str | Path], batch_size: int = Offli
     sample_rate = int(model.cfg.sample_rate)
     paths = list(paths)
     lengths = [audio_length(path, sample_rate) for path in paths]
-    decoder = decoder or GreedySettings().build(model)
+    decoder = decoder or greedy_decoder(model)
     return _transcribe(model, lengths, lambda index: load_audio(paths[index], sample_rate), batch_size, progress,
                        workers, readers=cpu_workers() if workers is None else workers,
                        decode=batch_decode(decoder, words), forkable=decoder.forkable, keep_audio=decoder.reads_audio)
@@ -204,7 +204,7 @@ def transcribe_audio(model, audios: Sequence[np.ndarray], batch_size: int = Offl
     (contiguous) layout and its previous train/eval mode.
     """
     check_workers(workers)
-    decoder = decoder or GreedySettings().build(model)
+    decoder = decoder or greedy_decoder(model)
     return _transcribe(model, [len(a) for a in audios], audios.__getitem__, batch_size, progress, workers, readers=1,
                        decode=batch_decode(decoder, words), forkable=decoder.forkable, keep_audio=decoder.reads_audio)
 

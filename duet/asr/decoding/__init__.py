@@ -17,7 +17,7 @@ from duet.asr.decoding.registry import (all_options, decoding_settings, register
                                         strategy_class)
 
 # The built-in strategies register themselves on import, greedy first
-from duet.asr.decoding.greedy import GreedySettings  # noqa: E402  isort: skip
+from duet.asr.decoding.greedy import GreedySettings, greedy_decoder  # noqa: E402  isort: skip
 from duet.asr.decoding.beam import BeamSettings  # noqa: E402  isort: skip
 from duet.asr.decoding.beam_lm import BeamLmSettings  # noqa: E402  isort: skip
 from duet.asr.decoding.joint import JointSettings  # noqa: E402  isort: skip
@@ -34,11 +34,6 @@ def build_decoder(model, settings: StrategySettings, reuse: CtcDecoder | None = 
     """``settings``' decoder of ``model`` (a NeMo CTC model or its ONNX export), validated first; ``reuse``: a
     decoder built before for the same model, whose Whisper models are taken over instead of read again."""
     return settings.validate().build(model, reuse)
-
-
-def greedy_decoder(model) -> CtcDecoder:
-    """The decoder of a path that was given none: greedy."""
-    return GreedySettings().build(model)
 
 
 # The built-ins above register themselves on import; so does any other module of this package: a new strategy is

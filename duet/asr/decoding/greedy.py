@@ -19,3 +19,8 @@ class GreedySettings(StrategySettings):
 
     def build(self, model, reuse=None) -> CtcDecoder:
         return CtcDecoder(model, self, greedy_config(model))
+
+
+def greedy_decoder(model) -> CtcDecoder:
+    """The decoder of a path that was given none: greedy (as NeMo's own ``transcribe()`` decodes by default)."""
+    return GreedySettings().build(model)
