@@ -170,6 +170,7 @@ def stages(asr_epochs: int | None = None) -> list[Stage]:
     fine_tune = ASR_FINE_TUNE[mixes] if asr_epochs is None else replace(ASR_FINE_TUNE[mixes], epochs=asr_epochs)
     lm_real_text = (["--manifest", str(REAL_TEXT), "--manifest-times", str(LM_TRANSCRIPT_TIMES),
                      "--exclude", str(REAL_TEXT_DEV)] if REAL_SPEECH.is_dir() else [])
+    pipeline_decoding = demo_decoding()
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -229,7 +230,7 @@ def stages(asr_epochs: int | None = None) -> list[Stage]:
               lambda: pipeline_summary(answers, requests), prepare=prepare_pipeline(requests),
               inputs=[DEMO_ASR_MODEL, slm_dir / "config.json", DEMO_LM, MANIFESTS["test-clean"]],
               outputs=[answers, DEMO_DECODING], stdout_to=answers, settings={
-                  "asr_decoding": {"strategy": demo_decoding().strategy, **asdict(demo_decoding())},
+                  "asr_decoding": {"strategy": pipeline_decoding.strategy, **asdict(pipeline_decoding)},
                   "min_confidence": DEMO_MIN_CONFIDENCE}),
         # one command per model: the base's scores are kept while the base is unchanged
         Stage("generalise-base", [*generalise, "--model", str(BASE_CHECKPOINT), "--out-dir", str(base_report.parent)],
