@@ -6,11 +6,14 @@ Usage:
   python bench/upload_memory.py                          # 160 s of speech, tools/serve.py's default models
   python bench/upload_memory.py --seconds 600 --asr-batch-size 1
   python bench/upload_memory.py --asr-decoding greedy    # the model and decoding options of tools/serve.py
+  python bench/upload_memory.py --glibc-heap             # glibc's own mmap threshold, not the server's
 
 The sample utterances end to end, repeated to --seconds at 16 kHz, go through VoicePipeline.transcribe_segments as
 /v1/audio/transcriptions sends them (cut at pauses into pieces of at most 20 s, --asr-batch-size pieces a forward
-pass, one decoding worker, no word times) after one warm-up utterance; VmRSS is sampled every 50 ms. Printed: idle, peak
-(its rise over idle, and that rise as a share of the 300 MB target), after, and the seconds; --json writes them.
+pass, one decoding worker, no word times, the server's fixed mmap threshold: duet.serving.heap) after one warm-up
+utterance; VmRSS is sampled every 50 ms. Printed: idle, peak (its rise over idle, and that rise as a share of the
+300 MB target), after, and the seconds (wall and CPU); --json writes them with each piece's transcript (to compare
+runs: a change that saves memory must leave them the same).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
 from duet.foundation.files import add_log_arguments, library_output_to, log_target, write_text_atomic
 from duet.pipeline import VoicePipeline
+from duet.serving.heap import return_freed_blocks
 from duet.serving.local_server import PeakRss, rss_mb
 
 TARGET_MB = 300  # issue #55: peak RSS per request above idle, for any upload within the limits
@@ -46,6 +50,8 @@ def get_parser() -> argparse.ArgumentParser:
                         help="speech in the one transcription (default: 160, one batch of 8 pieces of 20 s)")
     parser.add_argument("--json", type=Path, default=EXPERIMENTS / "bench" / "upload_memory.json",
                         help="where the figures go")
+    parser.add_argument("--glibc-heap", action="store_true",
+                        help="leave glibc's rising mmap threshold as it is (the reference: before the server fixed it)")
     add_model_arguments(parser)
     add_decoding_options(parser)
     add_log_arguments(parser, "upload_memory")
@@ -65,24 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     # what NeMo and transformers print, loading and decoding, goes to --log (experiments/logs/upload_memory.log)
     with library_output_to(log_target(args)):
         pipeline, _ = VoicePipeline.load(settings)
+        heap = "glibc's" if args.glibc_heap else "fixed" if return_freed_blocks() else "glibc's (no mallopt)"
         clips = [load_audio(p, pipeline.sample_rate)
                  for p in sorted((SAMPLES_DIR / "LibriSpeech" / "test-clean").rglob("*.flac"))]
         speech = np.resize(np.concatenate(clips), int(args.seconds * pipeline.sample_rate)).astype(np.float32)
         pipeline.transcribe_segments(clips[0], words=False)  # warm-up: first calls allocate and pick kernels
-        idle, start = rss_mb(os.getpid()), time.perf_counter()
+        idle, start, cpu = rss_mb(os.getpid()), time.perf_counter(), time.process_time()
         with PeakRss(os.getpid()) as peak:
             segments = pipeline.transcribe_segments(speech, words=False)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     rise = peak.peak - idle
     report = {"decoding": decoding_line, "seconds_of_speech": args.seconds, "batch_size": batching.batch_size,
               "pieces": len(segments), "words": sum(len(s.text.split()) for s in segments),
               "rss_mib": {"idle": idle, "peak": peak.peak, "rise": round(rise, 1), "after": rss_mb(os.getpid())},
               "target_share": round(rise / (TARGET_MB * MIB_PER_MB), 2), "transcribe_s": round(seconds, 2),
-              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+              "cpu_s": round(cpu, 2), "mmap_threshold": heap,
+              "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "texts": [s.text for s in segments]}
     write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     print(f"{args.seconds:g} s of speech, {len(segments)} pieces, batches of {batching.batch_size}: RSS {idle} MiB "
           f"idle -> peak {peak.peak} (+{rise:.0f} MiB, {report['target_share']:.2f}x the {TARGET_MB} MB target) -> "
-          f"{report['rss_mib']['after']} after; {seconds:.1f} s; written to {args.json}")
+          f"{report['rss_mib']['after']} after; {seconds:.1f} s ({cpu:.1f} s CPU); {heap} mmap threshold; "
+          f"written to {args.json}")
     return 0
 
 

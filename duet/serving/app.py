@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from duet.pipeline import VoicePipeline
 from duet.serving.errors import ERROR_HANDLERS
 from duet.serving.guard import RequestGuard
+from duet.serving.heap import return_freed_blocks
 from duet.serving.routes import WEB_FOLDER, router
 from duet.serving.service import InferenceWorker, Service
 from duet.serving.settings import ServerSettings
@@ -33,6 +34,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     ``streaming_model``: a loaded cache-aware model (``settings.streaming_asr_model``) for the WebSocket's
     partials; without one the WebSocket re-decodes with the pipeline's offline model."""
     settings.validate()
+    return_freed_blocks()  # a long upload's peak stays within the memory target (duet.serving.heap)
     worker = InferenceWorker(settings.queue_size)
 
     @contextlib.asynccontextmanager
