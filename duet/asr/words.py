@@ -161,15 +161,14 @@ def _timed(hyp, path: torch.Tensor, blank_id: int, frame_seconds: float) -> Time
     confidence = list(hyp.word_confidence or [])
     # a lone word-boundary piece ("▁") decodes to a double space: NeMo times it as an empty word but gives it no
     # confidence (it is no word)
-    kept = [o for o in offsets if o["word"].strip()]
+    kept = [(k, o) for k, o in enumerate(offsets) if o["word"].strip()]
     if len(confidence) != len(kept):  # NeMo splits both by the same tokens; say so loudly if not
         raise RuntimeError(f"NeMo gave {len(kept)} word times but {len(confidence)} word confidences "
                            f"for {hyp.text!r}")
     spans = _emitted_spans(offsets, tokens, token_runs(path, blank_id), frame_seconds)
     # clipped: a force-aligned token less likely than uniform reads below 0 (module doc); greedy's never does
     words = [Word(o["word"], *spans.get(k, (round(float(o["start"]), 3), round(float(o["end"]), 3))),
-                  round(min(1.0, max(0.0, float(c))), 4))
-             for (k, o), c in zip(((k, o) for k, o in enumerate(offsets) if o["word"].strip()), confidence)]
+                  round(min(1.0, max(0.0, float(c))), 4)) for (k, o), c in zip(kept, confidence)]
     return TimedTranscript(hyp.text, words)
 
 
