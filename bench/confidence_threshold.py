@@ -58,10 +58,9 @@ from duet.asr.decoding import CtcDecoder, DecodingSettings, build_decoder, greed
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model, transcribe_files_with_words
 from duet.asr.scoring import score
-from duet.cli.cli_args import add_decoding_arguments, add_log_arguments, given_decoding_values, log_target
+from duet.cli.cli_args import add_decoding_arguments, add_log_arguments, log_target, model_decoding_from_args
 from duet.asr.confidence import utterance_confidence
 from duet.errors import DuetError
-from duet.cli.pipeline_options import resolve_asr_decoding
 from duet.data.real_speech import DEFAULT_ROOT, HELD_OUT_SETS
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to, read_jsonl, write_text_atomic
@@ -187,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if not manifest.is_file():
             parser.error(f"--tune {manifest}: no such manifest")
     # the model's decoding and threshold as the pipeline resolves them
-    resolved = resolve_asr_decoding(args.model, args.ctc_decoding, given_decoding_values(args),
-                                    strategy_flag="--decoding")
+    resolved = model_decoding_from_args(args, args.model, strategy_flag="--decoding")
     settings, source, current = resolved.settings, resolved.source, resolved.min_confidence
     held_out = real_sets(args.real_speech, tuple(args.held_out_sets)) if args.held_out_sets else []
     if not args.model.is_file():

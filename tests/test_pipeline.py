@@ -24,9 +24,9 @@ from duet.asr.words import TimedTranscript, Word
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 from duet.foundation import python_command
 from duet.asr.batching import PIPELINE_BATCHING
-from duet.cli.cli_args import given_decoding_values
+from duet.cli.cli_args import model_decoding_from_args, resolve_asr_decoding
 from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
-from duet.cli.pipeline_options import pipeline_settings_from_args, resolve_asr_decoding
+from duet.cli.pipeline_options import pipeline_settings_from_args
 from duet.synth.conversation import room_noise, speech_range
 from slm.tool_calls import ExecutedText
 from tests.script_helpers import load_script
@@ -751,7 +751,6 @@ def test_an_onnx_export_folder_shares_the_nemo_decoding_json_unless_it_holds_its
 def test_a_nemo_sharing_its_folder_may_have_its_own_decoding_file_and_threshold(saved_decoding):
     from duet.asr.decoding import decoding_settings
     from duet.asr.decoding.file import DECODING_FILE_NAME, decoding_file_for, write_decoding_file
-    from duet.cli.pipeline_options import resolve_asr_decoding
 
     model, _ = saved_decoding
     other = model.with_name("other.nemo")  # a second model in the same folder
@@ -773,7 +772,6 @@ def test_the_bundled_whisper_base_has_its_own_threshold():
     from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
     from duet.asr.decoding.file import read_decoding_file
     from duet.foundation import REPO_ROOT
-    from duet.cli.pipeline_options import resolve_asr_decoding
 
     checkpoints = REPO_ROOT / "samples" / "checkpoints"
     whisper = resolve_asr_decoding(checkpoints / "whisper_tiny_ctc.nemo", None, {})
@@ -788,7 +786,7 @@ def test_the_bundled_whisper_base_has_its_own_threshold():
 
 def resolved(cli, argv):
     args = cli.get_parser().parse_args(["a.flac", *argv])
-    decoding = resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), args.stream)
+    decoding = model_decoding_from_args(args, args.asr_model, args.stream)
     s = decoding.settings.used_values()  # a strategy's own options only
     lm = s.get("ngram_lm") and str(Path(s["ngram_lm"]).resolve())
     return decoding.settings.strategy, s.get("beam_size"), lm, s.get("alpha"), s.get("beta"), decoding.source
@@ -871,8 +869,7 @@ def test_the_model_folders_threshold_goes_with_its_decoding(cli, saved_decoding)
 
     def threshold(*argv):
         args = cli.get_parser().parse_args(["a.flac", "--asr-model", str(model), *argv])
-        return resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), args.stream,
-                                    args.min_confidence).min_confidence
+        return model_decoding_from_args(args, args.asr_model, args.stream, args.min_confidence).min_confidence
     assert threshold() == 0.3 and threshold("--beam-size", "8") == 0.3  # its decoding, a value given over it
     assert threshold("--min-confidence", "0.5") == 0.5 and threshold("--min-confidence", "0") == 0.0
     for other in (["--asr-decoding", "greedy"], ["--asr-decoding", "beam"], ["--lm", str(lm)], ["--stream"]):

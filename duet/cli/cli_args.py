@@ -6,16 +6,22 @@ the only library modules that read an ``argparse.Namespace``: entry scripts hand
 other module takes the typed settings. An option the chosen mode would ignore is an error naming it, never
 silently dropped. The decoding options are derived from the registered strategies' settings dataclasses
 (``duet.asr.decoding``): their fields, defaults, bounds and help are declared there alone.
+
+A model's decoding is resolved here in one call, :func:`model_decoding_from_args`: the decoding options given and
+the model's decoding.json, read once, become its typed settings, threshold and the line saying where they came from.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from duet.asr.batching import OfflineBatching
-from duet.asr.decoding import (DecodingInputError, DecodingSettings, all_options, settings_from_values, strategies,
+from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE
+from duet.asr.decoding import (DecodingInputError, DecodingSettings, GreedySettings, all_options, strategies,
                                strategy_class)
+from duet.asr.decoding.file import SavedDecoding, decoding_file_for, read_decoding_file
 from duet.asr.decoding.options import describe_rule, flag_of, kind_of
 from duet.asr.onnx_engine import ENGINES
 from duet.errors import AsrInputError
@@ -43,14 +49,21 @@ def decoding_flags() -> dict[str, str]:
 
 def describe_decoding_source(args: argparse.Namespace, strategy_flag: str = "--decoding",
                              default: str | None = "greedy") -> str:
-    """Where the decoding of an :func:`add_decoding_arguments` script came from: ``default`` when no option was
-    given, else the options given (e.g. ``given: --decoding beam_lm --lm x.arpa``). ``default``: the strategy
-    flag's default (None where the script resolves it itself), which is not counted as given."""
+    """Where the decoding of an :func:`add_decoding_arguments` script came from (:func:`describe_given`).
+    ``default``: the strategy flag's default (None where the script resolves it itself), which is not counted as
+    given."""
+    strategy = None if args.ctc_decoding in (None, default) else args.ctc_decoding
+    return describe_given(strategy, given_decoding_values(args), strategy_flag)
+
+
+def describe_given(strategy: str | None, given: dict, strategy_flag: str) -> str:
+    """``default`` when no decoding option was given, else the options given (e.g. ``given: --decoding beam_lm --lm
+    x.arpa``): ``strategy`` (None: not given) and the values ``given`` (field name -> value)."""
     flags = decoding_flags()
-    given = [f"{flags[name]} {value}" for name, value in given_decoding_values(args).items()]
-    if args.ctc_decoding not in (None, default):
-        given.insert(0, f"{strategy_flag} {args.ctc_decoding}")
-    return f"given: {' '.join(given)}" if given else "default"
+    options = [f"{flags[name]} {value}" for name, value in given.items()]
+    if strategy is not None:
+        options.insert(0, f"{strategy_flag} {strategy}")
+    return f"given: {' '.join(options)}" if options else "default"
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser, strategy_flag: str = "--decoding",
@@ -94,7 +107,87 @@ def decoding_settings_from_values(strategy: str, values: dict, strategy_flag: st
     if streaming and strategy != "greedy":
         raise DecodingInputError(f"--stream decodes greedily (NeMo's cache-aware step): "
                                  f"drop {strategy_flag} {strategy}")
-    return settings_from_values(strategy, values, decoding_flags().__getitem__, strategy_flag)
+    return strategy_class(strategy, strategy_flag).from_values(values, decoding_flags().__getitem__, strategy_flag)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDecoding:
+    """How a model decodes once its decoding.json and the options given are merged."""
+
+    settings: DecodingSettings
+    source: str | None  # the decoding.json it came from (and the options given over it); None: the options alone
+    min_confidence: float  # the model's low-confidence threshold under this decoding (module doc of decoding.file)
+    origin: str  # where it came from, as the pipeline's first line says: from <file>, (given: ...), (default: ...)
+
+    def describe(self) -> str:
+        """The decoding and where it came from: ``beam8+LM(a=1.1,b=4) from experiments/demo_asr/decoding.json``,
+        ``greedy (default: no <model folder>/decoding.json)``."""
+        return f"{self.settings.describe()} {self.origin}"
+
+
+def model_decoding_from_args(args: argparse.Namespace, asr_model: Path, stream: bool = False,
+                             min_confidence: float | None = None,
+                             strategy_flag: str = "--asr-decoding") -> ModelDecoding:
+    """The decoding of ``asr_model`` from the options of :func:`add_decoding_arguments` (``strategy_default`` given:
+    the strategy is None when left out) and the model's decoding.json: :func:`resolve_asr_decoding`."""
+    return resolve_asr_decoding(asr_model, args.ctc_decoding, given_decoding_values(args), stream, min_confidence,
+                                strategy_flag)
+
+
+def resolve_asr_decoding(asr_model: Path, strategy: str | None, given: dict, stream: bool = False,
+                         min_confidence: float | None = None, strategy_flag: str = "--asr-decoding") -> ModelDecoding:
+    """The decoding of ``asr_model``: ``strategy`` (None: left unsaid) and the values ``given`` on the command line
+    (settings field -> value, :func:`given_decoding_values`) merged with the model's decoding.json, read once.
+    Messages name the options (``strategy_flag`` for the strategy).
+
+    Without a strategy (or with the one the file names) and without ``--lm``, the file is used, each value given
+    replacing its own. ``--lm`` alone means beam_lm with that LM at the library's weights (the file's were tuned for
+    its own LM). No file, and ``stream``: greedy. Beam options that greedy by default would ignore are a
+    ``DecodingInputError`` saying why.
+
+    ``min_confidence`` (``--min-confidence``; None: left unsaid) is the threshold when given; else the file's
+    ``min_confidence`` when the file's decoding is the one used (the threshold was chosen for it), else
+    DEFAULT_MIN_CONFIDENCE."""
+    saved_path = decoding_file_for(asr_model)
+    saved = read_decoding_file(saved_path) if not stream and strategy != "greedy" and "ngram_lm" not in given \
+        and saved_path.is_file() else None
+    settings, source, file_used = _merged_decoding(saved, saved_path, strategy, given, stream, strategy_flag)
+    if min_confidence is None:
+        from_file = saved.min_confidence if file_used else None
+        min_confidence = DEFAULT_MIN_CONFIDENCE if from_file is None else from_file
+    given_line = describe_given(strategy, given, strategy_flag)
+    if source:
+        origin = f"from {source}"
+    elif stream:
+        origin = "(--stream decodes greedily)"
+    elif given_line != "default":
+        origin = f"({given_line})"
+    else:
+        origin = f"(default: {saved_path} says greedy)" if saved is not None else f"(default: no {saved_path})"
+    return ModelDecoding(settings, source, min_confidence, origin)
+
+
+def _merged_decoding(saved: SavedDecoding | None, saved_path: Path, strategy: str | None, given: dict, stream: bool,
+                     strategy_flag: str) -> tuple[DecodingSettings, str | None, bool]:
+    """:func:`resolve_asr_decoding`'s decoding part: the settings, their source, and whether the model decodes as its
+    decoding.json says (also when the file says greedy, which names no source)."""
+    if stream:  # streaming decodes greedily; decoding_settings_from_values names any option it would ignore
+        return decoding_settings_from_values(strategy or "greedy", given, strategy_flag, streaming=True), None, False
+    if "ngram_lm" in given:
+        return decoding_settings_from_values(strategy or "beam_lm", given, strategy_flag), None, False
+    flags = [decoding_flags()[name] for name in given]
+    said = saved.settings if saved is not None else None
+    if said is not None and said.strategy != "greedy" and strategy in (None, said.strategy):
+        settings = decoding_settings_from_values(said.strategy, {**said.used_values(), **given}, strategy_flag)
+        return settings, f"{saved_path}, {', '.join(flags)} given" if flags else str(saved_path), True
+    if strategy is None:
+        if given:
+            why = f"{saved_path} says greedy" if said is not None else f"there is no {saved_path}"
+            others = [s for s in strategies() if s != "greedy"]
+            raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} {' or '.join(others)}: this model "
+                                     f"decodes greedily by default ({why})")
+        return GreedySettings(), None, said is not None  # a file that says greedy: the model decodes as it says
+    return decoding_settings_from_values(strategy, given, strategy_flag), None, False
 
 
 def add_engine_argument(parser: argparse.ArgumentParser, model_flag: str = "--model") -> None:

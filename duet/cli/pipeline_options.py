@@ -3,30 +3,24 @@ shared by ``tools/pipeline.py`` and ``tools/serve.py`` so that both answer with 
 decoding (the ``decoding.json`` beside the model included) and the same language-model decoding.
 
 The boundary: :func:`pipeline_settings_from_args` is the one place the pipeline's ``argparse.Namespace`` is read;
-the decoding.json beside the model is merged with the decoding options given (:func:`resolve_asr_decoding`, typed
-values in, a ``ModelDecoding`` out) and nothing is written back onto the Namespace.
+the ASR decoding comes from one call (``duet.cli.cli_args.model_decoding_from_args``: the decoding options given
+merged with the decoding.json beside the model) and nothing is written back onto the Namespace.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 
-from duet.asr.decoding import DecodingInputError, DecodingSettings, GreedySettings, strategies
 from duet.cli.cli_args import (
     ASR_BATCHING_FLAGS,
-    decoding_flags,
     add_batching_arguments,
     add_decoding_arguments,
     add_engine_argument,
-    decoding_settings_from_values,
-    describe_decoding_source,
-    given_decoding_values,
+    model_decoding_from_args,
     offline_batching_from_args,
 )
 from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
-from duet.asr.decoding.file import SavedDecoding, decoding_file_for, read_decoding_file
 from duet.demo.models import DEMO_SLM_MODEL, WHISPER_SLM_MODEL
 from duet.errors import DuetError
 from duet.io import shown_path
@@ -113,64 +107,6 @@ def _newest(paths) -> Path | None:
     return max(paths, key=lambda p: p.stat().st_mtime, default=None)
 
 
-@dataclass(frozen=True)
-class ModelDecoding:
-    """How a model decodes once its decoding.json and the options given are merged."""
-
-    settings: DecodingSettings
-    source: str | None  # the decoding.json it came from (and the options given over it); None: the options alone
-    min_confidence: float  # the model's low-confidence threshold under this decoding (module doc of decoding_file)
-    file: Path  # where the model's decoding.json is, or would be
-    file_read: bool  # whether it was there and read (it says greedy where source is None and the strategy greedy)
-
-
-def resolve_asr_decoding(asr_model: Path, strategy: str | None, given: dict, stream: bool = False,
-                         min_confidence: float | None = None, strategy_flag: str = "--asr-decoding") -> ModelDecoding:
-    """The decoding of ``asr_model``: ``strategy`` (None: left unsaid) and the values ``given`` on the command line
-    (settings field -> value, :func:`duet.cli.cli_args.given_decoding_values`) merged with the model's decoding.json,
-    read once. Messages name the options (``strategy_flag`` for the strategy).
-
-    Without a strategy (or with the one the file names) and without ``--lm``, the file is used, each value given
-    replacing its own. ``--lm`` alone means beam_lm with that LM at the library's weights (the file's were tuned for
-    its own LM). No file, and ``stream``: greedy. Beam options that greedy by default would ignore are a
-    ``DecodingInputError`` saying why.
-
-    ``min_confidence`` (``--min-confidence``; None: left unsaid) is the threshold when given; else the file's
-    ``min_confidence`` when the file's decoding is the one used (the threshold was chosen for it), else
-    DEFAULT_MIN_CONFIDENCE."""
-    saved_path = decoding_file_for(asr_model)
-    saved = read_decoding_file(saved_path) if not stream and strategy != "greedy" and "ngram_lm" not in given \
-        and saved_path.is_file() else None
-    settings, source, file_used = _merged_decoding(saved, saved_path, strategy, given, stream, strategy_flag)
-    if min_confidence is None:
-        from_file = saved.min_confidence if file_used else None
-        min_confidence = DEFAULT_MIN_CONFIDENCE if from_file is None else from_file
-    return ModelDecoding(settings, source, min_confidence, saved_path, saved is not None)
-
-
-def _merged_decoding(saved: SavedDecoding | None, saved_path: Path, strategy: str | None, given: dict, stream: bool,
-                     strategy_flag: str) -> tuple[DecodingSettings, str | None, bool]:
-    """:func:`resolve_asr_decoding`'s decoding part: the settings, their source, and whether the model decodes as its
-    decoding.json says (also when the file says greedy, which names no source)."""
-    if stream:  # streaming decodes greedily; decoding_settings_from_values names any option it would ignore
-        return decoding_settings_from_values(strategy or "greedy", given, strategy_flag, streaming=True), None, False
-    if "ngram_lm" in given:
-        return decoding_settings_from_values(strategy or "beam_lm", given, strategy_flag), None, False
-    flags = [decoding_flags()[name] for name in given]
-    said = saved.settings if saved is not None else None
-    if said is not None and said.strategy != "greedy" and strategy in (None, said.strategy):
-        settings = decoding_settings_from_values(said.strategy, {**said.used_values(), **given}, strategy_flag)
-        return settings, f"{saved_path}, {', '.join(flags)} given" if flags else str(saved_path), True
-    if strategy is None:
-        if given:
-            why = f"{saved_path} says greedy" if said is not None else f"there is no {saved_path}"
-            others = [s for s in strategies() if s != "greedy"]
-            raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} {' or '.join(others)}: this model "
-                                     f"decodes greedily by default ({why})")
-        return GreedySettings(), None, said is not None  # a file that says greedy: the model decodes as it says
-    return decoding_settings_from_values(strategy, given, strategy_flag), None, False
-
-
 def pipeline_settings_from_args(args: argparse.Namespace) -> tuple[PipelineSettings, str]:
     """Check every option and resolve the ASR decoding: the pipeline's settings and a line saying which decoding
     the ASR uses and where it came from (``decoding: beam8+LM(a=1.1,b=4) from experiments/demo_asr/decoding.json``,
@@ -189,20 +125,10 @@ def pipeline_settings_from_args(args: argparse.Namespace) -> tuple[PipelineSetti
         generation = generation_settings_from_args(args)  # bad language-model options fail here, before loading
     except GenerationSettingsError as e:
         raise DuetError(f"language model decoding: {e}") from e
-    given = describe_decoding_source(args, "--asr-decoding", default=None)
-    decoding = resolve_asr_decoding(args.asr_model, args.ctc_decoding, given_decoding_values(args), stream,
-                                    args.min_confidence)
+    decoding = model_decoding_from_args(args, args.asr_model, stream, args.min_confidence)
     batching = offline_batching_from_args(args, DEFAULTS.batching, ASR_BATCHING_FLAGS, streaming=stream)
-    if decoding.source:
-        origin = f"from {decoding.source}"
-    elif stream:
-        origin = "(--stream decodes greedily)"
-    elif given != "default":
-        origin = f"({given})"
-    else:
-        origin = f"(default: {decoding.file} says greedy)" if decoding.file_read else f"(default: no {decoding.file})"
     settings = PipelineSettings(asr_model=args.asr_model, slm_model=args.slm_model, engine=args.engine,
                                 int8=args.int8, stream=stream, asr_decoding=decoding.settings,
                                 asr_decoding_source=decoding.source, batching=batching, generation=generation,
                                 trim_silence_s=args.trim_silence, min_confidence=decoding.min_confidence)
-    return settings.validate(), f"decoding: {decoding.settings.describe()} {origin}"
+    return settings.validate(), f"decoding: {decoding.describe()}"

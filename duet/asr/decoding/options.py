@@ -101,6 +101,18 @@ class StrategySettings:
     #: one line for the strategy flag's help
     summary: ClassVar[str] = ""
 
+    @classmethod
+    def from_values(cls, values: dict, name_of: NameOf = plain_name,
+                    strategy_as: str = "strategy") -> "StrategySettings":
+        """These settings with ``values`` (field name -> value), validated: a value the strategy does not read, or a
+        bad one, is a ``DecodingInputError`` naming it as ``name_of`` spells it (a flag, a file key), the strategy as
+        ``strategy_as`` (what ``name_of("strategy")`` gives the strategy's own checks)."""
+        ignored = [name for name in values if name not in options_of(cls)]
+        if ignored:
+            raise DecodingInputError(f"{', '.join(name_of(n) for n in ignored)} not used by {strategy_as} "
+                                     f"{cls.strategy}")
+        return cls(**values).validate(lambda name: strategy_as if name == "strategy" else name_of(name))
+
     def validate(self, name_of: NameOf = plain_name) -> "StrategySettings":
         """Every field checked against its option, then the strategy's own rules (:meth:`check`); returns self."""
         for name, (f, opt) in options_of(self).items():

@@ -47,11 +47,6 @@ def decoding_settings(strategy: str = "greedy", /, **values) -> StrategySettings
 
 def settings_from_values(strategy: str, values: dict, name_of: NameOf = plain_name,
                          strategy_as: str = "strategy") -> StrategySettings:
-    """The validated settings of ``strategy`` with ``values``: a value the strategy does not read, or a bad one, is a
-    ``DecodingInputError`` naming it as ``name_of`` spells it (a flag, a file key), the strategy as ``strategy_as``
-    (what ``name_of("strategy")`` gives the strategy's own checks)."""
-    cls = strategy_class(strategy, strategy_as)
-    ignored = [name for name in values if name not in options_of(cls)]
-    if ignored:
-        raise DecodingInputError(f"{', '.join(name_of(n) for n in ignored)} not used by {strategy_as} {strategy}")
-    return cls(**values).validate(lambda name: strategy_as if name == "strategy" else name_of(name))
+    """The validated settings of ``strategy`` with ``values`` (:meth:`StrategySettings.from_values`); an unknown
+    strategy is a ``DecodingInputError`` naming ``strategy_as``."""
+    return strategy_class(strategy, strategy_as).from_values(values, name_of, strategy_as)
