@@ -42,7 +42,9 @@ import torch
 from duet.asr import decoding, inference
 from duet.asr.decoding.beam import beam_config
 from duet.asr.decoding.beam_lm import lm_for_beam_batch
-from duet.asr.decoding.joint import JointDecoding, Judged, JointWeights, WhisperProposer, best_judged
+from duet.asr.decoding.joint import (WHISPER_MAX_LENGTH, JointDecoding, Judged, JointWeights, WhisperProposer,
+                                     best_judged, ctc_spelling)
+from duet.asr.decoding.synchronous import GuidedWhisperProposer
 from duet.asr.decoding.nemo_decoding import nemo_ctc_decoding
 from duet.asr.decoding.rescoring import nbest_candidates
 from duet.asr.generalisation import build_manifest, real_sets
@@ -55,6 +57,7 @@ from duet.foundation.files import write_text_atomic
 from duet.data.manifest import read_manifest
 from duet.asr.ngram import load_token_lm
 from duet.text import normalize_text
+from duet.asr.whisper_gpt2 import WHISPER_PREFIX
 from duet.asr.whisper_rescoring import WhisperRescorer
 
 REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
@@ -79,6 +82,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--bonus", default="0,1,2,4,6", help="per-token bonuses to try")
     p.add_argument("--sure", default="0,-0.3,-0.5,-0.8",
                    help="whisper_sure values to try (Whisper's first hypothesis kept above this log-likelihood per word)")
+    p.add_argument("--synchronous", type=float, default=0.0,
+                   help="label-synchronous search: the CTC prefix score's weight inside Whisper's beam search "
+                        "(duet/asr/decoding/synchronous.py; 0: CTranslate2's own beam search). Give another --out "
+                        "folder: the candidate caches are named by manifest only")
     p.add_argument("--threads", type=int, default=2, help="torch and CTranslate2 CPU threads")
     p.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "joint_decoding.md")
     return p
@@ -214,8 +221,13 @@ def main(argv: list[str] | None = None) -> int:
                                           alpha=args.alpha, beta=args.beta)
     beam = nemo_ctc_decoding(model, beam_config(model, settings, lm_for_beam_batch(settings.ngram_lm, model),
                                                 settings.alpha, n_best=True))
-    joint = JointDecoding(WhisperProposer(args.whisper_beam, args.whisper_beam, threads=args.threads),
-                          WhisperRescorer(), JointWeights(ctc=0.1, whisper_spoken=1.0), model.tokenizer,
+    proposer = WhisperProposer(args.whisper_beam, args.whisper_beam, threads=args.threads)
+    scorer = WhisperRescorer()
+    if args.synchronous:
+        proposer = GuidedWhisperProposer(proposer, scorer.decoder, ctc_spelling(model.tokenizer),
+                                         int(model.decoding.blank_id), args.whisper_beam, args.synchronous,
+                                         WHISPER_MAX_LENGTH - len(WHISPER_PREFIX))
+    joint = JointDecoding(proposer, scorer, JointWeights(ctc=0.1, whisper_spoken=1.0), model.tokenizer,
                           int(model.decoding.blank_id), lm=load_token_lm(args.lm, int(model.tokenizer.vocab_size)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
 

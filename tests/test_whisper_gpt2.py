@@ -318,3 +318,22 @@ def test_speech_clips_are_spread_over_the_bundled_training_split():
     clips = sample_clips(10)
     assert len(clips) == 10 and len({path.parent.parent for path, _ in clips}) > 1  # more than one speaker
     assert all(path.is_file() and "train-clean" in path.parts and text for path, text in clips)
+
+
+def test_step_by_step_decoding_with_kept_keys_and_values_equals_the_whole_forward(tiny_whisper):
+    """WhisperTextDecoder.step (the label-synchronous search's decoder) gives the log-probabilities of the
+    whole-sequence forward at every position, rows reordered as a beam reorders them."""
+    folder, _ = tiny_whisper
+    ct2 = read_ctranslate2(folder / "model.bin")
+    decoder = WhisperTextDecoder(decoder_weights(ct2), decoder_shape(ct2))
+    audio = torch.randn(1, 7, WIDTH, generator=torch.Generator().manual_seed(4))
+    ids = torch.tensor([list(WHISPER_PREFIX) + SENTENCES[0]])
+    with torch.no_grad():
+        whole = decoder(ids, encodings=audio)[0].log_softmax(-1)[0]
+        got, cache = decoder.step(ids[:, : len(WHISPER_PREFIX)], decoder.cache_for(audio))
+        torch.testing.assert_close(got[0], whole[len(WHISPER_PREFIX) - 1], atol=1e-5, rtol=1e-5)
+        for position in range(len(WHISPER_PREFIX), ids.shape[1]):
+            cache = cache.rows(torch.tensor([0, 0]))  # two rows of the same hypothesis
+            got, cache = decoder.step(ids[:, position : position + 1].expand(2, 1), cache)
+            torch.testing.assert_close(got, whole[position].expand(2, -1), atol=1e-5, rtol=1e-5)
+            cache = cache.rows(torch.tensor([1]))

@@ -226,6 +226,50 @@ class WhisperTextDecoder(nn.Module):
             x = x + self._linear(h, f"{p}/ffn/linear_1")
         return self._norm(x, "decoder/layer_norm"), cross_outputs
 
+    def cache_for(self, encoding: torch.Tensor) -> "DecoderCache":
+        """The start of incremental decoding (:meth:`step`) on one audio encoding [1, S, D]: each block's
+        cross-attention keys and values, computed once for every step and every row."""
+        cross = tuple(tuple(self._linear(encoding, f"decoder/layer_{i}/attention/linear_1").chunk(2, dim=-1))
+                      for i in range(self.shape.n_layer))
+        return DecoderCache(cross, (), 0)
+
+    def step(self, ids: torch.Tensor, cache: "DecoderCache") -> tuple[torch.Tensor, "DecoderCache"]:
+        """Log-probabilities [B, V] of the token after ``ids`` [B, t], which follow the tokens ``cache`` holds (each
+        row's own; none at the start), and the cache with ``ids`` added: :meth:`forward` run a few tokens at a
+        time, each block's keys and values of the tokens so far kept rather than computed again."""
+        w, (b, t), past = self.w, ids.shape, cache.length
+        x = w["decoder/embeddings/weight"][ids] + w["decoder/position_encodings/encodings"][past:past + t]
+        causal = torch.ones(t, past + t, dtype=torch.bool).tril(past) if t > 1 else None
+        kept = []
+        for i in range(self.shape.n_layer):
+            p = f"decoder/layer_{i}"
+            q, k, v = self._linear(self._norm(x, f"{p}/self_attention/layer_norm"), f"{p}/self_attention/linear_0").chunk(3, dim=-1)
+            if cache.past:
+                k, v = torch.cat([cache.past[i][0], k], dim=1), torch.cat([cache.past[i][1], v], dim=1)
+            kept.append((k, v))
+            x = x + self._linear(self._attend(q, k, v, causal), f"{p}/self_attention/linear_1")
+            q = self._linear(self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0")
+            keys, values = (c.expand(b, -1, -1) for c in cache.cross[i])
+            x = x + self._linear(self._attend(q, keys, values, None), f"{p}/attention/linear_2")
+            h = self._linear(self._norm(x, f"{p}/ffn/layer_norm"), f"{p}/ffn/linear_0")
+            h = F.gelu(h, approximate="tanh" if self.shape.activation == "gelu_new" else "none")
+            x = x + self._linear(h, f"{p}/ffn/linear_1")
+        hidden = self._norm(x[:, -1], "decoder/layer_norm")
+        return self.logits(hidden).log_softmax(-1), DecoderCache(cache.cross, tuple(kept), past + t)
+
+
+@dataclass(frozen=True)
+class DecoderCache:
+    """What :meth:`WhisperTextDecoder.step` keeps between steps."""
+
+    cross: tuple  # per block: the encoding's keys and values [1, S, D], shared by every row
+    past: tuple  # per block: the keys and values of each row's tokens so far [B, t, D]; () at the start
+    length: int  # how many tokens the rows hold
+
+    def rows(self, index: torch.Tensor) -> "DecoderCache":
+        """The cache of the rows ``index`` picks (a beam's surviving hypotheses, in their new order)."""
+        return DecoderCache(self.cross, tuple((k[index], v[index]) for k, v in self.past), self.length)
+
 
 @dataclass(frozen=True)
 class TextBatch:

@@ -52,8 +52,9 @@ from duet.asr.decoding.decoder import CtcDecoder
 from duet.asr.decoding.options import DecodingInputError, NameOf, option
 from duet.asr.decoding.registry import register
 from duet.asr.decoding.rescoring import NOTHING_HEARD, BeamNbest, Candidate, TextScorer
+from duet.asr.decoding.synchronous import GuidedWhisperProposer
 from duet.asr.ngram import load_token_lm, score_token_sentences
-from duet.asr.whisper_gpt2 import WHISPER_WINDOW_SAMPLES, WhisperGpt2Error
+from duet.asr.whisper_gpt2 import WHISPER_PREFIX, WHISPER_WINDOW_SAMPLES, WhisperGpt2Error
 from duet.asr.whisper_weights import WhisperWeightsError, whisper_tiny_en
 from duet.text import normalize_spoken
 
@@ -86,6 +87,9 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
                                       "(lower case, numbers in words) rather than as written", low=0, high=1)
     ctc_candidates: int = option(0, "the CTC beam's best candidates judged beside Whisper's, those Whisper did not "
                                     "propose (0: all of them)", low=0)
+    synchronous: float = option(0.0, "label-synchronous search: the weight of the CTC prefix score of a hypothesis's "
+                                     "complete words inside Whisper's beam search (0: Whisper's own beam search)",
+                                low=0, high=1)
 
     def check(self, name_of: NameOf) -> None:
         if self.lm_weight and not self.ngram_lm:
@@ -101,7 +105,8 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
         beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "")
         sure = (f",sure={self.whisper_sure:g}" if self.whisper_sure else "") + \
             (f",spoken={self.spoken_share:g}" if self.spoken_share else "") + \
-            (f",ctc_candidates={self.ctc_candidates}" if self.ctc_candidates else "")
+            (f",ctc_candidates={self.ctc_candidates}" if self.ctc_candidates else "") + \
+            (f",synchronous={self.synchronous:g}" if self.synchronous else "")
         return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
                 f"lm={self.lm_weight:g},bonus={self.token_bonus:g}{sure})")
 
@@ -112,11 +117,14 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
         scorer = whisper_scorer(model, reuse, "strategy joint")
         current = reuse.rescoring if reuse is not None else None
         try:
-            proposer = current.proposer if isinstance(current, JointDecoding) and \
-                current.proposer.beam_size == self.whisper_beam else \
+            whisper = current.whisper if isinstance(current, JointDecoding) and \
+                current.whisper.beam_size == self.whisper_beam else \
                 WhisperProposer(self.whisper_beam, self.whisper_beam, max(1, torch.get_num_threads()))
         except (WhisperGpt2Error, WhisperWeightsError) as e:
             raise DecodingInputError(f"strategy joint needs Whisper tiny.en's weights: {e}") from None
+        proposer = whisper if not self.synchronous else GuidedWhisperProposer(
+            whisper, scorer.decoder, ctc_spelling(model.tokenizer), int(model.decoding.blank_id), self.whisper_beam,
+            self.synchronous, WHISPER_MAX_LENGTH - len(WHISPER_PREFIX))
         token_lm = load_token_lm(self.ngram_lm, int(model.tokenizer.vocab_size)) if self.lm_weight else None
         judge = JointDecoding(proposer, scorer, self.weights(), model.tokenizer, int(model.decoding.blank_id), token_lm)
         return CtcDecoder(model, self, beam_config(model, self, lm, self.alpha, n_best=True), judge)
@@ -195,6 +203,15 @@ def whisper_is_sure(first: Judged, weights: JointWeights) -> bool:
     return first.whisper / max(1, len(first.text.split())) > weights.whisper_sure
 
 
+def ctc_spelling(tokenizer):
+    """The CTC ``tokenizer``'s tokens of a text's spoken form (:func:`normalize_spoken`), as a function of the text:
+    what the CTC model is asked to spell."""
+    def spell(text: str) -> tuple[int, ...]:
+        spoken = normalize_spoken(text)
+        return tuple(tokenizer.text_to_ids(spoken)) if spoken else ()
+    return spell
+
+
 class WhisperProposer:
     """Whisper tiny.en's beam search (faster-whisper's CTranslate2 model, int8 on the CPU), its n-best for each
     utterance of up to 30 s, and the encoder output it searched on."""
@@ -207,11 +224,17 @@ class WhisperProposer:
         self.suppressed = list(get_suppressed_tokens(self.tokenizer, [-1]))  # faster-whisper's default, -1
         self.beam_size, self.n_best = beam_size, min(n_best, beam_size)
 
-    def propose(self, audios: Sequence[np.ndarray]) -> tuple[list[list[str]], torch.Tensor]:
-        """Each 16 kHz waveform's distinct n-best texts, best first, and the encodings [B, 1500, d_model]."""
+    def encode(self, audios: Sequence[np.ndarray]):
+        """Whisper's encoder output for each 16 kHz waveform, padded (or cut) to 30 s: CTranslate2's
+        [B, 1500, d_model]."""
         features = np.stack([pad_or_trim(self.model.feature_extractor(np.asarray(a, dtype=np.float32)))
                              for a in audios])
-        encoded = self.model.encode(features)
+        return self.model.encode(features)
+
+    def propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]) -> tuple[list[list[str]], torch.Tensor]:
+        """Each 16 kHz waveform's distinct n-best texts, best first, and the encodings [B, 1500, d_model]
+        (``frames``, the CTC model's log-probabilities of each, are not read: Whisper searches alone)."""
+        encoded = self.encode(audios)
         results = self.model.model.generate(
             encoded, [self.prompt] * len(audios), beam_size=self.beam_size, num_hypotheses=self.n_best,
             length_penalty=1.0, max_length=WHISPER_MAX_LENGTH, suppress_blank=True,
@@ -248,12 +271,14 @@ class JointDecoding:
     def __init__(self, proposer: "WhisperProposer", scorer: TextScorer, weights: JointWeights, tokenizer,
                  blank_id: int, lm=None):
         self.proposer, self.scorer, self.weights, self.lm = proposer, scorer, weights, lm
+        # CTranslate2's Whisper (its encoder at least, whichever searches): what a decoder built later may reuse
+        self.whisper = proposer.whisper if isinstance(proposer, GuidedWhisperProposer) else proposer
         self.tokenizer, self.blank_id = tokenizer, blank_id
 
     def judge(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
               audios: Sequence[np.ndarray]) -> list[list[Judged]]:
         """Every candidate of each utterance of a batch with its scores (the beam's ``nbest``, then Whisper's)."""
-        proposals, encodings = self._propose(audios)
+        proposals, encodings = self._propose(audios, [log_probs[i, : int(lengths[i])] for i in range(len(audios))])
         return [self._judged(proposals.get(i, []), candidates, log_probs[i, : int(lengths[i])], encodings.get(i))
                 for i, candidates in enumerate(nbest)]
 
@@ -262,8 +287,8 @@ class JointDecoding:
         """Each utterance's chosen candidate (text as a person reads it, CTC tokens of its spoken form): what
         :func:`best_judged` picks among :meth:`judge`'s candidates. The beam is searched only for the utterances that
         neither the CTC model's veto nor Whisper's sureness settles (both read without the beam's candidates)."""
-        proposals, encodings = self._propose(audios)
         frames = [log_probs[i, : int(lengths[i])] for i in range(len(audios))]
+        proposals, encodings = self._propose(audios, frames)
         chosen = {i: self._settled(proposals.get(i, []), frames[i], encodings.get(i)) for i in range(len(audios))}
         pending = [i for i, settled in chosen.items() if settled is None]
         for i, candidates in zip(pending, nbest.of(pending), strict=True):
@@ -273,12 +298,14 @@ class JointDecoding:
                 Candidate(best.text, best.score(self.weights), best.tokens)
                 for best in (chosen[i] for i in range(len(audios)))]
 
-    def _propose(self, audios: Sequence[np.ndarray]) -> tuple[dict[int, list[str]], dict[int, torch.Tensor]]:
-        """Whisper's n-best and encoding of each utterance of up to 30 s, by its index in ``audios``."""
+    def _propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]
+                 ) -> tuple[dict[int, list[str]], dict[int, torch.Tensor]]:
+        """Whisper's n-best and encoding of each utterance of up to 30 s, by its index in ``audios`` (``frames``:
+        the CTC model's log-probabilities of each, which a label-synchronous proposer reads)."""
         short = [i for i, a in enumerate(audios) if len(a) <= WHISPER_WINDOW_SAMPLES]
         if not short:
             return {}, {}
-        texts, encoded = self.proposer.propose([audios[i] for i in short])
+        texts, encoded = self.proposer.propose([audios[i] for i in short], [frames[i] for i in short])
         return ({i: texts[row] for row, i in enumerate(short)},
                 {i: encoded[row : row + 1] for row, i in enumerate(short)})
 
