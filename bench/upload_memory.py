@@ -31,7 +31,7 @@ import torch
 
 from duet import SAMPLES_DIR
 from duet.asr.inference import load_audio
-from duet.cli.pipeline_options import add_decoding_options, add_model_arguments, pipeline_settings_from_args
+from duet.cli.cli_args import add_decoding_options, add_model_arguments, pipeline_settings_from_args
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli

@@ -5,7 +5,7 @@ model as an Alpaca instruction. Models load once; each file then costs audio loa
 generation, timed separately. Long recordings are cut at pauses (where Silero VAD hears no speech:
 ``duet.vad``) into chunks of at most ``max_chunk_seconds`` so memory stays bounded whatever the file's length.
 Everything a pipeline is told is one :class:`PipelineSettings`, built once where the request comes in (the command
-line: ``duet.cli.pipeline_options``; a server request replaces its language-model decoding).
+line: ``duet.cli.cli_args``; a server request replaces its language-model decoding).
 
 With ``stream=True`` (a model trained with ``configs/fastconformer_small_streaming.yaml``) the ASR runs
 through a ``duet.asr.streaming.StreamingSession`` instead: the audio goes in 100 ms pieces, each chunk that
@@ -54,7 +54,7 @@ RECORDING_VAD = VadSettings(min_silence_s=0.3, min_speech_s=0.1, pad_s=0.0)
 @dataclass(frozen=True)
 class PipelineSettings:
     """What a :class:`VoicePipeline` loads and how it answers: built once at the boundary (the command line:
-    ``duet.cli.pipeline_options.pipeline_settings_from_args``), typed and validated; everything below takes it.
+    ``duet.cli.cli_args.pipeline_settings_from_args``), typed and validated; everything below takes it.
 
     The model defaults are the models tools/demo.py trains, the language model the Whisper-start preset's once
     it exists (``duet.demo.models``).

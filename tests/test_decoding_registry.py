@@ -80,7 +80,7 @@ def test_a_models_decoding_json_saves_and_reads_it(shout, tmp_path):
 
 
 def test_the_pipeline_and_the_server_resolve_it_from_options_and_from_the_models_file(shout, tmp_path):
-    from duet.cli.pipeline_options import pipeline_settings_from_args
+    from duet.cli.cli_args import pipeline_settings_from_args
 
     model = tmp_path / "m.nemo"
     model.write_bytes(b"x")

@@ -24,9 +24,8 @@ from duet.asr.words import TimedTranscript, Word
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY
 from duet.foundation import python_command
 from duet.asr.batching import PIPELINE_BATCHING
-from duet.cli.cli_args import model_decoding_from_args, resolve_asr_decoding
+from duet.cli.cli_args import model_decoding_from_args, pipeline_settings_from_args, resolve_asr_decoding
 from duet.pipeline import PipelineSettings, VoicePipeline, is_silent, split_at_pauses
-from duet.cli.pipeline_options import pipeline_settings_from_args
 from duet.synth.conversation import room_noise, speech_range
 from slm.tool_calls import ExecutedText
 from tests.script_helpers import load_script
@@ -341,10 +340,10 @@ def test_cli_names_every_missing_input_in_one_line_before_loading(cli, monkeypat
     """python tools/pipeline.py audio.flac on a fresh clone: the file and the demo's models in one line, nothing
     loaded."""
     loads = stand_in_load(monkeypatch, None)
-    import duet.cli.pipeline_options
+    import duet.cli.cli_args
 
     # no model made by the recipes to suggest instead
-    monkeypatch.setattr(duet.cli.pipeline_options, "EXPERIMENTS", tmp_path / "empty")
+    monkeypatch.setattr(duet.cli.cli_args, "EXPERIMENTS", tmp_path / "empty")
     missing_asr, missing_slm = tmp_path / "none.nemo", tmp_path / "no_slm"
     code = cli.main([str(tmp_path / "audio.flac"), "--asr-model", str(missing_asr), "--slm-model", str(missing_slm)])
     out, err = capsys.readouterr()

@@ -75,12 +75,11 @@ import sys
 from pathlib import Path
 
 from duet.asr.streaming import describe_report, read_pcm16, streaming_latency
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.cli.cli_args import (add_decoding_options, add_log_arguments, add_model_arguments, log_target,
+                               model_path_problems, pipeline_settings_from_args)
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
 from duet.pipeline import PipelineResult, PipelineSettings, VoicePipeline
-from duet.cli.pipeline_options import (add_decoding_options, add_model_arguments, model_path_problems,
-                                   pipeline_settings_from_args)
 from duet.speech_out import SPEAK_ENGINE, SPEAK_ENGINE_MISSING, speak
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to, read_jsonl

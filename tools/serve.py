@@ -71,11 +71,10 @@ import uvicorn.config
 
 from duet.asr.inference import load_asr_model
 from duet.asr.streaming import check_streaming_model
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.cli.cli_args import (add_decoding_options, add_log_arguments, add_model_arguments, check_model_paths,
+                               log_target, pipeline_settings_from_args)
 from duet.errors import DuetError
 from duet.pipeline import VoicePipeline
-from duet.cli.pipeline_options import (add_decoding_options, add_model_arguments, check_model_paths,
-                                   pipeline_settings_from_args)
 from duet.serving.app import create_app
 from duet.serving.errors import disk_full_named
 from duet.serving.guard import exposure_warning
