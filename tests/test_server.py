@@ -28,17 +28,22 @@ from duet.asr.inference import load_audio
 from duet.asr.streaming import transcribe_streaming
 from duet.asr.confidence import NOT_UNDERSTOOD_REPLY, utterance_confidence
 from duet.foundation import python_command
+from duet.errors import DuetError
 from duet.pipeline import PipelineSettings, VoicePipeline
 from duet.serving.app import create_app
 from duet.serving.settings import ServerSettings, ServerSettingsError
 from duet.serving.streams import RedecodeStream
+from duet.serving.warm_up import WARM_UP_CLIP, WarmUpError
 from duet.synth.conversation import compose, room_noise
+from duet.vad import SileroVad
 from duet.serving.turns import TurnTaker
 from slm.generation import ContextLengthError, GenerationSettings, load_model
 from slm.tool_calls import ExecutedText, execute_calls
 
 SR = 16000
-SETTINGS = ServerSettings(queue_size=16, allowed_hosts=("testserver",))  # TestClient's Host
+# TestClient's Host; no warm-up (its own tests have it): the tests build many apps, some around a pipeline made to fail
+SETTINGS = ServerSettings(queue_size=16, allowed_hosts=("testserver",), warm_up=False)
+WARM = replace(SETTINGS, warm_up=True)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +84,52 @@ def test_health_names_the_models_and_the_stream_decoder(client):
     assert health["status"] == "ok" and (health["asr_model"], health["slm_model"]) == ("micro.nemo", "tiny_slm")
     assert "re-decode" in health["stream_decoder"]
     assert (health["queue"]["active"], health["queue"]["capacity"]) == (0, 16)
+
+
+def pipeline_calls_by_thread(monkeypatch) -> list[tuple[str, str]]:
+    """``(method, thread name)`` of each call of the pipeline's transcription and answer methods from now on."""
+    calls = []
+    for name in ("transcribe_segments", "run_audio", "respond_with_calls"):
+        def recorded(self, *args, _real=getattr(VoicePipeline, name), _name=name, **kwargs):
+            calls.append((_name, threading.current_thread().name))
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(VoicePipeline, name, recorded)
+    return calls
+
+
+def test_the_server_warms_up_on_its_inference_thread_before_it_serves(pipeline, monkeypatch):
+    """The bundled sample is transcribed, answered and searched for speech (the VAD session built) on the inference
+    thread while the app is built, so before any request; /health reports it, outside the queue's figures.
+    --no-warm-up runs none of it."""
+    calls = pipeline_calls_by_thread(monkeypatch)
+    monkeypatch.setattr(SileroVad, "_shared", None)
+    cold = create_app(pipeline, SETTINGS)
+    cold.state.service.worker.close()
+    assert calls == [] and SileroVad._shared is None and cold.state.service.warm_up is None
+    app = create_app(pipeline, replace(WARM, max_audio_seconds=1.0))  # the clients' limits are not the sample's
+    assert {name for name, _ in calls} == {"transcribe_segments", "run_audio", "respond_with_calls"}
+    assert all(thread.startswith("duet-inference") for _, thread in calls), calls
+    assert SileroVad._shared is not None
+    with TestClient(app) as warm:
+        health = warm.get("/health").json()
+    want = expected_transcript(pipeline, WARM_UP_CLIP)
+    assert health["warm_up"]["transcript"] == want and health["warm_up"]["answered"] is True
+    assert health["warm_up"]["clip"] == str(WARM_UP_CLIP) and health["warm_up"]["seconds"] > 0
+    assert health["queue"]["calls"] == 0
+
+
+def test_a_failed_warm_up_is_one_line_naming_the_sample_and_the_way_round(pipeline, monkeypatch, caplog):
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("out of memory\n  in a frame of the model\n  and another")
+    monkeypatch.setattr(VoicePipeline, "run_audio", broken)
+    with pytest.raises(WarmUpError) as failed:
+        create_app(pipeline, WARM)
+    assert isinstance(failed.value, DuetError)  # tools/serve.py's cli prints it as its one error line
+    assert str(failed.value) == (f"warm-up on {WARM_UP_CLIP.name} failed (RuntimeError: out of memory); "
+                                 "--no-warm-up starts without it")
+    assert "Traceback" in caplog.text and "in a frame of the model" in caplog.text  # the details go to the log
+    with TestClient(create_app(pipeline, SETTINGS)) as cold:
+        assert cold.get("/health").json()["warm_up"] is None
 
 
 def test_the_page_and_its_files_are_served_without_any_external_address(client):

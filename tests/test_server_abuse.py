@@ -132,6 +132,15 @@ def test_the_block_reader_gives_the_samples_duet_io_reads(tmp_path, rate, frames
     assert np.array_equal(got, want)
 
 
+def test_the_block_readers_output_grows_past_the_headers_length_and_is_cut_or_padded_to_the_size_asked():
+    out = duet.serving.uploads.MonoOut(3)
+    out.put(np.array([1, 2], dtype=np.float32))
+    out.put(np.array([3, 4, 5], dtype=np.float32))  # past the 3 the header promised
+    assert out.samples().tolist() == [1, 2, 3, 4, 5]
+    assert out.samples(4).tolist() == [1, 2, 3, 4]
+    assert out.samples(7).tolist() == [1, 2, 3, 4, 5, 0, 0]
+
+
 # ---------------------------------------------------------------- bodies bounded as they arrive
 
 

@@ -11,8 +11,10 @@ Usage:
 
 The models load once, with the same defaults and options as tools/pipeline.py (the demo's ASR model; its language
 model, or the slm_whisper_offline preset's once trained; the ASR decoding from the model's decoding file unless an option says otherwise, printed with where it came from; the
-language-model flags are the defaults a request's own options replace). NeMo's and transformers' log lines
-while they load go to --log (experiments/logs/serve.log), or with --verbose to standard error. Endpoints:
+language-model flags are the defaults a request's own options replace). Then, before it listens, the server
+transcribes and answers a bundled sample (duet.serving.warm_up; --no-warm-up skips it), so that what the models
+build on first use is built before the first request. NeMo's and transformers' log lines while they load go to
+--log (experiments/logs/serve.log), or with --verbose to standard error. Endpoints:
   GET  /                          the page: record from the microphone or send a file, hear the answer
   GET  /health                    {"status": "ok", "asr_model", "slm_model", ...}
   POST /v1/audio/transcriptions   multipart file [model] [response_format=json|text|verbose_json|srt|vtt]
@@ -86,7 +88,7 @@ from duet.foundation.files import library_output_to
 # the ServerSettings fields whose flags carry their value as it is
 SETTING_FLAGS = ("host", "port", "max_audio_seconds", "max_upload_mb", "queue_size", "stream_interval",
                  "streaming_asr_model", "turns", "turn_silence", "vad_threshold", "max_sample_rate", "max_channels",
-                 "max_text_chars", "stream_idle_seconds")
+                 "max_text_chars", "stream_idle_seconds", "warm_up")
 
 
 def add_setting(parser, name: str, text: str) -> None:
@@ -130,6 +132,9 @@ def get_parser() -> argparse.ArgumentParser:
                        ("max_text_chars", "longest /v1/respond text in characters"),
                        ("stream_idle_seconds", "a WebSocket sending nothing this long gets its final and is closed")):
         add_setting(limits, name, text)
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="serve at once, without first transcribing and answering a bundled sample (the first "
+                             "requests then pay for what the models build on first use)")
     add_decoding_options(parser)
     add_log_arguments(parser, "serve")
     return parser
@@ -174,10 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                 streaming_model = load_asr_model(args.streaming_asr_model)
                 check_streaming_model(streaming_model)
         print(f"models loaded in {load_s:.1f} s (ASR {pipeline_settings.asr_model}, "
-              f"SLM {pipeline_settings.slm_model}); serving on http://{settings.host}:{settings.port}", file=out,
-              flush=True)
+              f"SLM {pipeline_settings.slm_model})", file=out, flush=True)
         app = create_app(pipeline, settings, asr_model=str(pipeline_settings.asr_model),
                          slm_model=str(pipeline_settings.slm_model), streaming_model=streaming_model)
+        warmed = app.state.service.warm_up
+        print(f"{warmed.line() if warmed else 'no warm-up (--no-warm-up)'}; serving on "
+              f"http://{settings.host}:{settings.port}", file=out, flush=True)
         uvicorn.run(app, host=settings.host, port=settings.port, ws="wsproto", log_level="info",
                     log_config=uvicorn_logging_to(out, err))
     return 0

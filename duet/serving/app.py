@@ -25,6 +25,7 @@ from duet.serving.routes import WEB_FOLDER, router
 from duet.serving.service import InferenceWorker, Service
 from duet.serving.settings import ServerSettings
 from duet.serving.streams import stream_decoder_note
+from duet.serving.warm_up import warm_up
 
 
 def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSettings(), asr_model: str = "asr",
@@ -32,10 +33,18 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     """The FastAPI app serving ``pipeline``; ``asr_model``/``slm_model`` are the names /health reports.
 
     ``streaming_model``: a loaded cache-aware model (``settings.streaming_asr_model``) for the WebSocket's
-    partials; without one the WebSocket re-decodes with the pipeline's offline model."""
+    partials; without one the WebSocket re-decodes with the pipeline's offline model.
+
+    With ``settings.warm_up`` a bundled sample is transcribed and answered on the inference thread first
+    (``duet.serving.warm_up``; /health reports it): a ``WarmUpError`` when that fails."""
     settings.validate()
     return_freed_blocks()  # a long upload's peak stays within the memory target (duet.serving.heap)
     worker = InferenceWorker(settings.queue_size)
+    try:
+        warmed = worker.call(warm_up, pipeline) if settings.warm_up else None
+    except BaseException:
+        worker.close()
+        raise
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -46,7 +55,7 @@ def create_app(pipeline: VoicePipeline, settings: ServerSettings = ServerSetting
     app = FastAPI(title="duet voice pipeline", lifespan=lifespan, docs_url=None, redoc_url=None,
                   exception_handlers=ERROR_HANDLERS)
     app.state.service = Service(pipeline, settings, worker, asr_model, slm_model, streaming_model,
-                                stream_decoder_note(settings, streaming_model))
+                                stream_decoder_note(settings, streaming_model), warmed)
     app.mount("/static", StaticFiles(directory=WEB_FOLDER), name="static")
     app.add_middleware(RequestGuard, settings=settings)
     app.include_router(router)

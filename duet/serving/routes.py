@@ -50,7 +50,8 @@ async def health(service: Served):
                        "max_decoded_samples": settings.max_decoded_samples,
                        "max_text_chars": settings.max_text_chars,
                        "stream_idle_seconds": settings.stream_idle_seconds},
-            "api_key": settings.api_key is not None}
+            "api_key": settings.api_key is not None,
+            "warm_up": None if service.warm_up is None else dataclasses.asdict(service.warm_up)}
 
 
 @router.post("/v1/audio/transcriptions")

@@ -22,6 +22,7 @@ from fastapi.requests import HTTPConnection
 from duet.pipeline import VoicePipeline
 from duet.serving.errors import RequestError
 from duet.serving.settings import ServerSettings
+from duet.serving.warm_up import WarmUp
 
 
 class InferenceWorker:
@@ -79,6 +80,11 @@ class InferenceWorker:
                 self.busy_s += self.runs[-1]  # written by this one thread only
         return await asyncio.get_running_loop().run_in_executor(self._executor, timed)
 
+    def call(self, fn: Callable, *args):
+        """``fn(*args)`` on the inference thread, waited for by the caller and left out of the queue's figures: the
+        warm-up, before the server serves."""
+        return self._executor.submit(fn, *args).result()
+
     def retry_after(self) -> int:
         """Seconds a refused client should wait: about as long as the queue takes to drain once (the median call
         times the slots), 1 to 60."""
@@ -106,7 +112,8 @@ class InferenceWorker:
 class Service:
     """The server's state, built once by ``create_app`` and kept in ``app.state.service``: the pipeline (its models
     and default settings), the settings, the inference worker, the names /health reports, and the cache-aware model
-    (None: the WebSocket re-decodes with the pipeline's offline model) and how the WebSocket makes its partials."""
+    (None: the WebSocket re-decodes with the pipeline's offline model), how the WebSocket makes its partials, and
+    what the warm-up did (None: ``--no-warm-up``)."""
 
     pipeline: VoicePipeline
     settings: ServerSettings
@@ -115,6 +122,7 @@ class Service:
     slm_model: str
     streaming_model: object | None
     stream_note: str
+    warm_up: WarmUp | None = None
 
 
 def service_of(connection: HTTPConnection) -> Service:

@@ -38,6 +38,9 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()  # Host names served besides localhost and IP addresses (DNS rebinding)
     allowed_origins: tuple[str, ...] = ()  # web origins (scheme://host[:port]) allowed besides the page's own
     stream_idle_seconds: float = 60.0  # a WebSocket silent this long ends: its final is sent and it is closed
+    # a bundled sample is transcribed and answered before the server serves (duet.serving.warm_up): what the models
+    # build on first use is built then, and the first request costs what any other does (--no-warm-up: off)
+    warm_up: bool = True
 
     def validate(self) -> "ServerSettings":
         for name, ok, rule in (("port", 0 <= self.port <= 65535, "in 0..65535"),
