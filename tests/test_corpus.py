@@ -280,6 +280,28 @@ def test_tiny_hours_corpus_uses_only_training_pool(tmp_path):
     assert not held_out & (facts["train-clean"]["texts"] | facts["dev-clean"]["texts"])
 
 
+@needs_engines
+def test_a_voice_case_scores_utterances_it_never_adapts_on(tmp_path):
+    from duet.synth.voices import ADAPTATION_VOICE
+
+    out = tmp_path / "voice"
+    corpus.build_voice_case(out, ADAPTATION_VOICE, adapt_minutes=6 / 60, scored=2)
+    splits = {}
+    for split in ("dev-clean", "train-clean"):
+        lines = dict(line.split(" ", 1) for trans in (out / split).rglob("*.trans.txt")
+                     for line in trans.read_text().splitlines())
+        assert {f.stem for f in (out / split).rglob("*.flac")} == set(lines), split
+        seconds = sum(soundfile.info(f).duration for f in (out / split).rglob("*.flac"))
+        splits[split] = (lines, seconds)
+    (scored, _), (adapt_on, adapt_seconds) = splits["dev-clean"], splits["train-clean"]
+    assert len(scored) == 2 and 6 <= adapt_seconds < 6 + 6  # stops at the utterance that crosses the minutes
+    assert not set(scored) & set(adapt_on) and not set(scored.values()) & set(adapt_on.values())
+    sample = {to_transcript(s.text) for split in corpus.sample_sentences(0, corpus.SAMPLE_COUNTS).values()
+              for s in split}
+    assert not sample & (set(scored.values()) | set(adapt_on.values()))
+    assert {int(u.split("-")[0]) for u in {**scored, **adapt_on}} == {ADAPTATION_VOICE.id}
+
+
 def test_committed_sample_is_what_the_generator_plans():
     """The bundled transcripts must be reproducible from the code: a changed template or word list
     without regenerating samples/ would make this fail (and the demo's domain split wrong)."""

@@ -45,6 +45,17 @@ def test_pool_and_unseen_are_fixed_and_disjoint():
     assert not {s.id for s in pool} & {s.id for s in speaker_catalogue() if s.role != "train"}
 
 
+def test_the_adaptation_voice_is_in_no_pool_sample_or_unseen_set():
+    known = voices.generalisation_pool() + voices.unseen_speakers() + speaker_catalogue()
+    assert voices.is_new_voice(voices.ADAPTATION_VOICE)
+    assert voices.ADAPTATION_VOICE.id not in {s.id for s in known}
+    assert not any(voices.is_new_voice(s) for s in (voices.generalisation_pool()[-1], voices.unseen_speakers()[0],
+                                                    speaker_catalogue()[-1]))
+    # the rule looks at the timbre: a pool variant under a new accent is no new voice
+    pooled = next(s for s in voices.generalisation_pool() if s.engine == "espeak-ng")
+    assert not voices.is_new_voice(replace(pooled, voice="en-us-nyc+" + pooled.voice.split("+")[1]))
+
+
 def test_identity_ignores_the_espeak_accent():
     espeak = next(s for s in voices.unseen_speakers() if s.engine == "espeak-ng")
     other_accent = replace(espeak, voice="en-029+" + espeak.voice.split("+")[1])

@@ -49,7 +49,7 @@ from duet.foundation.files import write_text_atomic
 SAMPLE_SPLITS = ("train-clean", "dev-clean", "test-clean")
 #: Seed-stream offsets so each split's sentences are independent of the other splits' sizes.
 _STREAM = {"test-clean": 1, "dev-clean": 2, "train-clean": 3, "hours-dev": 5, "hours-train": 4, "lm-text": 6,
-           "wordnet": 7, "mix": 8, "unseen": 9}
+           "wordnet": 7, "mix": 8, "unseen": 9, "voice-case": 10}
 SAMPLE_MAX_WORDS = 8
 # The bundled samples/LibriSpeech was made with these (tools/make_sample_corpus.py defaults).
 SAMPLE_SEED = 0
@@ -330,6 +330,32 @@ def build_unseen_voices(out: Path, utts: int, jobs: int, skip_engines: tuple[str
     try:
         seconds = {u.utt_id: s for u, s in tqdm(_run(plan, tmp, jobs, channel), total=len(plan),
                                                  desc=UNSEEN_SPLIT, unit="utt")}
+        _publish(tmp, out, plan, seconds, channel)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summarize(out, plan, seconds, time.time() - start, channel)
+
+
+def build_voice_case(out: Path, speaker: Speaker, adapt_minutes: float, scored: int, seed: int = SAMPLE_SEED,
+                     channel: str = HOURS_CHANNEL) -> str:
+    """One voice to adapt to (bench/adaptation_ab.py), in one process: ``scored`` utterances as split ``dev-clean``
+    (scored, never adapted on), then ``train-clean`` until just past ``adapt_minutes`` of audio (what the user gives
+    the adaptation). Sentences of the sample's kind and length from their own seed stream, none of the bundled
+    sample's (any split) nor of a held-out real-speech set; utterance ids numbered on across the two splits."""
+    start = time.time()
+    sample = [s.text for sentences in sample_sentences(SAMPLE_SEED, SAMPLE_COUNTS).values() for s in sentences]
+    stream = iter_sentences(_stream_seed(seed, "voice-case"), exclude=sample + held_out_transcripts(),
+                            max_words=SAMPLE_MAX_WORDS)
+    plan = assign("dev-clean", [next(stream) for _ in range(scored)], [speaker], per_chapter=None)
+    tmp = _temp_root(out)
+    try:
+        seconds = {u.utt_id: _synthesize_one((u, tmp, channel, False)) for u in plan}
+        adapt_seconds = 0.0
+        while adapt_seconds < 60 * adapt_minutes:
+            utterance = assign("train-clean", [next(stream)], [speaker], per_chapter=None, first_index=len(plan))[0]
+            seconds[utterance.utt_id] = _synthesize_one((utterance, tmp, channel, False))
+            adapt_seconds += seconds[utterance.utt_id]
+            plan.append(utterance)
         _publish(tmp, out, plan, seconds, channel)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

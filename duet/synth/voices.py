@@ -47,6 +47,11 @@ UNSEEN_IDENTITIES = frozenset({
     ("festival", "don_diphone"),
 })
 
+#: The one voice bench/adaptation_ab.py adapts the base to (issue #58): espeak-ng's "Diogo" variant is in no training
+#: pool, nor in the bundled sample, nor among :data:`UNSEEN_IDENTITIES` (so adapting to it touches no evaluation voice);
+#: :func:`is_new_voice` checks it.
+ADAPTATION_VOICE = Speaker(9001, "espeak-ng", "en-gb-scotland+Diogo", 145.0, 35.0, -4.5, "adaptation")
+
 SETTINGS_PER_VOICE = {"espeak-ng": 1, "mbrola": 8, "rhvoice": 8, "pico": 12, "festival": 6}
 _POOL_SEED = 20261124  # fixed: the partition and settings never depend on a corpus's --seed
 POOL_FIRST_ID = 2001
@@ -105,6 +110,12 @@ def unseen_speakers(skip_engines: tuple[str, ...] = ()) -> list[Speaker]:
     rng = random.Random(_POOL_SEED + 1)
     speakers = _speakers(_new_identities(held_out=True), UNSEEN_FIRST_ID, "unseen", rng)
     return [s for s in speakers if s.engine not in skip_engines]
+
+
+def is_new_voice(speaker: Speaker) -> bool:
+    """Whether no training pool, bundled-sample speaker or unseen-voices speaker shares ``speaker``'s identity."""
+    known = generalisation_pool() + unseen_speakers() + speaker_catalogue()
+    return identity(speaker) not in {identity(s) for s in known}
 
 
 def check_exclusion(training: list[Speaker], unseen: list[Speaker]) -> None:
