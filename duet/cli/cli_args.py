@@ -22,7 +22,7 @@ from pathlib import Path
 
 from duet.asr.batching import OfflineBatching
 from duet.asr.confidence import DEFAULT_MIN_CONFIDENCE, NOT_UNDERSTOOD_REPLY, check_min_confidence
-from duet.asr.decoding import (DecodingInputError, DecodingSettings, GreedySettings, all_options, strategies,
+from duet.asr.decoding import (DecodingInputError, DecodingSettings, all_options, strategies,
                                strategy_class)
 from duet.asr.decoding.file import SavedDecoding, decoding_file_for, read_decoding_file
 from duet.asr.decoding.options import describe_rule, flag_of, kind_of
@@ -159,11 +159,11 @@ def resolve_asr_decoding(asr_model: Path, strategy: str | None, given: dict, str
     saved_path = decoding_file_for(asr_model)
     file_may_apply = not stream and strategy != "greedy" and "ngram_lm" not in given
     saved = read_decoding_file(saved_path) if file_may_apply and saved_path.is_file() else None
+    given_line = describe_given(strategy, given, strategy_flag)
     settings, source, file_used = _merged_decoding(saved, saved_path, strategy, given, stream, strategy_flag)
     if min_confidence is None:
         from_file = saved.min_confidence if file_used else None
         min_confidence = DEFAULT_MIN_CONFIDENCE if from_file is None else from_file
-    given_line = describe_given(strategy, given, strategy_flag)
     if source:
         origin = f"from {source}"
     elif stream:
@@ -179,23 +179,25 @@ def _merged_decoding(saved: SavedDecoding | None, saved_path: Path, strategy: st
                      strategy_flag: str) -> tuple[DecodingSettings, str | None, bool]:
     """:func:`resolve_asr_decoding`'s decoding part: the settings, their source, and whether the model decodes as its
     decoding.json says (also when the file says greedy, which names no source)."""
+    chosen, values, source, file_used = strategy, given, None, False
     if stream:  # streaming decodes greedily; decoding_settings_from_values names any option it would ignore
-        return decoding_settings_from_values(strategy or "greedy", given, strategy_flag, streaming=True), None, False
-    if "ngram_lm" in given:
-        return decoding_settings_from_values(strategy or "beam_lm", given, strategy_flag), None, False
-    flags = [decoding_flags()[name] for name in given]
-    said = saved.settings if saved is not None else None
-    if said is not None and said.strategy != "greedy" and strategy in (None, said.strategy):
-        settings = decoding_settings_from_values(said.strategy, {**said.used_values(), **given}, strategy_flag)
-        return settings, f"{saved_path}, {', '.join(flags)} given" if flags else str(saved_path), True
-    if strategy is None:
-        if given:
-            why = f"{saved_path} says greedy" if said is not None else f"there is no {saved_path}"
-            others = [s for s in strategies() if s != "greedy"]
-            raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} {' or '.join(others)}: this model "
-                                     f"decodes greedily by default ({why})")
-        return GreedySettings(), None, said is not None  # a file that says greedy: the model decodes as it says
-    return decoding_settings_from_values(strategy, given, strategy_flag), None, False
+        chosen = strategy or "greedy"
+    elif "ngram_lm" in given:
+        chosen = strategy or "beam_lm"
+    else:
+        flags = [decoding_flags()[name] for name in given]
+        said = saved.settings if saved is not None else None
+        if said is not None and said.strategy != "greedy" and strategy in (None, said.strategy):
+            chosen, values, file_used = said.strategy, {**said.used_values(), **given}, True
+            source = f"{saved_path}, {', '.join(flags)} given" if flags else str(saved_path)
+        elif strategy is None:
+            if given:
+                why = f"{saved_path} says greedy" if said is not None else f"there is no {saved_path}"
+                others = [s for s in strategies() if s != "greedy"]
+                raise DecodingInputError(f"{', '.join(flags)} needs {strategy_flag} {' or '.join(others)}: this "
+                                         f"model decodes greedily by default ({why})")
+            chosen, file_used = "greedy", said is not None  # a file that says greedy: the model decodes as it says
+    return decoding_settings_from_values(chosen, values, strategy_flag, streaming=stream), source, file_used
 
 
 def add_engine_argument(parser: argparse.ArgumentParser, model_flag: str = "--model") -> None:
