@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.real_speech is not None:
         made = args.out.parent / "joint_manifests"
         tests += [build_manifest(s, made) for s in real_sets(args.real_speech, REAL_TEST_SETS)]
+    if not 0 <= args.synchronous <= 1:
+        raise DuetError(f"--synchronous must be in 0..1, got {args.synchronous:g}")
     for path in [args.model, args.lm, *args.dev, *tests]:
         if not Path(path).is_file():
             raise DuetError(f"no such file: {path}")

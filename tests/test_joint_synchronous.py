@@ -40,7 +40,7 @@ def test_prefix_and_full_probabilities_equal_the_sums_over_every_path():
     assert scores.prefix(()) == 0.0
 
 
-# A stand-in Whisper vocabulary: " a" and " b" start a word, "c" continues one
+# A stand-in Whisper vocabulary: the words " a" and " b", "c" continuing a word
 A, B, C, SPACE = 1, 2, 3, 4
 TEXT = {A: " a", B: " b", C: "c", SPACE: " "}
 
@@ -71,8 +71,7 @@ class StubCache:
 
 def vocabulary():
     size = END_OF_TEXT + 1
-    return WhisperVocabulary(starts_word=torch.tensor([i in (A, B, SPACE) for i in range(size)]),
-                             suppressed=torch.tensor([i not in (*TEXT, END_OF_TEXT) for i in range(size)]),
+    return WhisperVocabulary(suppressed=torch.tensor([i not in (*TEXT, END_OF_TEXT) for i in range(size)]),
                              blank_start=(SPACE, END_OF_TEXT),
                              decode=lambda ids: "".join(TEXT[i] for i in ids))
 

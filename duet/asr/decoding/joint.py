@@ -88,7 +88,7 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
     ctc_candidates: int = option(0, "the CTC beam's best candidates judged beside Whisper's, those Whisper did not "
                                     "propose (0: all of them)", low=0)
     synchronous: float = option(0.0, "label-synchronous search: the weight of the CTC prefix score of a hypothesis's "
-                                     "complete words inside Whisper's beam search (0: Whisper's own beam search)",
+                                     "text inside Whisper's beam search (0: Whisper's own beam search)",
                                 low=0, high=1)
 
     def check(self, name_of: NameOf) -> None:

@@ -1,16 +1,18 @@
 """Label-synchronous joint decoding: Whisper tiny.en's beam search, token by token, with the fine-tuned CTC model's
 prefix score in every hypothesis's score (ESPnet's hybrid CTC/attention beam search).
 
-The two models spell with different vocabularies, so the CTC model reads whole words: when a hypothesis's next
-token starts a word (or ends the transcript), the words before it are complete, and their spoken form (the CTC
-model's spelling, :func:`duet.text.normalize_spoken`) gets its CTC prefix probability — the probability that the
-CTC output begins with those tokens, summed over every alignment (:class:`CtcPrefixScores`). A hypothesis scores ::
+The two models spell with different vocabularies, so the CTC model reads a hypothesis's text: after each token, the
+spoken form of its text so far (the CTC model's spelling, :func:`duet.text.normalize_spoken`; a word still being
+written is spelt as it stands) gets its CTC prefix probability — the probability that the CTC output begins with
+those tokens, summed over every alignment (:class:`CtcPrefixScores`). A hypothesis scores ::
 
-    (1 - ctc_weight) x log P_whisper(tokens so far | audio) + ctc_weight x log P_ctc-prefix(its complete words)
+    (1 - ctc_weight) x log P_whisper(tokens so far | audio) + ctc_weight x log P_ctc-prefix(its text so far)
 
-and a finished one the CTC model's full probability of its text instead of the prefix's. The n-best texts it
-finds are judged like the other proposals (``duet.asr.decoding.joint``): the search steers Whisper away from words
-the audio cannot spell before they crowd the beam, where rescoring can only choose among what Whisper alone kept.
+and a finished one the CTC model's full probability of its text instead of the prefix's. (Scoring complete words
+only, at word boundaries, let hypotheses that never start a new word escape the CTC model: "EASFISTSwereOfTwoKines".)
+The n-best texts it finds are judged like the other proposals (``duet.asr.decoding.joint``). Measured against the
+rescoring of CTranslate2's own beam (RESULTS.md, "Joint decoding"): worse on the held-in dev set, so not the
+demo's decoding.
 """
 
 from __future__ import annotations
@@ -80,11 +82,9 @@ class CtcPrefixScores:
 
 @dataclass(frozen=True)
 class WhisperVocabulary:
-    """What the search needs of Whisper's vocabulary: which tokens start a word (a leading space), which may never
-    be written (faster-whisper's suppressed symbols, every special and timestamp token), and the text of a token
-    sequence."""
+    """What the search needs of Whisper's vocabulary: which tokens may never be written (faster-whisper's suppressed
+    symbols, every special and timestamp token), and the text of a token sequence."""
 
-    starts_word: torch.Tensor  # [V] bool
     suppressed: torch.Tensor  # [V] bool
     blank_start: tuple[int, ...]  # not the first token: a bare space, the end of transcript (suppress_blank)
     decode: Callable[[Sequence[int]], str]
@@ -101,8 +101,8 @@ class _Hypothesis:
 def guided_beam_search(decoder: WhisperTextDecoder, encoding: torch.Tensor, ctc: CtcPrefixScores,
                        spell: Callable[[str], Sequence[int]], vocabulary: WhisperVocabulary, beam_size: int,
                        ctc_weight: float, max_tokens: int) -> list[str]:
-    """The texts of Whisper's beam search on ``encoding`` [1, S, D] with the CTC prefix score at word boundaries
-    (module doc), best first, distinct. ``spell``: the CTC model's tokens of a text's spoken form. A beam ends when
+    """The texts of Whisper's beam search on ``encoding`` [1, S, D] with the CTC prefix score of each hypothesis's
+    text (module doc), best first, distinct. ``spell``: the CTC model's tokens of a text's spoken form. A beam ends when
     ``beam_size`` hypotheses have finished (CTranslate2's patience 1) or after ``max_tokens`` tokens."""
     def combined(whisper: float, ctc_score: float) -> float:
         return (1 - ctc_weight) * whisper + ctc_weight * ctc_score
@@ -149,12 +149,10 @@ def guided_beam_search(decoder: WhisperTextDecoder, encoding: torch.Tensor, ctc:
 def whisper_vocabulary(tokenizer, suppressed: Sequence[int], size: int) -> WhisperVocabulary:
     """The :class:`WhisperVocabulary` of faster-whisper's ``tokenizer`` (``faster_whisper.tokenizer.Tokenizer``)
     over the decoder's ``size`` ids, with faster-whisper's ``suppressed`` symbols."""
-    pieces = tokenizer.tokenizer
-    starts_word = torch.tensor([(pieces.id_to_token(i) or "").startswith("\u0120") for i in range(size)])
     never = torch.zeros(size, dtype=torch.bool)
     never[[i for i in suppressed if 0 <= i < size]] = True
     never[END_OF_TEXT + 1:] = True  # the start, language, task and timestamp tokens: the prompt says no timestamps
-    return WhisperVocabulary(starts_word, never, tuple(tokenizer.encode(" ")) + (END_OF_TEXT,), tokenizer.decode)
+    return WhisperVocabulary(never, tuple(tokenizer.encode(" ")) + (END_OF_TEXT,), tokenizer.decode)
 
 
 class GuidedWhisperProposer:
