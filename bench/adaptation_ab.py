@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A/B of adaptation recipes (tools/adapt.py) on speakers the bundled base never heard (issue #58).
+r"""A/B of adaptation recipes (tools/adapt.py) on speakers the bundled base never heard (issue #58).
 
 Usage:
   # 3 of speechocean762/train's 8 dev speakers, the default recipes, one thread

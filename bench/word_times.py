@@ -49,7 +49,7 @@ from duet.asr.inference import load_asr_model, transcribe_files_with_words
 from duet.asr.whisper_weights import whisper_tiny_en
 from duet.asr.decoding import CtcDecoder, build_decoder, greedy_decoder
 from duet.asr.decoding.file import decoding_file_for, read_decoding_file
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.foundation.files import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli

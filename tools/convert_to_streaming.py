@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from duet.asr.streaming import convert_to_streaming, streaming_latency
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.foundation.files import add_log_arguments, log_target
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
 

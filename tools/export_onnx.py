@@ -32,7 +32,7 @@ from pathlib import Path
 from duet import SAMPLES_DIR
 from duet.asr.onnx_engine import OnnxExportError, default_export_dir
 from duet.asr.onnx_export import INT8_METHODS, OnnxExportSettings, export_onnx, export_summary
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.foundation.files import add_log_arguments, log_target
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from duet.asr.head_warm_start import WarmStartSettings, warm_start_head
 from duet.asr.whisper_import import ImportSettings, build_model
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.foundation.files import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
 from duet.foundation.files import atomic_path, library_output_to, write_text_atomic

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
                                        label_files, make_teacher, pseudo_label, rows_as_dicts)
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.foundation.files import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
 from duet.foundation.files import library_output_to, read_jsonl, write_jsonl_atomic, write_text_atomic

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from duet.cli.cli_args import add_log_arguments, log_target
+from duet.foundation.files import add_log_arguments, log_target
 from duet.asr.ngram import DEFAULT_ORDER, UNITS, read_training_text, train_ngram_lm
 from duet.foundation import REPO_ROOT
 from duet.foundation.errors import cli
