@@ -201,30 +201,48 @@ class WhisperTextDecoder(nn.Module):
         vocabulary-wide product costs most where only some positions are wanted) and the cross-attention outputs."""
         if encodings is not None and constants is not None:
             raise ValueError("give encodings or constants, not both")
-        w, (b, t) = self.w, ids.shape
-        x = w["decoder/embeddings/weight"][ids] + w["decoder/position_encodings/encodings"][first_position:first_position + t]
+        b, t = ids.shape
+        x = self._embed(ids, first_position)
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         cross_mask = None if encoding_mask is None else encoding_mask[:, None, None, :]
         cross_outputs = []
         for i in range(self.shape.n_layer):
             p = f"decoder/layer_{i}"
-            q, k, v = self._linear(self._norm(x, f"{p}/self_attention/layer_norm"), f"{p}/self_attention/linear_0").chunk(3, dim=-1)
-            x = x + self._linear(self._attend(q, k, v, causal), f"{p}/self_attention/linear_1")
+            x, _ = self._self_attention(x, p, causal)
             if encodings is not None:
-                q = self._linear(self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0")
                 # one encoding for all rows: its keys and values once, then shared
                 k, v = self._linear(encodings, f"{p}/attention/linear_1").expand(b, -1, -1).chunk(2, dim=-1)
-                cross = self._linear(self._attend(q, k, v, cross_mask), f"{p}/attention/linear_2")
+                cross = self._cross_attention(x, p, k, v, cross_mask)
             elif constants is not None:
                 cross = constants[i].expand(b, t, -1)
             else:
                 cross = torch.zeros_like(x)
             cross_outputs.append(cross)
-            x = x + cross
-            h = self._linear(self._norm(x, f"{p}/ffn/layer_norm"), f"{p}/ffn/linear_0")
-            h = F.gelu(h, approximate="tanh" if self.shape.activation == "gelu_new" else "none")
-            x = x + self._linear(h, f"{p}/ffn/linear_1")
+            x = self._feed_forward(x + cross, p)
         return self._norm(x, "decoder/layer_norm"), cross_outputs
+
+    def _embed(self, ids: torch.Tensor, first_position: int) -> torch.Tensor:
+        positions = self.w["decoder/position_encodings/encodings"][first_position:first_position + ids.shape[1]]
+        return self.w["decoder/embeddings/weight"][ids] + positions
+
+    def _self_attention(self, x: torch.Tensor, p: str, mask: torch.Tensor | None,
+                        past: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple]:
+        """Block ``p``'s self-attention added to ``x``, and the keys and values it read (``past``'s before ``x``'s)."""
+        q, k, v = self._linear(self._norm(x, f"{p}/self_attention/layer_norm"), f"{p}/self_attention/linear_0").chunk(3, dim=-1)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
+        return x + self._linear(self._attend(q, k, v, mask), f"{p}/self_attention/linear_1"), (k, v)
+
+    def _cross_attention(self, x: torch.Tensor, p: str, keys: torch.Tensor, values: torch.Tensor,
+                         mask: torch.Tensor | None) -> torch.Tensor:
+        """Block ``p``'s cross-attention output for ``x`` over the encoding's ``keys`` and ``values``."""
+        q = self._linear(self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0")
+        return self._linear(self._attend(q, keys, values, mask), f"{p}/attention/linear_2")
+
+    def _feed_forward(self, x: torch.Tensor, p: str) -> torch.Tensor:
+        h = self._linear(self._norm(x, f"{p}/ffn/layer_norm"), f"{p}/ffn/linear_0")
+        h = F.gelu(h, approximate="tanh" if self.shape.activation == "gelu_new" else "none")
+        return x + self._linear(h, f"{p}/ffn/linear_1")
 
     def cache_for(self, encoding: torch.Tensor) -> "DecoderCache":
         """The start of incremental decoding (:meth:`step`) on one audio encoding [1, S, D]: each block's
@@ -237,23 +255,16 @@ class WhisperTextDecoder(nn.Module):
         """Log-probabilities [B, V] of the token after ``ids`` [B, t], which follow the tokens ``cache`` holds (each
         row's own; none at the start), and the cache with ``ids`` added: :meth:`forward` run a few tokens at a
         time, each block's keys and values of the tokens so far kept rather than computed again."""
-        w, (b, t), past = self.w, ids.shape, cache.length
-        x = w["decoder/embeddings/weight"][ids] + w["decoder/position_encodings/encodings"][past:past + t]
+        (b, t), past = ids.shape, cache.length
+        x = self._embed(ids, past)
         causal = torch.ones(t, past + t, dtype=torch.bool).tril(past) if t > 1 else None
         kept = []
         for i in range(self.shape.n_layer):
             p = f"decoder/layer_{i}"
-            q, k, v = self._linear(self._norm(x, f"{p}/self_attention/layer_norm"), f"{p}/self_attention/linear_0").chunk(3, dim=-1)
-            if cache.past:
-                k, v = torch.cat([cache.past[i][0], k], dim=1), torch.cat([cache.past[i][1], v], dim=1)
-            kept.append((k, v))
-            x = x + self._linear(self._attend(q, k, v, causal), f"{p}/self_attention/linear_1")
-            q = self._linear(self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0")
+            x, keys_values = self._self_attention(x, p, causal, cache.past[i] if cache.past else None)
+            kept.append(keys_values)
             keys, values = (c.expand(b, -1, -1) for c in cache.cross[i])
-            x = x + self._linear(self._attend(q, keys, values, None), f"{p}/attention/linear_2")
-            h = self._linear(self._norm(x, f"{p}/ffn/layer_norm"), f"{p}/ffn/linear_0")
-            h = F.gelu(h, approximate="tanh" if self.shape.activation == "gelu_new" else "none")
-            x = x + self._linear(h, f"{p}/ffn/linear_1")
+            x = self._feed_forward(x + self._cross_attention(x, p, keys, values, None), p)
         hidden = self._norm(x[:, -1], "decoder/layer_norm")
         return self.logits(hidden).log_softmax(-1), DecoderCache(cache.cross, tuple(kept), past + t)
 

@@ -278,8 +278,9 @@ class JointDecoding:
     def judge(self, nbest: list[list[Candidate]], log_probs: torch.Tensor, lengths: torch.Tensor,
               audios: Sequence[np.ndarray]) -> list[list[Judged]]:
         """Every candidate of each utterance of a batch with its scores (the beam's ``nbest``, then Whisper's)."""
-        proposals, encodings = self._propose(audios, [log_probs[i, : int(lengths[i])] for i in range(len(audios))])
-        return [self._judged(proposals.get(i, []), candidates, log_probs[i, : int(lengths[i])], encodings.get(i))
+        frames = [log_probs[i, : int(lengths[i])] for i in range(len(audios))]
+        proposals, encodings = self._propose(audios, frames)
+        return [self._judged(proposals.get(i, []), candidates, frames[i], encodings.get(i))
                 for i, candidates in enumerate(nbest)]
 
     def best(self, nbest: BeamNbest, log_probs: torch.Tensor, lengths: torch.Tensor,

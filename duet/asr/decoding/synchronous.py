@@ -94,7 +94,7 @@ class WhisperVocabulary:
 class _Hypothesis:
     tokens: tuple[int, ...]  # Whisper's text tokens so far
     whisper: float  # log P_whisper(tokens | audio)
-    ctc: float  # the CTC prefix log-probability of its complete words
+    ctc: float  # the CTC prefix log-probability of its text's spoken form
     score: float  # what the beam ranks by
 
 
@@ -140,7 +140,7 @@ def guided_beam_search(decoder: WhisperTextDecoder, encoding: torch.Tensor, ctc:
                                         cache.rows(torch.tensor([row for row, _ in kept])))
     if not finished:  # out of tokens or of spellable ones: the live ones end here
         for h in live:
-            ctc_score = ctc.full(tuple(spell(vocabulary.decode(h.tokens))))
+            ctc_score = ctc.full(spell(vocabulary.decode(h.tokens)))
             finished.append(_Hypothesis(h.tokens, h.whisper, ctc_score, combined(h.whisper, ctc_score)))
     finished.sort(key=lambda h: -h.score)
     return list(dict.fromkeys(vocabulary.decode(h.tokens).strip() for h in finished))
@@ -164,8 +164,7 @@ class GuidedWhisperProposer:
                  beam_size: int, ctc_weight: float, max_tokens: int):
         self.whisper, self.decoder, self.spell, self.blank_id = whisper, decoder, spell, blank_id
         self.beam_size, self.ctc_weight, self.max_tokens = beam_size, ctc_weight, max_tokens
-        self.vocabulary = whisper_vocabulary(whisper.tokenizer, whisper.suppressed,
-                                             decoder.w["decoder/embeddings/weight"].shape[0])
+        self.vocabulary = whisper_vocabulary(whisper.tokenizer, whisper.suppressed, decoder.shape.vocab)
 
     @torch.no_grad()
     def propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]) -> tuple[list[list[str]], torch.Tensor]:
