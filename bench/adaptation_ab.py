@@ -126,9 +126,12 @@ def run_case(name: str, adapt_on: list[dict], sets: dict[str, list[dict]], repla
         write_manifest(folder / f"{part}.joint.json", spaced(entries, args.joint_max or len(entries)))
     joint = read_decoding_file(args.joint).settings if args.joint else None
     parts = list(sets)
-    # the base's figures are kept in the case folder: a later run with other recipes scores only those
-    base_key = {"sets": {part: [e["audio_filepath"] for e in entries] for part, entries in sets.items()},
-                "joint": str(args.joint) if args.joint else None, "joint_max": args.joint_max}
+    # the base's figures are kept in the case folder: a later run with other recipes scores only those; the key holds
+    # the decoding itself, not its file's name, so a file re-tuned in place is scored again
+    base_key = {"base": str(AdaptationSettings.base),
+                "sets": {part: [e["audio_filepath"] for e in entries] for part, entries in sets.items()},
+                "joint": None if joint is None else {"strategy": joint.strategy, **joint.used_values()},
+                "joint_max": args.joint_max}
     cached = json.loads((folder / "base.json").read_text()) if (folder / "base.json").is_file() else {}
     decoder = None
     if cached.get("key") == base_key:
