@@ -9,7 +9,9 @@ library code (:func:`respond`, ``duet.pipeline.VoicePipeline``) takes a :class:`
 Each field is spelt as its flag with dashes (``max_new_tokens`` is ``--max-new-tokens``), and error messages
 name the flag. Library use: ``tokenizer, model = load_model(path)`` then
 ``respond(model, tokenizer, "set a timer", GenerationSettings(strategy="beam"))``. Decoding is ``transformers``'
-``generate`` with ``use_cache=True``; it stops at the EOS token.
+``generate`` with ``use_cache=True``; it stops at the EOS token. The repetition penalty reads the answer's own
+tokens only: transformers' default also penalises every token of the prompt, so an answer that repeats the request's
+name, day or number ("Calling grandma.") is pushed towards another one ("Calling Carlos.").
 
 Every answer leaves here with its tool calls executed (``slm.tool_calls``: ``<<calc: 50 - 3>>`` becomes ``47``, a bad
 call the whole answer's plain fallback), so the pipeline, the server and ``slm/generate.py`` show the same text;
@@ -26,6 +28,7 @@ from typing import Callable, Sequence
 
 import torch
 from safetensors import SafetensorError
+from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
 from duet.foundation.errors import first_line
 from slm.data import format_alpaca_prompt
@@ -63,7 +66,8 @@ class GenerationSettings:
     temperature: float = 0.8  # sampling only
     top_k: int = 50  # sampling: keep the k most likely tokens (0 = off)
     top_p: float = 0.95  # sampling: nucleus mass (1.0 = off)
-    repetition_penalty: float = 1.1  # > 1 discourages repeats; applies to greedy and beam search too
+    repetition_penalty: float = 1.1  # > 1 discourages the answer repeating itself (not the request's words, module
+    # doc); applies to greedy and beam search too
 
     def validate(self, spell: Callable[[str], str] | None = None) -> "GenerationSettings":
         """Return ``self`` when every value is usable; else raise ``GenerationSettingsError`` naming the item as
@@ -91,11 +95,14 @@ class GenerationSettings:
                                               f"got {getattr(self, name):g}")
         return self
 
-    def generate_kwargs(self) -> dict:
-        """Keyword arguments for ``model.generate`` (KV cache on), after :meth:`validate`."""
+    def generate_kwargs(self, prompt_tokens: int) -> dict:
+        """Keyword arguments for ``model.generate`` (KV cache on) of prompts ``prompt_tokens`` long (left padding
+        included), after :meth:`validate`; the repetition penalty a logits processor that skips the prompt."""
         self.validate()
-        kwargs = {"max_new_tokens": self.max_new_tokens, "repetition_penalty": self.repetition_penalty,
-                  "use_cache": True}
+        kwargs = {"max_new_tokens": self.max_new_tokens, "use_cache": True}
+        if self.repetition_penalty != 1.0:
+            kwargs["logits_processor"] = LogitsProcessorList(
+                [RepetitionPenaltyLogitsProcessor(self.repetition_penalty, prompt_ignore_length=prompt_tokens)])
         if self.strategy == "greedy":
             return {**kwargs, "do_sample": False, "num_beams": 1}
         if self.strategy == "beam":
@@ -220,7 +227,7 @@ def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: G
 
     Prompts are left-padded so every row's answer starts right after its own prompt.
     """
-    kwargs = settings.generate_kwargs()
+    settings.validate()
     prompts = [format_alpaca_prompt(e["instruction"], e.get("input", "")) for e in examples]
     tokenizer.padding_side = "left"
     context = getattr(model.config, "n_positions", None)
@@ -235,9 +242,10 @@ def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: G
             log.warning("answers capped at %d new tokens (not --max-new-tokens %d): a %d-token prompt and the "
                         "model's %d-token context", fitting, settings.max_new_tokens, prompt_tokens, context)
             capped = True
+        kwargs = {**settings.generate_kwargs(prompt_tokens), "max_new_tokens": fitting}
         with torch.no_grad():
             output = model.generate(**batch, pad_token_id=tokenizer.eos_token_id,
-                                    eos_token_id=tokenizer.eos_token_id, **{**kwargs, "max_new_tokens": fitting})
+                                    eos_token_id=tokenizer.eos_token_id, **kwargs)
         new_tokens = output[:, batch["input_ids"].shape[1]:]
         answers.extend(text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return answers

@@ -4,6 +4,7 @@ and a bad value refused by name."""
 from dataclasses import fields
 
 import pytest
+import torch
 
 from slm.generation import GenerationSettings, GenerationSettingsError, flag, generation_settings_from_args
 from tests.script_helpers import load_script
@@ -33,10 +34,20 @@ def test_the_defaults_are_the_pipelines_that_made_the_demos_answers():
 
 
 def test_the_kwargs_follow_the_strategy():
-    assert GenerationSettings("greedy").generate_kwargs()["do_sample"] is False
-    assert GenerationSettings("beam", num_beams=3).generate_kwargs()["num_beams"] == 3
-    sample = GenerationSettings("sample", temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.2).generate_kwargs()
-    assert (sample["do_sample"], sample["top_k"], sample["top_p"], sample["repetition_penalty"]) == (True, 20, 0.9, 1.2)
+    assert GenerationSettings("greedy").generate_kwargs(5)["do_sample"] is False
+    assert GenerationSettings("beam", num_beams=3).generate_kwargs(5)["num_beams"] == 3
+    sample = GenerationSettings("sample", temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.2).generate_kwargs(5)
+    assert (sample["do_sample"], sample["top_k"], sample["top_p"]) == (True, 20, 0.9)
+    assert "logits_processor" not in GenerationSettings(repetition_penalty=1.0).generate_kwargs(5)
+
+
+def test_the_repetition_penalty_spares_the_prompt():
+    """A word of the request may be repeated in the answer (a name, a day, a number); the answer's own may not."""
+    (penalty,) = GenerationSettings(repetition_penalty=2.0).generate_kwargs(prompt_tokens=3)["logits_processor"]
+    input_ids = torch.tensor([[7, 8, 9, 4]])  # a 3-token prompt, then the answer's first token (4)
+    scores = penalty(input_ids, torch.full((1, 10), 3.0))
+    assert scores[0, [7, 8, 9]].tolist() == [3.0, 3.0, 3.0]  # the prompt's tokens: as the model scored them
+    assert scores[0, 4].item() == 1.5  # the answer's own token: penalised
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -55,7 +66,7 @@ def test_validate_names_the_bad_value(bad, message):
         GenerationSettings(**bad).validate()
     assert str(error.value) == message
     with pytest.raises(GenerationSettingsError):  # model.generate is never reached with it
-        GenerationSettings(**bad).generate_kwargs()
+        GenerationSettings(**bad).generate_kwargs(5)
 
 
 def test_every_field_is_named_by_its_flag_in_slm_generate(repo_root, capsys):
