@@ -42,10 +42,10 @@ import torch
 from duet.asr import decoding, inference
 from duet.asr.decoding.beam import beam_config
 from duet.asr.decoding.beam_lm import lm_for_beam_batch
-from duet.asr.decoding.joint import (WHISPER_MAX_LENGTH, JointDecoding, Judged, JointWeights, WhisperProposer,
-                                     best_judged, ctc_spelling)
+from duet.asr.decoding.joint import (WHISPER_MAX_LENGTH, WHISPER_WINDOW_SECONDS, JointDecoding, Judged, JointWeights,
+                                     WhisperProposer, best_judged, ctc_spelling)
 from duet.asr.decoding.synchronous import GuidedWhisperProposer
-from duet.asr.decoding.nemo_decoding import nemo_ctc_decoding
+from duet.asr.decoding.nemo_decoding import merge_blank_runs, nemo_ctc_decoding
 from duet.asr.decoding.rescoring import nbest_candidates
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.scoring import score
@@ -71,6 +71,10 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_demo_beam_arguments(p)
     p.add_argument("--whisper-beam", type=int, default=5, help="Whisper's beam and n-best (default: 5, faster-whisper's)")
+    p.add_argument("--whisper-window", type=float, default=WHISPER_WINDOW_SECONDS,
+                   help="seconds of audio Whisper's encoder reads, the utterance padded (default: 30, Whisper's own; "
+                        "the JointSettings option whisper_window). Give another --out folder: the candidate caches "
+                        "are named by manifest only")
     p.add_argument("--dev", type=Path, nargs="+", required=True, help="manifests the weights are chosen on (held in)")
     p.add_argument("--exclude", type=Path, nargs="*", default=[],
                    help="manifests the model trained on: their utterances are dropped from --dev")
@@ -86,14 +90,17 @@ def get_parser() -> argparse.ArgumentParser:
                    help="label-synchronous search: the CTC prefix score's weight inside Whisper's beam search "
                         "(duet/asr/decoding/synchronous.py; 0: CTranslate2's own beam search). Give another --out "
                         "folder: the candidate caches are named by manifest only")
+    p.add_argument("--blank-skip", type=float, default=0.0,
+                   help="the CTC beam reads each run of frames where blank is at least this likely as one frame "
+                        "(the beam strategies' blank_skip; default 0: every frame)")
     p.add_argument("--threads", type=int, default=2, help="torch and CTranslate2 CPU threads")
     p.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "joint_decoding.md")
     return p
 
 
-def candidates_of(joint: JointDecoding, beam, model, manifest: Path, cache: Path) -> dict:
+def candidates_of(joint: JointDecoding, beam, model, manifest: Path, cache: Path, blank_skip: float = 0.0) -> dict:
     """The manifest's references and every utterance's judged candidates (``beam``: NeMo's CTC beam decoding keeping
-    its n-best; read from ``cache`` when it is there)."""
+    its n-best, reading runs of sure blank as one frame where ``blank_skip``; read from ``cache`` when it is there)."""
     if cache.is_file():
         return json.loads(cache.read_text(encoding="utf-8"))
     entries = read_manifest(manifest)
@@ -105,7 +112,7 @@ def candidates_of(joint: JointDecoding, beam, model, manifest: Path, cache: Path
     with torch.inference_mode():
         for batch, log_probs, lengths in cached.batches:
             audios = [inference.load_audio(paths[i], cached.sample_rate) for i in batch]
-            nbest = nbest_candidates(beam, log_probs, lengths)
+            nbest = nbest_candidates(beam, *merge_blank_runs(log_probs, lengths, beam.blank_id, blank_skip))
             for i, candidates in zip(batch, joint.judge(nbest, log_probs, lengths, audios)):
                 judged[i] = [vars(j) | {"tokens": list(j.tokens)} for j in candidates]
             done += len(batch)
@@ -214,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         tests += [build_manifest(s, made) for s in real_sets(args.real_speech, REAL_TEST_SETS)]
     if not 0 <= args.synchronous <= 1:
         raise DuetError(f"--synchronous must be in 0..1, got {args.synchronous:g}")
+    if not 0 <= args.blank_skip <= 1:
+        raise DuetError(f"--blank-skip must be in 0..1, got {args.blank_skip:g}")
+    if not 1 <= args.whisper_window <= WHISPER_WINDOW_SECONDS:
+        raise DuetError(f"--whisper-window must be in 1..{WHISPER_WINDOW_SECONDS:g} s, got {args.whisper_window:g}")
     for path in [args.model, args.lm, *args.dev, *tests]:
         if not Path(path).is_file():
             raise DuetError(f"no such file: {path}")
@@ -223,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                                           alpha=args.alpha, beta=args.beta)
     beam = nemo_ctc_decoding(model, beam_config(model, settings, lm_for_beam_batch(settings.ngram_lm, model),
                                                 settings.alpha, n_best=True))
-    proposer = WhisperProposer(args.whisper_beam, args.whisper_beam, threads=args.threads)
+    proposer = WhisperProposer(args.whisper_beam, args.whisper_beam, threads=args.threads, window=args.whisper_window)
     scorer = WhisperRescorer()
     if args.synchronous:
         proposer = GuidedWhisperProposer(proposer, scorer.decoder, ctc_spelling(model.tokenizer),
@@ -235,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def part_of(manifest: Path) -> dict:
         cache = args.out.parent / f"candidates_{manifest.parent.name}_{manifest.stem}.json"
-        return candidates_of(joint, beam, model, manifest, cache)
+        return candidates_of(joint, beam, model, manifest, cache, args.blank_skip)
 
     trained_on = {Path(e["audio_filepath"]).stem for m in args.exclude for e in read_manifest(m)}
     dev = [without(part_of(m), trained_on) for m in args.dev]

@@ -264,3 +264,34 @@ def test_beam_search_keeps_nemo_cuda_graphs_where_cuda_exists(tiny_model, monkey
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     cfg = beam_config(tiny_model, decoding_settings("beam", beam_size=2), None, 0.0, n_best=False)
     assert cfg.beam.get("allow_cuda_graphs", True) is cuda
+
+
+def test_merged_blank_runs_keep_the_tokens_and_what_separates_a_repeat():
+    from duet.asr.decoding.nemo_decoding import merge_blank_runs
+
+    blank, sure, unsure = 0, torch.tensor([0.999, 0.0005, 0.0005]).log(), torch.tensor([0.6, 0.2, 0.2]).log()
+    token = torch.tensor([0.001, 0.998, 0.001]).log()
+    # blank blank token blank blank blank token unsure blank | padding
+    frames = torch.stack([sure, sure, token, sure, sure, sure, token, unsure, sure, sure])
+    merged, lengths = merge_blank_runs(frames[None], torch.tensor([9]), blank, 0.99)
+    assert lengths.tolist() == [6]  # each sure run kept as its first frame; the padding frame never read
+    assert merged[0].argmax(-1).tolist() == [0, 1, 0, 1, 0, 0]  # token 1 twice, a blank between: still two
+    assert torch.equal(merged[0, 4], frames[7])  # an unsure blank frame is kept as it is, and starts a new run
+    assert merge_blank_runs(frames[None], torch.tensor([9]), blank, 0.0)[1].tolist() == [9]  # 0: off
+
+
+@pytest.mark.skipif(not WHISPER_BASE.is_file(), reason="no bundled Whisper base in samples/checkpoints/")
+def test_the_beam_on_merged_blank_runs_transcribes_as_on_every_frame(tmp_path, sample_manifests):
+    """blank_skip reads a run of sure blank as one frame: a shorter search, the same transcripts."""
+    from duet.asr.inference import load_asr_model, transcribe_files
+    from duet.data.manifest import read_manifest
+    from duet.asr.ngram import read_training_text
+
+    model = load_asr_model(WHISPER_BASE, device="cpu")
+    arpa = tmp_path / "train_token6.arpa"
+    train_ngram_lm(read_training_text(sample_manifests["train-clean"]), arpa, order=6,
+                   unit="token", tokenizer=model.tokenizer, binary=False)
+    paths = [e["audio_filepath"] for e in read_manifest(sample_manifests["test-clean"])[:12]]
+    texts = {skip: transcribe_files(model, paths, batch_size=4, decoder=build_decoder(model, decoding_settings(
+        "beam_lm", beam_size=8, ngram_lm=str(arpa), alpha=1.1, beta=4.0, blank_skip=skip))) for skip in (0.0, 0.999)}
+    assert texts[0.999] == texts[0.0]

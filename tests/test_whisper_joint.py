@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from duet.asr.decoding import DecodingInputError, decoding_settings
-from duet.asr.decoding.joint import IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods
+from duet.asr.decoding.joint import (IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods,
+                                     max_whisper_tokens, window_frames)
 from duet.asr.decoding.rescoring import NOTHING_HEARD, BeamNbest, Candidate, nbest_candidates
 
 BLANK = 0
@@ -85,7 +86,7 @@ class StubProposer:
         self.texts = texts
 
     def propose(self, audios, frames):
-        return [list(self.texts) for _ in audios], torch.zeros(len(audios), 4, 8)
+        return [list(self.texts) for _ in audios], [torch.zeros(1, 4, 8) for _ in audios]
 
 
 class StubRescorer:
@@ -266,3 +267,16 @@ def test_ctc_candidates_judges_the_beams_best_that_whisper_did_not_propose():
     # "ab" is Whisper's already; then the beam's first two that say something; its empty one kept for the veto
     assert [(c.spoken, c.from_whisper, c.veto_only) for c in candidates] == [
         ("ab", True, False), ("aa", False, False), ("", False, False), ("ba", False, False)]
+
+
+def test_a_shortened_whisper_window_pads_the_utterance_and_never_passes_30_s():
+    assert window_frames(501, 30.0) == 3000  # Whisper's own window: always 30 s
+    assert window_frames(501, 10.0) == 1000  # a 5 s utterance in a 10 s window
+    assert window_frames(951, 10.0) == 1052  # 9.5 s: the tail of padding after the speech, the length made even
+    assert window_frames(2950, 10.0) == 3000  # never past 30 s
+
+
+def test_whisper_hypotheses_are_bounded_by_the_audio_length():
+    assert max_whisper_tokens(5.0, 3) == 3 + 60 + 16  # five seconds: room for far more than anyone says
+    assert max_whisper_tokens(30.0, 3) == 3 + 360 + 16
+    assert max_whisper_tokens(60.0, 3) == 448  # never past Whisper's own limit

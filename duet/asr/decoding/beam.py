@@ -43,6 +43,12 @@ class CtcBeam(StrategySettings):
     # beam 8 + LM cost as much CPU as the encoder on the sample; 4 costs ~60 %
     beam_size: int = option(4, "beam width", low=1)
     beta: float = option(0.0, "bonus per emitted token (counters an LM's bias towards short outputs)")
+    blank_skip: float = option(0.0, "the beam reads each run of frames where blank is at least this likely as one "
+                                    "frame: a faster search, nearly always the same candidates (0: every frame)",
+                               low=0, high=1)
+
+    def skipping(self) -> str:
+        return f",blank_skip={self.blank_skip:g}" if self.blank_skip else ""
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,8 @@ class BeamSettings(WhisperRescored, CtcBeam):  # fields: CtcBeam's, then Whisper
     summary = "beam search"
 
     def describe(self) -> str:
-        return f"beam{self.beam_size}" + (f"(b={self.beta:g})" if self.beta else "") + self.rescored()
+        return f"beam{self.beam_size}" + (f"(b={self.beta:g}{self.skipping()})" if self.beta or self.blank_skip
+                                          else "") + self.rescored()
 
     def build(self, model, reuse=None) -> CtcDecoder:
         return beam_decoder(model, self, None, 0.0, self.whisper_weight, reuse)

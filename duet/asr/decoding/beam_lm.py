@@ -34,7 +34,7 @@ class BeamLmSettings(WhisperRescored, LmFusion, CtcBeam):  # fields in this orde
                                      "(tools/train_ngram_lm.py --unit token)")
 
     def describe(self) -> str:
-        return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g})" + self.rescored()
+        return f"beam{self.beam_size}+LM(a={self.alpha:g},b={self.beta:g}{self.skipping()})" + self.rescored()
 
     def build(self, model, reuse=None) -> CtcDecoder:
         return beam_decoder(model, self, lm_for_beam_batch(self.ngram_lm, model), self.alpha, self.whisper_weight,

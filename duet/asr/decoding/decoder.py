@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from duet.asr.decoding.nemo_decoding import blank_past_end, hypothesis_text, nemo_ctc_decoding, word_decoding
+from duet.asr.decoding.nemo_decoding import (blank_past_end, hypothesis_text, merge_blank_runs, nemo_ctc_decoding,
+                                             word_decoding)
 from duet.asr.decoding.options import StrategySettings
 from duet.asr.decoding.rescoring import BeamNbest, Rescoring
 from duet.asr.words import TimedTranscript, timed_transcripts
@@ -49,13 +50,16 @@ class CtcDecoder:
             if audios is None:
                 raise ValueError(f"{self.settings.describe()} reads each utterance's audio, and this decode path has "
                                  "none: use a decoding that does not rescore")
-            chosen = self.rescoring.best(BeamNbest(self.nemo, log_probs, lengths), log_probs, lengths, audios)
+            chosen = self.rescoring.best(BeamNbest(self.nemo, *self._beam_frames(log_probs, lengths)), log_probs,
+                                         lengths, audios)
             texts, tokens = [c.text for c in chosen], [c.tokens for c in chosen]
         elif words and self.timed_by_nemo:
             texts = tokens = None
         else:
-            hyps = self.nemo.ctc_decoder_predictions_tensor(blank_past_end(log_probs, lengths, self.nemo.blank_id),
-                                                            decoder_lengths=lengths, return_hypotheses=words)
+            searched, searched_lengths = self._beam_frames(log_probs, lengths)
+            hyps = self.nemo.ctc_decoder_predictions_tensor(
+                blank_past_end(searched, searched_lengths, self.nemo.blank_id), decoder_lengths=searched_lengths,
+                return_hypotheses=words)
             texts = [hypothesis_text(h) for h in hyps]
             tokens = [h.y_sequence for h in hyps] if words else None
         if not words:
@@ -63,6 +67,12 @@ class CtcDecoder:
         if self._word_decoding is None:
             self._word_decoding = word_decoding(self.model)
         return timed_transcripts(self.model, self._word_decoding, log_probs, lengths, texts, tokens)
+
+    def _beam_frames(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frames a beam search reads: runs of sure blank merged where the settings' ``blank_skip`` asks
+        (``duet.asr.decoding.nemo_decoding.merge_blank_runs``); word times still come from every frame."""
+        skip = getattr(self.settings, "blank_skip", 0.0)
+        return merge_blank_runs(log_probs, lengths, self.nemo.blank_id, skip) if skip else (log_probs, lengths)
 
     def texts(self, log_probs: torch.Tensor, lengths: torch.Tensor,
               audios: Sequence[np.ndarray] | None = None) -> list[str]:

@@ -60,6 +60,18 @@ from duet.text import normalize_spoken
 
 # Whisper's longest output (tokens, prompt included): faster-whisper's max_length
 WHISPER_MAX_LENGTH = 448
+WHISPER_WINDOW_SECONDS = 30.0  # the audio Whisper's encoder was trained to read, padded when shorter
+MEL_FRAMES_PER_SECOND = 100  # Whisper's log-mel hop: 10 ms
+SAMPLE_RATE = 16_000  # what Whisper hears
+MEL_HOP_SAMPLES = 160  # the same hop at 16 kHz
+# A shortened window (WhisperProposer) keeps at least this much silence after an utterance longer than it (not
+# tuned: windows of the utterance and 1 s of silence alone lost 15-27 points of Whisper's WER on the real sets)
+WINDOW_TAIL_SECONDS = 1.0
+# Whisper's hypotheses stop at this many tokens a second of audio (and a margin for punctuation), never past
+# WHISPER_MAX_LENGTH: speech of five words a second takes about seven; a repetition loop (Whisper's failure on
+# unclear audio, which the CTC judge rejects anyway) otherwise runs on to 448 tokens, and every token of every
+# hypothesis costs the beam search and the teacher-forced judge
+WHISPER_TOKENS_PER_SECOND, WHISPER_TOKEN_MARGIN = 12, 16
 # A log-likelihood for a text the CTC model cannot spell in the frames it has (more tokens than frames allow):
 # low enough never to win, finite so that weighted sums stay numbers
 IMPOSSIBLE = -1.0e4
@@ -78,6 +90,8 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
     summary = "Whisper tiny.en's beam search proposes beside the CTC beam, the CTC model judges"
 
     whisper_beam: int = option(5, "Whisper's beam width and n-best", low=1)
+    whisper_window: float = option(WHISPER_WINDOW_SECONDS, "seconds of audio Whisper's encoder reads, the utterance "
+                                   "padded (30: Whisper's own window; shorter is faster)", low=1, high=30)
     ctc_weight: float = option(0.3, "weight of the CTC log-likelihood of a candidate's spoken form", low=0)
     lm_weight: float = option(0.0, "weight of the n-gram LM's log-probability of a candidate (needs the LM)", low=0)
     token_bonus: float = option(0.0, "bonus per CTC token of a candidate")
@@ -102,11 +116,13 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
                             whisper_sure=self.whisper_sure, ctc_candidates=self.ctc_candidates)
 
     def describe(self) -> str:
-        beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "")
+        beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "") + \
+            self.skipping()
         sure = (f",sure={self.whisper_sure:g}" if self.whisper_sure else "") + \
             (f",spoken={self.spoken_share:g}" if self.spoken_share else "") + \
             (f",ctc_candidates={self.ctc_candidates}" if self.ctc_candidates else "") + \
-            (f",synchronous={self.synchronous:g}" if self.synchronous else "")
+            (f",synchronous={self.synchronous:g}" if self.synchronous else "") + \
+            (f",window={self.whisper_window:g}s" if self.whisper_window < WHISPER_WINDOW_SECONDS else "")
         return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
                 f"lm={self.lm_weight:g},bonus={self.token_bonus:g}{sure})")
 
@@ -118,8 +134,9 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
         current = reuse.rescoring if reuse is not None else None
         try:
             whisper = current.whisper if isinstance(current, JointDecoding) and \
-                current.whisper.beam_size == self.whisper_beam else \
-                WhisperProposer(self.whisper_beam, self.whisper_beam, max(1, torch.get_num_threads()))
+                (current.whisper.beam_size, current.whisper.window) == (self.whisper_beam, self.whisper_window) else \
+                WhisperProposer(self.whisper_beam, self.whisper_beam, max(1, torch.get_num_threads()),
+                                self.whisper_window)
         except (WhisperGpt2Error, WhisperWeightsError) as e:
             raise DecodingInputError(f"strategy joint needs Whisper tiny.en's weights: {e}") from None
         proposer = whisper if not self.synchronous else GuidedWhisperProposer(
@@ -212,36 +229,91 @@ def ctc_spelling(tokenizer):
     return spell
 
 
+def window_frames(frames: int, window: float) -> int:
+    """How many log-mel frames (10 ms each) Whisper's encoder reads for an utterance of ``frames`` when its window
+    is ``window`` seconds (:class:`WhisperProposer`): the utterance and padding up to the window, at least
+    :data:`WINDOW_TAIL_SECONDS` of padding, never more than 30 s; even, as the encoder's strided convolution halves
+    it."""
+    whole = round(WHISPER_WINDOW_SECONDS * MEL_FRAMES_PER_SECOND)
+    if window >= WHISPER_WINDOW_SECONDS:
+        return whole
+    wanted = max(frames + round(WINDOW_TAIL_SECONDS * MEL_FRAMES_PER_SECOND), round(window * MEL_FRAMES_PER_SECOND))
+    return min(whole, wanted + wanted % 2)
+
+
+def max_whisper_tokens(seconds: float, prompt_tokens: int) -> int:
+    """The longest hypothesis Whisper may write for ``seconds`` of audio, its prompt included
+    (:data:`WHISPER_TOKENS_PER_SECOND`)."""
+    return min(WHISPER_MAX_LENGTH, prompt_tokens + math.ceil(WHISPER_TOKENS_PER_SECOND * seconds) + WHISPER_TOKEN_MARGIN)
+
+
 class WhisperProposer:
     """Whisper tiny.en's beam search (faster-whisper's CTranslate2 model, int8 on the CPU), its n-best for each
-    utterance of up to 30 s, and the encoder output it searched on."""
+    utterance of up to 30 s, and the encoder output it searched on.
 
-    def __init__(self, beam_size: int = 5, n_best: int = 5, threads: int = 1):
+    Whisper always reads a 30 s window, the audio padded; its encoder's cost grows with the window, and for a 5 s
+    utterance most of it is padding. ``window`` (seconds) shortens that: the encoder reads the utterance and
+    silence up to ``window`` seconds, at least :data:`WINDOW_TAIL_SECONDS` of it after the speech (30: Whisper's
+    own window). Much shorter windows make the decoder drop or repeat words (RESULTS.md, "Joint decoding")."""
+
+    def __init__(self, beam_size: int = 5, n_best: int = 5, threads: int = 1, window: float = WHISPER_WINDOW_SECONDS):
         self.model = whisper_tiny_en(threads)
         self.tokenizer = Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe",
                                    language="en")
         self.prompt = self.model.get_prompt(self.tokenizer, [], without_timestamps=True)
         self.suppressed = list(get_suppressed_tokens(self.tokenizer, [-1]))  # faster-whisper's default, -1
-        self.beam_size, self.n_best = beam_size, min(n_best, beam_size)
+        self.beam_size, self.n_best, self.window = beam_size, min(n_best, beam_size), window
 
-    def encode(self, audios: Sequence[np.ndarray]):
-        """Whisper's encoder output for each 16 kHz waveform, padded (or cut) to 30 s: CTranslate2's
-        [B, 1500, d_model]."""
-        features = np.stack([pad_or_trim(self.model.feature_extractor(np.asarray(a, dtype=np.float32)))
-                             for a in audios])
-        return self.model.encode(features)
+    def encode(self, audios: Sequence[np.ndarray]) -> list[torch.Tensor]:
+        """Whisper's encoder output [1, S, d_model] for each 16 kHz waveform (S = half of :func:`window_frames`;
+        1500 for a 30 s window), utterances of the same window encoded together."""
+        return self._encoded(self._features(audios))[1]
 
-    def propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]) -> tuple[list[list[str]], torch.Tensor]:
-        """Each 16 kHz waveform's distinct n-best texts, best first, and the encodings [B, 1500, d_model]
-        (``frames``, the CTC model's log-probabilities of each, are not read: Whisper searches alone)."""
-        encoded = self.encode(audios)
-        results = self.model.model.generate(
-            encoded, [self.prompt] * len(audios), beam_size=self.beam_size, num_hypotheses=self.n_best,
-            length_penalty=1.0, max_length=WHISPER_MAX_LENGTH, suppress_blank=True,
-            suppress_tokens=self.suppressed)
-        texts = [list(dict.fromkeys(self.tokenizer.decode(ids).strip() for ids in r.sequences_ids))
-                 for r in results]
-        return texts, torch.from_numpy(np.array(encoded)).float()
+    def propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]
+                ) -> tuple[list[list[str]], list[torch.Tensor]]:
+        """Each 16 kHz waveform's distinct n-best texts, best first, and its encoding [1, S, d_model] (``frames``,
+        the CTC model's log-probabilities of each, are not read: Whisper searches alone)."""
+        groups, encodings = self._encoded(self._features(audios))
+        texts: list[list[str]] = [[] for _ in audios]
+        for rows, encoded in groups:
+            seconds = max(len(audios[row]) for row in rows) / SAMPLE_RATE
+            results = self.model.model.generate(
+                encoded, [self.prompt] * len(rows), beam_size=self.beam_size, num_hypotheses=self.n_best,
+                length_penalty=1.0, max_length=max_whisper_tokens(seconds, len(self.prompt)), suppress_blank=True,
+                suppress_tokens=self.suppressed)
+            for row, result in zip(rows, results, strict=True):
+                texts[row] = list(dict.fromkeys(self.tokenizer.decode(ids).strip() for ids in result.sequences_ids))
+        return texts, encodings
+
+    def _features(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each waveform's log-mel features [n_mels, frames] for its window. Whisper's own window is padded as
+        faster-whisper pads it (the features, with zeros); a shortened one with digital silence, as OpenAI's Whisper
+        pads audio: the decoder then reads the end of speech as it did in training (held-in utterances: RESULTS.md)."""
+        if self.window >= WHISPER_WINDOW_SECONDS:
+            return [pad_or_trim(self.model.feature_extractor(np.asarray(a, dtype=np.float32))) for a in audios]
+        features = []
+        for audio in audios:
+            audio = np.asarray(audio, dtype=np.float32)
+            frames = window_frames(len(audio) // MEL_HOP_SAMPLES + 1, self.window)
+            # the extractor adds one hop of zeros and drops the last STFT frame: ``frames`` frames in all
+            padded = np.pad(audio, (0, max(0, (frames - 1) * MEL_HOP_SAMPLES - len(audio))))
+            features.append(pad_or_trim(self.model.feature_extractor(padded), frames))
+        return features
+
+    def _encoded(self, features: list[np.ndarray]):
+        """The encoder's output for ``features``, one call per window length: (rows, CTranslate2's [b, S, d]) per
+        length, and each row's [1, S, d_model] tensor."""
+        lengths: dict[int, list[int]] = {}
+        for row, f in enumerate(features):
+            lengths.setdefault(f.shape[-1], []).append(row)
+        groups, encodings = [], [None] * len(features)
+        for rows in lengths.values():
+            encoded = self.model.encode(np.stack([features[row] for row in rows]))
+            groups.append((rows, encoded))
+            as_tensor = torch.from_numpy(np.array(encoded)).float()
+            for k, row in enumerate(rows):
+                encodings[row] = as_tensor[k : k + 1]
+        return groups, encodings
 
 
 def ctc_log_likelihoods(log_probs: torch.Tensor, token_rows: Sequence[Sequence[int]], blank_id: int) -> list[float]:
@@ -290,11 +362,13 @@ class JointDecoding:
         neither the CTC model's veto nor Whisper's sureness settles (both read without the beam's candidates)."""
         frames = [log_probs[i, : int(lengths[i])] for i in range(len(audios))]
         proposals, encodings = self._propose(audios, frames)
-        chosen = {i: self._settled(proposals.get(i, []), frames[i], encodings.get(i)) for i in range(len(audios))}
+        chosen, scored = {}, {}  # scored: Whisper's log-likelihoods the sureness check computed, not computed again
+        for i in range(len(audios)):
+            chosen[i], scored[i] = self._settled(proposals.get(i, []), frames[i], encodings.get(i))
         pending = [i for i, settled in chosen.items() if settled is None]
         for i, candidates in zip(pending, nbest.of(pending), strict=True):
-            chosen[i] = best_judged(self._judged(proposals.get(i, []), candidates, frames[i], encodings.get(i)),
-                                    self.weights)
+            chosen[i] = best_judged(self._judged(proposals.get(i, []), candidates, frames[i], encodings.get(i),
+                                                 scored[i]), self.weights)
         return [NOTHING_HEARD if best is None or not best.spoken else
                 Candidate(best.text, best.score(self.weights), best.tokens)
                 for best in (chosen[i] for i in range(len(audios)))]
@@ -308,23 +382,27 @@ class JointDecoding:
             return {}, {}
         texts, encoded = self.proposer.propose([audios[i] for i in short], [frames[i] for i in short])
         return ({i: texts[row] for row, i in enumerate(short)},
-                {i: encoded[row : row + 1] for row, i in enumerate(short)})
+                {i: encoded[row] for row, i in enumerate(short)})
 
-    def _settled(self, proposals: list[str], log_probs: torch.Tensor, encoding: torch.Tensor | None) -> Judged | None:
+    def _settled(self, proposals: list[str], log_probs: torch.Tensor, encoding: torch.Tensor | None
+                 ) -> tuple[Judged | None, dict[str, float]]:
         """What :func:`best_judged` returns before it reads the beam's candidates, or None: the empty text when the
-        CTC model hears nothing, Whisper's first hypothesis when Whisper is sure of it."""
+        CTC model hears nothing, Whisper's first hypothesis when Whisper is sure of it; and the Whisper
+        log-likelihoods computed on the way, by text."""
         (nothing_said,) = ctc_log_likelihoods(log_probs, [()], self.blank_id)
         if ctc_hears_nothing(log_probs, self.blank_id, nothing_said):
-            return Judged("", "", (), 0.0, 0.0, nothing_said, 0.0, False)
+            return Judged("", "", (), 0.0, 0.0, nothing_said, 0.0, False), {}
         if not proposals:
-            return None
-        (first,) = self._scores(log_probs, {normalize_spoken(proposals[0]): (proposals[0], True)}, encoding)
-        return first if whisper_is_sure(first, self.weights) else None
+            return None, {}
+        scored: dict[str, float] = {}
+        (first,) = self._scores(log_probs, {normalize_spoken(proposals[0]): (proposals[0], True)}, encoding, scored)
+        return (first if whisper_is_sure(first, self.weights) else None), scored
 
     def _judged(self, proposals: list[str], candidates: list[Candidate], log_probs: torch.Tensor,
-                encoding: torch.Tensor | None) -> list[Judged]:
+                encoding: torch.Tensor | None, scored: dict[str, float] | None = None) -> list[Judged]:
         """One utterance's candidates judged: Whisper's ``proposals`` and the beam's ``candidates``, one per spoken
-        form (Whisper's formatting where it proposed that form), and the empty text for the veto."""
+        form (Whisper's formatting where it proposed that form), and the empty text for the veto; ``scored``: Whisper
+        log-likelihoods already computed, by text."""
         forms: dict[str, tuple[str, bool]] = {}
         for text in proposals:
             forms.setdefault(normalize_spoken(text), (text, True))
@@ -337,17 +415,20 @@ class JointDecoding:
             judged_from_beam += bool(form)
         veto_only = "" not in forms
         forms.setdefault("", ("", False))  # nothing said: always judged, the CTC model's veto reads it
-        scored = self._scores(log_probs, forms, encoding)
+        scored = self._scores(log_probs, forms, encoding, dict(scored or {}))
         return [replace(j, veto_only=True) if veto_only and not j.spoken else j for j in scored]
 
     def _scores(self, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],
-                encoding: torch.Tensor | None) -> list[Judged]:
+                encoding: torch.Tensor | None, whisper: dict[str, float]) -> list[Judged]:
+        """Each form's candidate judged; ``whisper``: Whisper's log-likelihoods known already, by text, to which the
+        ones computed here are added."""
         spoken = list(forms)
         tokens = [tuple(self.tokenizer.text_to_ids(s)) if s else () for s in spoken]
         ctc = ctc_log_likelihoods(log_probs, tokens, self.blank_id)
         shown = [forms[s][0] for s in spoken]
-        read = list(dict.fromkeys(shown + spoken if self.weights.whisper_spoken else shown))
-        whisper = dict(zip(read, self.scorer.encoded_log_likelihoods(encoding, read))) if encoding is not None else {}
+        read = [t for t in dict.fromkeys(shown + spoken if self.weights.whisper_spoken else shown) if t not in whisper]
+        if encoding is not None and read:
+            whisper.update(zip(read, self.scorer.encoded_log_likelihoods(encoding, read)))
         lm = self._lm_scores(spoken)
         return [Judged(shown[k], spoken[k], tokens[k], whisper.get(shown[k], 0.0), whisper.get(spoken[k], 0.0), ctc[k],
                        lm[k], forms[spoken[k]][1]) for k in range(len(spoken))]

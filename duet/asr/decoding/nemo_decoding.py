@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from omegaconf import OmegaConf
@@ -64,3 +65,25 @@ def hypothesis_text(hyp) -> str:
     """The text of what NeMo's decoding or ``transcribe()`` returns per utterance: a ``Hypothesis`` or, from some
     versions and strategies, a plain string."""
     return hyp.text if hasattr(hyp, "text") else str(hyp)
+
+
+def merge_blank_runs(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, probability: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log_probs`` [B, T, V] with each run of frames on which blank is at least ``probability`` likely read as its
+    first frame alone, and the new lengths: what a beam search needs to read. Between two tokens, the one frame left
+    keeps them apart (a repeated token stays two); on those frames every hypothesis extends by blank at nearly no
+    cost, so the beam's candidates and their order hardly change, and the search costs the frames that remain.
+    ``probability`` 0: ``log_probs`` and ``lengths`` as they are."""
+    if probability <= 0:
+        return log_probs, lengths
+    kept = []
+    for row in range(log_probs.shape[0]):
+        frames = log_probs[row, : int(lengths[row])]
+        sure = frames[:, blank_id] >= math.log(probability)
+        after_sure = torch.cat([sure.new_zeros(1), sure[:-1]])
+        kept.append(frames[~(sure & after_sure)])
+    new_lengths = torch.tensor([len(k) for k in kept], dtype=lengths.dtype)
+    merged = log_probs.new_zeros(len(kept), max([1, *map(len, kept)]), log_probs.shape[2])
+    for row, frames in enumerate(kept):
+        merged[row, : len(frames)] = frames
+    return merged, new_lengths

@@ -167,11 +167,12 @@ class GuidedWhisperProposer:
         self.vocabulary = whisper_vocabulary(whisper.tokenizer, whisper.suppressed, decoder.shape.vocab)
 
     @torch.no_grad()
-    def propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]) -> tuple[list[list[str]], torch.Tensor]:
-        """Each 16 kHz waveform's distinct n-best texts, best first, and the encodings [B, 1500, d_model];
+    def propose(self, audios: Sequence[np.ndarray], frames: Sequence[torch.Tensor]
+                ) -> tuple[list[list[str]], list[torch.Tensor]]:
+        """Each 16 kHz waveform's distinct n-best texts, best first, and its encoding [1, S, d_model];
         ``frames``: the CTC model's log-probabilities [T, V] of each."""
-        encoded = torch.from_numpy(np.array(self.whisper.encode(audios))).float()
-        texts = [guided_beam_search(self.decoder, encoded[i : i + 1], CtcPrefixScores(frames[i], self.blank_id),
+        encoded = self.whisper.encode(audios)
+        texts = [guided_beam_search(self.decoder, encoded[i], CtcPrefixScores(frames[i], self.blank_id),
                                     self.spell, self.vocabulary, self.beam_size, self.ctc_weight,
                                     min(self.max_tokens, len(frames[i])))
                  for i in range(len(audios))]
