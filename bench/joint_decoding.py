@@ -92,7 +92,8 @@ def get_parser() -> argparse.ArgumentParser:
                         "folder: the candidate caches are named by manifest only")
     p.add_argument("--blank-skip", type=float, default=0.0,
                    help="the CTC beam reads each run of frames where blank is at least this likely as one frame "
-                        "(the beam strategies' blank_skip; default 0: every frame)")
+                        "(the beam strategies' blank_skip; default 0: every frame). Give another --out folder: the "
+                        "candidate caches are named by manifest only")
     p.add_argument("--threads", type=int, default=2, help="torch and CTranslate2 CPU threads")
     p.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "joint_decoding.md")
     return p

@@ -28,7 +28,6 @@ from typing import Callable, Sequence
 
 import torch
 from safetensors import SafetensorError
-from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
 from duet.foundation.errors import first_line
 from slm.data import format_alpaca_prompt
@@ -99,7 +98,11 @@ class GenerationSettings:
         """Keyword arguments for ``model.generate`` (KV cache on) of prompts ``prompt_tokens`` long (left padding
         included), after :meth:`validate`; the repetition penalty a logits processor that skips the prompt."""
         self.validate()
-        kwargs = {"max_new_tokens": self.max_new_tokens, "use_cache": True}
+        # transformers takes ~2.6 s to import: only the calls that generate pay for it
+        from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+        # transformers' own penalty off (a model's generation_config may set one): the processor below is the one
+        kwargs = {"max_new_tokens": self.max_new_tokens, "use_cache": True, "repetition_penalty": 1.0}
         if self.repetition_penalty != 1.0:
             kwargs["logits_processor"] = LogitsProcessorList(
                 [RepetitionPenaltyLogitsProcessor(self.repetition_penalty, prompt_ignore_length=prompt_tokens)])

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from duet.asr.decoding import DecodingInputError, decoding_settings
-from duet.asr.decoding.joint import (IMPOSSIBLE, JointDecoding, Judged, JointWeights, best_judged, ctc_log_likelihoods,
-                                     max_whisper_tokens, window_frames)
+from duet.asr.decoding.joint import (IMPOSSIBLE, JointDecoding, Judged, JointWeights, WhisperProposer, best_judged,
+                                     ctc_log_likelihoods, max_whisper_tokens, window_frames)
 from duet.asr.decoding.rescoring import NOTHING_HEARD, BeamNbest, Candidate, nbest_candidates
 
 BLANK = 0
@@ -276,7 +276,43 @@ def test_a_shortened_whisper_window_pads_the_utterance_and_never_passes_30_s():
     assert window_frames(2950, 10.0) == 3000  # never past 30 s
 
 
-def test_whisper_hypotheses_are_bounded_by_the_audio_length():
+def test_whisper_hypotheses_are_bounded_by_the_window_length():
     assert max_whisper_tokens(5.0, 3) == 3 + 60 + 16  # five seconds: room for far more than anyone says
     assert max_whisper_tokens(30.0, 3) == 3 + 360 + 16
     assert max_whisper_tokens(60.0, 3) == 448  # never past Whisper's own limit
+
+
+def test_a_shortened_window_is_exactly_its_frames_of_speech_then_silence():
+    from types import SimpleNamespace
+
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    proposer = WhisperProposer.__new__(WhisperProposer)  # the front end alone: no CTranslate2 model read
+    proposer.model, proposer.window = SimpleNamespace(feature_extractor=FeatureExtractor()), 10.0
+    loud = 0.3 * np.sin(np.arange(16000 * 4) / 5.0).astype(np.float32)  # 4 s of a tone
+    for samples in (16000 * 4, 16000 * 4 - 1, 16000 * 12 + 7):
+        (features,) = proposer._features([loud[:samples] if samples <= len(loud) else np.resize(loud, samples)])
+        assert features.shape[-1] == window_frames(samples // 160 + 1, 10.0)
+        assert features[:, -1].max() < features[:, 10].max()  # the end is silence, the start the tone
+
+
+class CountingRescorer(StubRescorer):
+    def __init__(self):
+        self.asked = []
+
+    def encoded_log_likelihoods(self, encoding, texts):
+        self.asked.extend(texts)
+        return super().encoded_log_likelihoods(encoding, texts)
+
+
+def test_whisper_first_hypothesis_is_scored_once_and_the_sureness_check_asks_no_lm():
+    rescorer, lm_asked = CountingRescorer(), []
+    # Whisper's -1 a word is below whisper_sure: not sure of "Ab.", so every candidate is judged after the check
+    decoder = JointDecoding(StubProposer(["Ab.", "Ba."]), rescorer, JointWeights(ctc=0.3, lm=0.1, whisper_sure=-0.5),
+                            StubTokenizer(), BLANK, lm=object())
+    decoder._lm_scores = lambda spoken: lm_asked.append(list(spoken)) or [0.0] * len(spoken)
+    (chosen,) = best(decoder, stub_beam(["ab", "aa"]), frames(1, 0, 2, 0), torch.tensor([4]),
+                     [np.zeros(16000, np.float32)])
+    assert chosen.text == "Ab."
+    assert rescorer.asked.count("Ab.") == 1  # the sureness check's score, kept for the judging
+    assert lm_asked == [["ab", "ba", "aa", ""]]  # the LM read once, when every candidate was judged

@@ -73,7 +73,7 @@ JOINT_WHISPER_BEAM, JOINT_CTC_WEIGHT, JOINT_LM_WEIGHT, JOINT_TOKEN_BONUS, JOINT_
 # weights, 5 gave the lowest WER of 2-16 (18.45 % against all 16's 18.76 %), and each candidate left out saves a
 # teacher-forced Whisper pass and an LM score
 JOINT_CTC_CANDIDATES = 5
-# Whisper's encoder reads the utterance padded to 15 s, not 30 (about half the encoder's and the judge's cost), and
+# Whisper's encoder reads the utterance padded to 15 s, not 30 (most of the encoder's cost on short utterances), and
 # the beam reads each run of sure blank as one frame (a third of the frames, nearly always the same candidates). On
 # the same held-in data at the weights above: 20.13 % for 15 s and for 20 s against 18.45 % for 30 s, within one
 # standard error (1.97 points): the cheapest window within it (RESULTS.md, "Joint decoding")

@@ -62,15 +62,14 @@ from duet.text import normalize_spoken
 WHISPER_MAX_LENGTH = 448
 WHISPER_WINDOW_SECONDS = 30.0  # the audio Whisper's encoder was trained to read, padded when shorter
 MEL_FRAMES_PER_SECOND = 100  # Whisper's log-mel hop: 10 ms
-SAMPLE_RATE = 16_000  # what Whisper hears
 MEL_HOP_SAMPLES = 160  # the same hop at 16 kHz
 # A shortened window (WhisperProposer) keeps at least this much silence after an utterance longer than it (not
 # tuned: windows of the utterance and 1 s of silence alone lost 15-27 points of Whisper's WER on the real sets)
 WINDOW_TAIL_SECONDS = 1.0
-# Whisper's hypotheses stop at this many tokens a second of audio (and a margin for punctuation), never past
-# WHISPER_MAX_LENGTH: speech of five words a second takes about seven; a repetition loop (Whisper's failure on
-# unclear audio, which the CTC judge rejects anyway) otherwise runs on to 448 tokens, and every token of every
-# hypothesis costs the beam search and the teacher-forced judge
+# Whisper's hypotheses stop at this many tokens a second of the window it reads (and a margin for punctuation),
+# never past WHISPER_MAX_LENGTH: speech of five words a second takes about seven; a repetition loop (Whisper's
+# failure on unclear audio, which the CTC judge rejects anyway) otherwise runs on to 448 tokens, and every token of
+# every hypothesis costs the beam search and the teacher-forced judge
 WHISPER_TOKENS_PER_SECOND, WHISPER_TOKEN_MARGIN = 12, 16
 # A log-likelihood for a text the CTC model cannot spell in the frames it has (more tokens than frames allow):
 # low enough never to win, finite so that weighted sums stay numbers
@@ -242,7 +241,7 @@ def window_frames(frames: int, window: float) -> int:
 
 
 def max_whisper_tokens(seconds: float, prompt_tokens: int) -> int:
-    """The longest hypothesis Whisper may write for ``seconds`` of audio, its prompt included
+    """The longest hypothesis Whisper may write reading a window of ``seconds``, its prompt included
     (:data:`WHISPER_TOKENS_PER_SECOND`)."""
     return min(WHISPER_MAX_LENGTH, prompt_tokens + math.ceil(WHISPER_TOKENS_PER_SECOND * seconds) + WHISPER_TOKEN_MARGIN)
 
@@ -276,11 +275,13 @@ class WhisperProposer:
         groups, encodings = self._encoded(self._features(audios))
         texts: list[list[str]] = [[] for _ in audios]
         for rows, encoded in groups:
-            seconds = max(len(audios[row]) for row in rows) / SAMPLE_RATE
+            # one bound for every utterance of a window, whatever it is batched with: a row's hypotheses never depend
+            # on its batch (the pipeline decodes one utterance at a time, the benches many)
+            frames = int(encoded.shape[1]) * 2
             results = self.model.model.generate(
                 encoded, [self.prompt] * len(rows), beam_size=self.beam_size, num_hypotheses=self.n_best,
-                length_penalty=1.0, max_length=max_whisper_tokens(seconds, len(self.prompt)), suppress_blank=True,
-                suppress_tokens=self.suppressed)
+                length_penalty=1.0, max_length=max_whisper_tokens(frames / MEL_FRAMES_PER_SECOND, len(self.prompt)),
+                suppress_blank=True, suppress_tokens=self.suppressed)
             for row, result in zip(rows, results, strict=True):
                 texts[row] = list(dict.fromkeys(self.tokenizer.decode(ids).strip() for ids in result.sequences_ids))
         return texts, encodings
@@ -395,7 +396,10 @@ class JointDecoding:
         if not proposals:
             return None, {}
         scored: dict[str, float] = {}
-        (first,) = self._scores(log_probs, {normalize_spoken(proposals[0]): (proposals[0], True)}, encoding, scored)
+        # the LM is not asked: sureness reads Whisper alone, and an unsure first hypothesis is judged again with the
+        # rest (the LM costs a step per token, however few the sentences)
+        (first,) = self._scores(log_probs, {normalize_spoken(proposals[0]): (proposals[0], True)}, encoding, scored,
+                                with_lm=False)  # so a sure first hypothesis is returned with an LM score of 0
         return (first if whisper_is_sure(first, self.weights) else None), scored
 
     def _judged(self, proposals: list[str], candidates: list[Candidate], log_probs: torch.Tensor,
@@ -419,9 +423,9 @@ class JointDecoding:
         return [replace(j, veto_only=True) if veto_only and not j.spoken else j for j in scored]
 
     def _scores(self, log_probs: torch.Tensor, forms: dict[str, tuple[str, bool]],
-                encoding: torch.Tensor | None, whisper: dict[str, float]) -> list[Judged]:
+                encoding: torch.Tensor | None, whisper: dict[str, float], with_lm: bool = True) -> list[Judged]:
         """Each form's candidate judged; ``whisper``: Whisper's log-likelihoods known already, by text, to which the
-        ones computed here are added."""
+        ones computed here are added; ``with_lm`` False: the LM's score left 0."""
         spoken = list(forms)
         tokens = [tuple(self.tokenizer.text_to_ids(s)) if s else () for s in spoken]
         ctc = ctc_log_likelihoods(log_probs, tokens, self.blank_id)
@@ -429,7 +433,7 @@ class JointDecoding:
         read = [t for t in dict.fromkeys(shown + spoken if self.weights.whisper_spoken else shown) if t not in whisper]
         if encoding is not None and read:
             whisper.update(zip(read, self.scorer.encoded_log_likelihoods(encoding, read)))
-        lm = self._lm_scores(spoken)
+        lm = self._lm_scores(spoken) if with_lm else [0.0] * len(spoken)
         return [Judged(shown[k], spoken[k], tokens[k], whisper.get(shown[k], 0.0), whisper.get(spoken[k], 0.0), ctc[k],
                        lm[k], forms[spoken[k]][1]) for k in range(len(spoken))]
 

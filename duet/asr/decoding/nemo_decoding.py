@@ -82,7 +82,7 @@ def merge_blank_runs(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: i
         sure = frames[:, blank_id] >= math.log(probability)
         after_sure = torch.cat([sure.new_zeros(1), sure[:-1]])
         kept.append(frames[~(sure & after_sure)])
-    new_lengths = torch.tensor([len(k) for k in kept], dtype=lengths.dtype)
+    new_lengths = torch.tensor([len(k) for k in kept], dtype=lengths.dtype, device=lengths.device)
     merged = log_probs.new_zeros(len(kept), max([1, *map(len, kept)]), log_probs.shape[2])
     for row, frames in enumerate(kept):
         merged[row, : len(frames)] = frames
