@@ -85,7 +85,8 @@ JOINT_WHISPER_WINDOW, BEAM_BLANK_SKIP = 15.0, 0.999
 # speechocean762/train's transcripts under beam 16 + LM + Whisper rescoring, 0.45 (held out: speechocean762/test
 # 20.7 % flagged, read_sentences 17.0 %, common_voice 44.0 %; RESULTS.md, "Low-confidence turns"); under the joint
 # decoding, on the dev-clean 60 and the 86 held-in dev-speaker utterances, 0.40 flags 6.9 % of the rightly heard and
-# 22.2 % of the badly heard (0.45 would flag 12.9 % of the rightly heard). Re-choose it when the base checkpoint,
+# 22.2 % of the badly heard (0.45 would flag 12.9 % of the rightly heard); chosen again with Whisper's 15 s window
+# and the beam's blank_skip, 0.40 again: 6.1 % and 19.1 % (0.45: 11.1 %). Re-choose it when the base checkpoint,
 # the recipe, the LM or the decoding changes.
 DEMO_MIN_CONFIDENCE = 0.40
 # ... both saved as decoding.json beside the model, where tools/pipeline.py finds them whatever path names the model
