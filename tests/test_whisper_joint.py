@@ -316,3 +316,29 @@ def test_whisper_first_hypothesis_is_scored_once_and_the_sureness_check_asks_no_
     assert chosen.text == "Ab."
     assert rescorer.asked.count("Ab.") == 1  # the sureness check's score, kept for the judging
     assert lm_asked == [["ab", "ba", "aa", ""]]  # the LM read once, when every candidate was judged
+
+
+def test_whisper_searches_each_utterance_with_the_same_bound_alone_or_in_a_batch():
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    class StubCTranslate2:
+        def __init__(self):
+            self.bounds = []
+
+        def generate(self, encoded, prompts, max_length, **kwargs):
+            self.bounds.append((len(prompts), max_length))
+            return [SimpleNamespace(sequences_ids=[[7]]) for _ in prompts]
+
+    search = StubCTranslate2()
+    proposer = WhisperProposer.__new__(WhisperProposer)  # no weights read: the front end and stand-ins
+    proposer.model = SimpleNamespace(feature_extractor=FeatureExtractor(), model=search,
+                                     encode=lambda features: np.zeros((len(features), features.shape[-1] // 2, 4)))
+    proposer.tokenizer, proposer.prompt, proposer.suppressed = SimpleNamespace(decode=lambda ids: "Hi."), [1, 2, 3], []
+    proposer.beam_size, proposer.n_best, proposer.window = 5, 5, 15.0
+    short, longer = np.zeros(16000 * 3, np.float32), np.zeros(16000 * 12, np.float32)
+    proposer.propose([short], [None])
+    alone = search.bounds[-1]
+    texts, encodings = proposer.propose([short, longer, short], [None] * 3)
+    assert alone == (1, max_whisper_tokens(5.0, 3))  # 3 s of audio: bounded as 5 s, the length in whole steps
+    assert sorted(search.bounds[-2:]) == [(1, max_whisper_tokens(15.0, 3)), (2, max_whisper_tokens(5.0, 3))]
+    assert texts == [["Hi."]] * 3 and [e.shape[1] for e in encodings] == [750, 750, 750]

@@ -66,11 +66,12 @@ MEL_HOP_SAMPLES = 160  # the same hop at 16 kHz
 # A shortened window (WhisperProposer) keeps at least this much silence after an utterance longer than it (not
 # tuned: windows of the utterance and 1 s of silence alone lost 15-27 points of Whisper's WER on the real sets)
 WINDOW_TAIL_SECONDS = 1.0
-# Whisper's hypotheses stop at this many tokens a second of the window it reads (and a margin for punctuation),
-# never past WHISPER_MAX_LENGTH: speech of five words a second takes about seven; a repetition loop (Whisper's
-# failure on unclear audio, which the CTC judge rejects anyway) otherwise runs on to 448 tokens, and every token of
-# every hypothesis costs the beam search and the teacher-forced judge
-WHISPER_TOKENS_PER_SECOND, WHISPER_TOKEN_MARGIN = 12, 16
+# Whisper's hypotheses stop at this many tokens a second of audio, the length rounded up to whole steps of
+# WHISPER_LENGTH_STEP_SECONDS (and a margin for punctuation), never past WHISPER_MAX_LENGTH: speech of five words a
+# second takes about seven; a repetition loop (Whisper's failure on unclear audio, which the CTC judge rejects
+# anyway) otherwise runs on to 448 tokens, and every token of every hypothesis costs the beam search and the
+# teacher-forced judge. The steps let utterances of similar length share one search.
+WHISPER_TOKENS_PER_SECOND, WHISPER_TOKEN_MARGIN, WHISPER_LENGTH_STEP_SECONDS = 12, 16, 5.0
 # A log-likelihood for a text the CTC model cannot spell in the frames it has (more tokens than frames allow):
 # low enough never to win, finite so that weighted sums stay numbers
 IMPOSSIBLE = -1.0e4
@@ -240,8 +241,13 @@ def window_frames(frames: int, window: float) -> int:
     return min(whole, wanted + wanted % 2)
 
 
+def length_step(seconds: float) -> float:
+    """``seconds`` rounded up to whole :data:`WHISPER_LENGTH_STEP_SECONDS` (at least one step)."""
+    return max(1, math.ceil(seconds / WHISPER_LENGTH_STEP_SECONDS)) * WHISPER_LENGTH_STEP_SECONDS
+
+
 def max_whisper_tokens(seconds: float, prompt_tokens: int) -> int:
-    """The longest hypothesis Whisper may write reading a window of ``seconds``, its prompt included
+    """The longest hypothesis Whisper may write for ``seconds`` of audio, its prompt included
     (:data:`WHISPER_TOKENS_PER_SECOND`)."""
     return min(WHISPER_MAX_LENGTH, prompt_tokens + math.ceil(WHISPER_TOKENS_PER_SECOND * seconds) + WHISPER_TOKEN_MARGIN)
 
@@ -272,16 +278,19 @@ class WhisperProposer:
                 ) -> tuple[list[list[str]], list[torch.Tensor]]:
         """Each 16 kHz waveform's distinct n-best texts, best first, and its encoding [1, S, d_model] (``frames``,
         the CTC model's log-probabilities of each, are not read: Whisper searches alone)."""
-        groups, encodings = self._encoded(self._features(audios))
+        features = self._features(audios)
+        # each utterance's bound on Whisper's hypotheses from its length in whole steps: utterances are searched
+        # together only where their window and their bound are the same, so a row's hypotheses never depend on the
+        # batch it came in (the pipeline decodes one utterance at a time, the benches many)
+        bounds = [max_whisper_tokens(min(f.shape[-1] / MEL_FRAMES_PER_SECOND,
+                                         length_step(len(a) / (MEL_HOP_SAMPLES * MEL_FRAMES_PER_SECOND))),
+                                     len(self.prompt)) for a, f in zip(audios, features, strict=True)]
+        groups, encodings = self._encoded(features, bounds)
         texts: list[list[str]] = [[] for _ in audios]
         for rows, encoded in groups:
-            # one bound for every utterance of a window, whatever it is batched with: a row's hypotheses never depend
-            # on its batch (the pipeline decodes one utterance at a time, the benches many)
-            frames = int(encoded.shape[1]) * 2
             results = self.model.model.generate(
                 encoded, [self.prompt] * len(rows), beam_size=self.beam_size, num_hypotheses=self.n_best,
-                length_penalty=1.0, max_length=max_whisper_tokens(frames / MEL_FRAMES_PER_SECOND, len(self.prompt)),
-                suppress_blank=True, suppress_tokens=self.suppressed)
+                length_penalty=1.0, max_length=bounds[rows[0]], suppress_blank=True, suppress_tokens=self.suppressed)
             for row, result in zip(rows, results, strict=True):
                 texts[row] = list(dict.fromkeys(self.tokenizer.decode(ids).strip() for ids in result.sequences_ids))
         return texts, encodings
@@ -301,12 +310,12 @@ class WhisperProposer:
             features.append(pad_or_trim(self.model.feature_extractor(padded), frames))
         return features
 
-    def _encoded(self, features: list[np.ndarray]):
-        """The encoder's output for ``features``, one call per window length: (rows, CTranslate2's [b, S, d]) per
-        length, and each row's [1, S, d_model] tensor."""
-        lengths: dict[int, list[int]] = {}
+    def _encoded(self, features: list[np.ndarray], keys: Sequence | None = None):
+        """The encoder's output for ``features``, one call per window length (and per ``keys``' value, when given):
+        (rows, CTranslate2's [b, S, d]) per call, and each row's [1, S, d_model] tensor."""
+        lengths: dict[tuple, list[int]] = {}
         for row, f in enumerate(features):
-            lengths.setdefault(f.shape[-1], []).append(row)
+            lengths.setdefault((f.shape[-1], None if keys is None else keys[row]), []).append(row)
         groups, encodings = [], [None] * len(features)
         for rows in lengths.values():
             encoded = self.model.encode(np.stack([features[row] for row in rows]))
