@@ -62,7 +62,6 @@ from duet.text import normalize_spoken
 WHISPER_MAX_LENGTH = 448
 WHISPER_WINDOW_SECONDS = 30.0  # the audio Whisper's encoder was trained to read, padded when shorter
 MEL_FRAMES_PER_SECOND = 100  # Whisper's log-mel hop: 10 ms
-MEL_HOP_SAMPLES = 160  # the same hop at 16 kHz
 # A shortened window (WhisperProposer) keeps at least this much silence after an utterance longer than it (not
 # tuned: windows of the utterance and 1 s of silence alone lost 15-27 points of Whisper's WER on the real sets)
 WINDOW_TAIL_SECONDS = 1.0
@@ -278,12 +277,12 @@ class WhisperProposer:
                 ) -> tuple[list[list[str]], list[torch.Tensor]]:
         """Each 16 kHz waveform's distinct n-best texts, best first, and its encoding [1, S, d_model] (``frames``,
         the CTC model's log-probabilities of each, are not read: Whisper searches alone)."""
-        features = self._features(audios)
+        features, sample_rate = self._features(audios), self.model.feature_extractor.sampling_rate
         # each utterance's bound on Whisper's hypotheses from its length in whole steps: utterances are searched
         # together only where their window and their bound are the same, so a row's hypotheses never depend on the
         # batch it came in (the pipeline decodes one utterance at a time, the benches many)
         bounds = [max_whisper_tokens(min(f.shape[-1] / MEL_FRAMES_PER_SECOND,
-                                         length_step(len(a) / (MEL_HOP_SAMPLES * MEL_FRAMES_PER_SECOND))),
+                                         length_step(len(a) / sample_rate)),
                                      len(self.prompt)) for a, f in zip(audios, features, strict=True)]
         groups, encodings = self._encoded(features, bounds)
         texts: list[list[str]] = [[] for _ in audios]
@@ -301,12 +300,12 @@ class WhisperProposer:
         pads audio: the decoder then reads the end of speech as it did in training (held-in utterances: RESULTS.md)."""
         if self.window >= WHISPER_WINDOW_SECONDS:
             return [pad_or_trim(self.model.feature_extractor(np.asarray(a, dtype=np.float32))) for a in audios]
-        features = []
+        features, hop = [], self.model.feature_extractor.hop_length
         for audio in audios:
             audio = np.asarray(audio, dtype=np.float32)
-            frames = window_frames(len(audio) // MEL_HOP_SAMPLES + 1, self.window)
+            frames = window_frames(len(audio) // hop + 1, self.window)
             # the extractor adds one hop of zeros and drops the last STFT frame: ``frames`` frames in all
-            padded = np.pad(audio, (0, max(0, (frames - 1) * MEL_HOP_SAMPLES - len(audio))))
+            padded = np.pad(audio, (0, max(0, (frames - 1) * hop - len(audio))))
             features.append(pad_or_trim(self.model.feature_extractor(padded), frames))
         return features
 
