@@ -144,7 +144,7 @@ def test_well_formed_takes_the_requests_words_and_names_what_is_wrong():
 @pytest.mark.parametrize("answer, refused", [
     ("I don't know that.", True), ("I don't have access to live weather data, so I can't tell you.", True),
     ("I can't access your calendar, so I don't know your plans.", True),
-    ("Mount Everest is 60 million years old.", False), ("Playing jazz.", False)])
+    (FALLBACK, True), ("Mount Everest is 60 million years old.", False), ("Playing jazz.", False)])
 def test_refusals_are_recognised(answer, refused):
     assert is_refusal(answer) is refused
 
