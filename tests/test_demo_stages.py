@@ -83,21 +83,33 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
         cli.main(["--list", "--from", "slm", "--only", "asr"])
 
 
+def listed_commands(cli, capsys, *argv) -> dict[str, str]:
+    """Stage name -> the command ``tools/demo.py --list *argv`` shows for it."""
+    assert cli.main(["--list", *argv]) == 0
+    return dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+
+
 def test_asr_epochs_replaces_only_the_fine_tunes_passes(repo_root, capsys):
     """--asr-epochs N: a quicker demo (the slow tier's), every other stage and setting as the demo's own."""
     cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
-
-    def listed(*argv):
-        assert cli.main(["--list", *argv]) == 0
-        return dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
-
-    own, shorter = listed(), listed("--asr-epochs", "1")
+    own, shorter = listed_commands(cli, capsys), listed_commands(cli, capsys, "--asr-epochs", "1")
     assert {name for name in own if own[name] != shorter[name]} == {"asr"}
     epochs = next(arg for arg in own["asr"].split() if arg.startswith("trainer.max_epochs="))
     assert shorter["asr"] == own["asr"].replace(epochs, "trainer.max_epochs=1")
     with pytest.raises(SystemExit):
         cli.main(["--asr-epochs", "0"])
     assert "--asr-epochs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_slm_steps_replaces_only_the_slms_steps(repo_root, capsys):
+    """--slm-steps N: the SLM's config's train.max_steps overridden, every other stage as the demo's own."""
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
+    own, shorter = listed_commands(cli, capsys), listed_commands(cli, capsys, "--slm-steps", "40", "--asr-epochs", "1")
+    assert {name for name in own if own[name] != shorter[name]} == {"asr", "slm"}
+    assert shorter["slm"] == own["slm"] + " train.max_steps=40"
+    with pytest.raises(SystemExit):
+        cli.main(["--slm-steps", "0"])
+    assert "--slm-steps must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_the_fine_tune_mixes_in_the_bases_pool_and_its_real_speech_where_that_exists(repo_root, tmp_path,

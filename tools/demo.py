@@ -11,6 +11,7 @@ Usage:
   python tools/demo.py --only lm --verbose    # show the stage's own output live, as well as in its log
   python tools/demo.py --asr-epochs 2         # a shorter ASR fine-tune than the demo's own 4 passes (2 with the
                                               # real mix): a quicker look, learning less
+  python tools/demo.py --slm-steps 320        # the same for the SLM (its config's train.max_steps)
 
 Each stage prints its command, its progress while it runs, and its result in one line. The command's own output
 (NeMo, Lightning and transformers logs) goes to experiments/<stage>/log.txt, e.g. experiments/asr/log.txt;
@@ -157,8 +158,9 @@ def prepare_slm(config_name: str, log_dir: Path):
     return prepare
 
 
-def stages(asr_epochs: int | None = None) -> list[Stage]:
-    """The demo's stages in order; ``asr_epochs`` replaces the ASR fine-tune's own number of passes."""
+def stages(asr_epochs: int | None = None, slm_steps: int | None = None) -> list[Stage]:
+    """The demo's stages in order; ``asr_epochs`` replaces the ASR fine-tune's own number of passes, ``slm_steps`` the
+    SLM's own number of steps (its config's ``train.max_steps``)."""
     py = sys.executable
     asr_dir, slm_dir, pipeline_dir = DEMO_ASR_MODEL.parent, DEMO_SLM_MODEL, EXPERIMENTS / "demo_pipeline"
     answers, requests = pipeline_dir / "answers.jsonl", REQUESTS
@@ -219,7 +221,8 @@ def stages(asr_epochs: int | None = None) -> list[Stage]:
               lambda: f"{DEMO_LM.relative_to(REPO_ROOT)} ({DEMO_LM.stat().st_size // 1024} KB)",
               inputs=[BASE_CHECKPOINT, DEMO_LM_TEXT], outputs=[DEMO_LM]),
         # reads only bundled files and trains on one thread: it runs beside the stages before it
-        Stage("slm", [py, "slm/finetune.py", "--config-name", SLM_CONFIG, f"output_dir={slm_dir}"],
+        Stage("slm", [py, "slm/finetune.py", "--config-name", SLM_CONFIG, f"output_dir={slm_dir}",
+                      *([] if slm_steps is None else [f"train.max_steps={slm_steps}"])],
               lambda: slm_summary(slm_dir / "metrics.json"), prepare=prepare_slm(SLM_CONFIG, EXPERIMENTS / "slm"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", *sorted((REPO_ROOT / "configs").glob("slm_*.yaml"))],
               outputs=[slm_dir / "config.json", slm_dir / "metrics.json"], background=True),
@@ -257,11 +260,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="passes of the ASR fine-tune over its data (the demo's own: "
                              f"{ASR_FINE_TUNE['without'].epochs}, {ASR_FINE_TUNE['with real mix'].epochs} with the "
                              "real mix); fewer make a quicker demo whose model learns less")
+    parser.add_argument("--slm-steps", type=int, metavar="N",
+                        help=f"training steps of the SLM (the demo's own: configs/{SLM_CONFIG}.yaml's train.max_steps); "
+                             "fewer make a quicker demo whose model answers worse")
     args = parser.parse_args(argv)
-    if args.asr_epochs is not None:
-        if args.asr_epochs < 1:
-            parser.error(f"--asr-epochs must be at least 1, got {args.asr_epochs}")
-        by_name = {stage.name: stage for stage in stages(asr_epochs=args.asr_epochs)}
+    for flag, value in (("--asr-epochs", args.asr_epochs), ("--slm-steps", args.slm_steps)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    if args.asr_epochs is not None or args.slm_steps is not None:
+        by_name = {stage.name: stage for stage in stages(asr_epochs=args.asr_epochs, slm_steps=args.slm_steps)}
     selected = names[names.index(args.start):] if args.start else args.only or names
 
     if args.list:
