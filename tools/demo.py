@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 10 minutes on 2 cores (10.0 min
-from scratch in a clean clone on base v4, recorded in RESULTS.md, "The whole demo"; the SLM's training runs beside
-the ASR fine-tune, 7-8 minutes for both); longer where other work shares the cores.
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 12 minutes on 2 cores (12.2 min
+from scratch in a clean clone on base v6, recorded in RESULTS.md, "The whole demo"; the SLM's training runs beside
+the ASR fine-tune, ~10.5 minutes for the SLM); longer where other work shares the cores.
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
