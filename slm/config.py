@@ -78,3 +78,9 @@ def resolve_path(path: str) -> Path:
     if candidate.parts[:1] == ("samples",) and not (PROJECT_DIR / candidate).exists():
         return SAMPLES_DIR.joinpath(*candidate.parts[1:])
     return PROJECT_DIR / candidate
+
+
+def partial_dir(final_dir: Path) -> Path:
+    """Where a run works until it has finished: fixed per output folder, so a re-run finds it (and ``tools/demo.py``
+    can clear it when the run's settings changed)."""
+    return final_dir.parent / f".{final_dir.name}.partial"

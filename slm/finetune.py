@@ -41,7 +41,7 @@ from duet.foundation import python_command
 from duet.foundation.errors import cli, first_line
 from duet.foundation.files import (add_log_arguments, library_output_to, log_target, write_jsonl_atomic,
                                    write_text_atomic)
-from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, resolve_path
+from slm.config import DEFAULT_CONFIG, OFFLINE_CONFIG, ConfigError, load_config, partial_dir, resolve_path
 from slm.errors import SlmError
 from slm.torch_build import require_torch_to_see_the_gpus
 
@@ -219,11 +219,6 @@ def setup_logging(log_file: Path | None, console: TextIO | None = None) -> None:
 
 class ResumeConflict(ConfigError):
     """A kept partial run was started with another config: resuming it would mix two trainings."""
-
-
-def partial_dir(final_dir: Path) -> Path:
-    """Where a run works until it has finished: fixed per output folder, so a re-run finds it."""
-    return final_dir.parent / f".{final_dir.name}.partial"
 
 
 def last_checkpoint(work_dir: Path) -> Path | None:

@@ -1,8 +1,8 @@
 """Slow tier: the README's demo end to end on the bundled sample, and what it must show.
 
 Runs ``tools/demo.py`` once, the README's own command with two passes of the ASR fine-tune and fewer SLM steps
-(stages already up to date are skipped, so a second run is quick), then checks that both models learned and that the pipeline answers
-held-out spoken requests.
+(stages already up to date are skipped, so a second run is quick), then checks that both models learned and that the
+pipeline answers held-out spoken requests.
 """
 
 from __future__ import annotations

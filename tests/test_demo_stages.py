@@ -107,6 +107,11 @@ def test_slm_steps_replaces_only_the_slms_steps(repo_root, capsys):
     own, shorter = listed_commands(cli, capsys), listed_commands(cli, capsys, "--slm-steps", "40", "--asr-epochs", "1")
     assert {name for name in own if own[name] != shorter[name]} == {"asr", "slm"}
     assert shorter["slm"] == own["slm"] + " train.max_steps=40"
+    # a run stopped part way at other steps is not resumed: its .partial folder goes when the command changed
+    from slm.config import partial_dir
+
+    slm = next(stage for stage in cli.stages(slm_steps=40) if stage.name == "slm")
+    assert slm.run_dir == partial_dir(cli.DEMO_SLM_MODEL)
     with pytest.raises(SystemExit):
         cli.main(["--slm-steps", "0"])
     assert "--slm-steps must be at least 1, got 0" in capsys.readouterr().err

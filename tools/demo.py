@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 12 minutes on 2 cores (12.2 min
-from scratch in a clean clone on base v6, recorded in RESULTS.md, "The whole demo"; the SLM's training runs beside
-the ASR fine-tune, ~10.5 minutes for the SLM); longer where other work shares the cores.
+"""Run the whole duet toolkit end to end on the bundled sample, offline, on CPU: about 12 minutes on 2 idle cores, the
+SLM's training beside the ASR fine-tune (measured from scratch in RESULTS.md, "The whole demo"); longer where other
+work shares the cores.
 
 Usage:
   python tools/demo.py                 # every stage; a finished stage with unchanged inputs is skipped
@@ -75,7 +75,7 @@ from duet.synth.corpus import bundled_sample_kinds
 from duet.foundation import REPO_ROOT, python_command
 from duet.foundation.errors import cli
 from duet.foundation.files import read_jsonl, write_jsonl_atomic
-from slm.config import load_config, resolve_path
+from slm.config import load_config, partial_dir, resolve_path
 
 # The base the demo fine-tunes: Whisper tiny.en's pretrained encoder with a CTC head (configs/whisper_tiny_ctc.yaml;
 # the FastConformer base, samples/checkpoints/fastconformer_tiny_base.nemo, trained from scratch here, hears far
@@ -225,7 +225,9 @@ def stages(asr_epochs: int | None = None, slm_steps: int | None = None) -> list[
                       *([] if slm_steps is None else [f"train.max_steps={slm_steps}"])],
               lambda: slm_summary(slm_dir / "metrics.json"), prepare=prepare_slm(SLM_CONFIG, EXPERIMENTS / "slm"),
               inputs=[SAMPLES_DIR / "alpaca_sample.json", *sorted((REPO_ROOT / "configs").glob("slm_*.yaml"))],
-              outputs=[slm_dir / "config.json", slm_dir / "metrics.json"], background=True),
+              outputs=[slm_dir / "config.json", slm_dir / "metrics.json"], background=True,
+              # a run stopped part way resumes only under the same settings: cleared when they changed (other steps)
+              run_dir=partial_dir(slm_dir)),
         # no decoding options: the pipeline reads the decoding.json that prepare writes beside the model
         # --verbose: NeMo's lines go to standard error, which is this stage's log, like every other stage's
         Stage("pipeline", [py, "tools/pipeline.py", "--manifest", str(requests), "--json", "--verbose",

@@ -10,10 +10,9 @@ from duet.foundation import EXPERIMENTS
 DEMO_ASR_MODEL = EXPERIMENTS / "demo_asr" / "demo_asr.nemo"
 DEMO_SLM_MODEL = EXPERIMENTS / "demo_slm"
 #: What ``python slm/finetune.py --config-name slm_whisper_offline`` writes (that config's output_dir): the language
-#: model fine-tuned from Whisper tiny.en's text decoder. Its preset measures better than the demo's from-scratch
-#: one, but in the demo's time for that preset it measures the same, and its extra minutes would fall
-#: on the demo's critical path (the demo and CI wait for it), so the demo trains the scratch preset (RESULTS.md
-#: "slm-whisper" has the figures). It is 106 MB of fp32, so the repository does not bundle it.
+#: model fine-tuned from Whisper tiny.en's text decoder. The demo trains the same start with its own preset
+#: (configs/slm_whisper_demo.yaml) into :data:`DEMO_SLM_MODEL`. It is 106 MB of fp32, so the repository does not
+#: bundle it.
 WHISPER_SLM_MODEL = EXPERIMENTS / "slm_whisper"
 
 

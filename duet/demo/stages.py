@@ -120,9 +120,9 @@ class Stage:
     # Values the command reads from files that ``prepare`` writes (they are not on the command line): part of
     # the fingerprint, so that changing one reruns the stage.
     settings: dict = field(default_factory=dict)
-    # A run folder the command resumes from (NeMo's exp_manager): kept when the stage was interrupted with
-    # the same command and inputs, deleted when they changed, so a new base checkpoint or tokenizer never
-    # "resumes" the previous run's finished training.
+    # A run folder the command resumes from (NeMo's exp_manager, slm/finetune.py's .partial folder): kept when the
+    # stage was interrupted with the same command and inputs, deleted when they changed, so a new base checkpoint,
+    # tokenizer or step count never "resumes" the previous run's training.
     run_dir: Path | None = None
     # trainer.max_epochs of a Lightning training command: the progress line (duet.demo.progress) counts the
     # steps of all of them, not just the current epoch's
