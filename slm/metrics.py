@@ -33,6 +33,7 @@ from duet.foundation import SAMPLES_DIR
 from duet.foundation.spelling import number_to_words
 from duet.foundation.token_rows import pad_token_rows
 from slm.data import AlpacaCollator
+from slm.tool_calls import FALLBACK
 
 ROBERTA_LARGE = "roberta-large"
 
@@ -459,14 +460,13 @@ def well_formed_share(answers: Sequence[str], lexicon: frozenset[str] | None,
     return 100.0 * sum(well_formed(a, lexicon, r).ok for a, r in zip(answers, requests)) / len(answers)
 
 
-# the sample's refusals, and slm.tool_calls.FALLBACK: what a user is shown in place of a call that failed is a
-# refusal too (it states no fact)
-_REFUSAL = re.compile(r"\b(?:(?:don't|do not|can't|cannot) (?:know|have access|access|tell)|(?:couldn't|could not) "
-                      r"work that out)\b")
+_REFUSAL = re.compile(r"\b(?:don't|do not|can't|cannot) (?:know|have access|access|tell)\b")
 
 
 def is_refusal(answer: str) -> bool:
     """Whether ``answer`` declines to answer ("I don't know that.", "I don't have access to live weather data ...",
     "I can't access your calendar ..."): the sample's forms of saying it has no way to know, and the fallback shown
     for a tool call that failed ("Sorry, I couldn't work that out.")."""
-    return bool(_REFUSAL.search(answer.lower().replace("\u2019", "'")))
+    text = answer.lower().replace("\u2019", "'")
+    # what a user is shown in place of a call that failed is a refusal too: it states no fact
+    return bool(_REFUSAL.search(text)) or FALLBACK.lower() in text

@@ -12,6 +12,7 @@ import pytest
 import duet.demo.stages as demo
 from duet.demo.stages import Stage
 from duet.foundation import python_command
+from slm.config import partial_dir
 from tests.script_helpers import load_script
 
 
@@ -108,8 +109,6 @@ def test_slm_steps_replaces_only_the_slms_steps(repo_root, capsys):
     assert {name for name in own if own[name] != shorter[name]} == {"asr", "slm"}
     assert shorter["slm"] == own["slm"] + " train.max_steps=40"
     # a run stopped part way at other steps is not resumed: its .partial folder goes when the command changed
-    from slm.config import partial_dir
-
     slm = next(stage for stage in cli.stages(slm_steps=40) if stage.name == "slm")
     assert slm.run_dir == partial_dir(cli.DEMO_SLM_MODEL)
     with pytest.raises(SystemExit):
