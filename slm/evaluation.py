@@ -72,7 +72,7 @@ def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows:
     greedy = GenerationSettings(strategy="greedy", max_new_tokens=max_new_tokens, repetition_penalty=1.0)
     answers = generate_responses(model, tokenizer, generation_rows, greedy, batch_size=batch_size)
     # the answers are shown with their tool calls executed: so are the references they are scored against
-    references = [execute_calls(row["output"]).text for row in generation_rows]
+    references = [execute_calls(row["output"], request=row["instruction"]).text for row in generation_rows]
     scores = {**text_metrics(answers, references, bertscore_model=bertscore_model),
               **assistant_scores([{**row, "output": ref} for row, ref in zip(generation_rows, references)], answers)}
     scores["scorers"]["assistant"] = ASSISTANT_SCORER

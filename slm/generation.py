@@ -215,7 +215,8 @@ def generate_answers(model, tokenizer, examples: Sequence[dict], settings: Gener
                      batch_size: int = 8) -> list[ExecutedText]:
     """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``, each
     with its tool calls executed (the text) and recorded (the calls)."""
-    return [execute_calls(text) for text in generate_model_texts(model, tokenizer, examples, settings, batch_size)]
+    texts = generate_model_texts(model, tokenizer, examples, settings, batch_size)
+    return [execute_calls(text, request=example["instruction"]) for text, example in zip(texts, examples, strict=True)]
 
 
 def generate_responses(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),

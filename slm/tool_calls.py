@@ -8,6 +8,7 @@ The one syntax, ``<<tool>>`` or ``<<tool: argument>>``, inside the answer's text
     64 degrees Celsius is about <<convert: 64 celsius -> fahrenheit>> degrees Fahrenheit.   -> ... about 147.2 ...
     There are about <<convert: 2 pounds -> grams>> grams in 2 pounds. -> ... about 907.18 grams ...
     It's <<time>>.  /  Today is <<date>>.                             -> It's 3:05 p.m.  /  Today is Sunday, December 6, 2026.
+    Sorry, I can't <<request>>.    (asked "Could you book a table for me?")  -> Sorry, I can't book a table.
 
 Tools (:data:`TOOLS`):
 
@@ -18,6 +19,10 @@ Tools (:data:`TOOLS`):
   ``miles``, ``kilograms``, ``cups``, ...), converted by ``pint``; the result is the number alone (the answer names
   the unit in words).
 * ``time`` and ``date``: the machine's clock, no argument.
+* ``request``: the user's request as the assistant repeats it (:func:`echo_request`: the polite frame dropped, "my"
+  and "me" turned to "your" and "you"), no argument. A model this small copies words it never saw in training only
+  in part ("take a picture" -> "take a pitch"); declining by this call, it only has to tell that it cannot do what
+  was asked.
 
 Results are written as :func:`format_number` writes numbers (two decimals at most, no trailing zeros). A call
 that is unknown, malformed or refused, or text left with a stray ``<<`` / ``>>`` (an answer cut off mid-call),
@@ -203,17 +208,47 @@ def calendar_date(now: datetime) -> str:
     return f"{now:%A}, {now:%B} {now.day}, {now.year}"
 
 
-#: tool name -> (takes an argument, run(argument, now))
-TOOLS: dict[str, tuple[bool, Callable[[str, datetime], str]]] = {
+#: tool name -> (takes an argument, run(argument, now)); ``request`` reads the request instead (:func:`run_call`)
+TOOLS: dict[str, tuple[bool, Callable[[str, datetime], str] | None]] = {
     "calc": (True, lambda argument, now: calc(argument)),
     "convert": (True, lambda argument, now: convert(argument)),
     "time": (False, lambda argument, now: clock_time(now)),
     "date": (False, lambda argument, now: calendar_date(now)),
+    "request": (False, None),
 }
 
 
-def run_call(tool: str, argument: str | None, now: datetime) -> str:
-    """The result of one call; a ``ToolError`` naming what is wrong with it."""
+#: the words that turn a request into the assistant's echo of it ("share my location" -> "share your location")
+SECOND_PERSON = {"my": "your", "me": "you", "i": "you", "mine": "yours", "myself": "yourself", "i'm": "you're"}
+# what frames a request without being what is asked: "Could you ... for me?", "hey assistant, please ..."
+_POLITE_START = re.compile(r"^(?:(?:hey|hi|ok|okay) assistant |please |(?:can|could|would|will) you |"
+                           r"i (?:need|want) you to |i'd like you to )+", re.IGNORECASE)
+_POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNORECASE)
+_REQUEST_WORD = re.compile(r"[A-Za-z0-9]+(?:['.-][A-Za-z0-9]+)*")
+
+
+def echo_request(request: str) -> str:
+    """What was asked, as the assistant repeats it: punctuation and the polite frame dropped, first person turned to
+    second, the first word in lower case, names as written ("Could you share my location with Anna for me?" ->
+    "share your location with Anna")."""
+    words = " ".join(_REQUEST_WORD.findall(request.replace("\u2019", "'")))
+    # a space after the start and before the end, so that a request of "please" alone leaves nothing
+    words = _POLITE_END.sub("", " " + _POLITE_START.sub("", words + " ").strip()).split()
+    if words and words[0][:1].isupper() and not words[0].isupper():
+        words[0] = words[0].lower()  # the sentence's capital, not a name's ("Transfer money ...")
+    return " ".join(SECOND_PERSON.get(word.lower(), word) for word in words)
+
+
+def _echo(request: str | None) -> str:
+    echo = echo_request(request or "")
+    if not echo:
+        raise ToolError("request: no request to repeat")
+    return echo
+
+
+def run_call(tool: str, argument: str | None, now: datetime, request: str | None = None) -> str:
+    """The result of one call (``request``: what the user asked, for the ``request`` tool); a ``ToolError`` naming
+    what is wrong with it."""
     if tool not in TOOLS:
         raise ToolError(f"unknown tool {tool!r}")
     takes_argument, run = TOOLS[tool]
@@ -221,12 +256,13 @@ def run_call(tool: str, argument: str | None, now: datetime) -> str:
         raise ToolError(f"{tool} needs an argument")
     if not takes_argument and argument is not None and argument.strip():
         raise ToolError(f"{tool} takes no argument")
-    return run(argument or "", now)
+    return run(argument or "", now) if run is not None else _echo(request)
 
 
-def execute_calls(text: str, now: datetime | None = None) -> ExecutedText:
+def execute_calls(text: str, now: datetime | None = None, request: str | None = None) -> ExecutedText:
     """``text`` with every call replaced by its result, and the calls; :data:`FALLBACK` when any call fails or a
-    stray ``<<`` / ``>>`` remains. ``now`` is the clock for ``time`` and ``date`` (default: the machine's)."""
+    stray ``<<`` / ``>>`` remains. ``now`` is the clock for ``time`` and ``date`` (default: the machine's);
+    ``request`` what the user asked (the instruction), which the ``request`` tool repeats."""
     if "<<" not in text and ">>" not in text:
         return ExecutedText(text)
     now = now or datetime.now()
@@ -236,7 +272,7 @@ def execute_calls(text: str, now: datetime | None = None) -> ExecutedText:
         tool, argument = match[1], match[2]
         shown = (argument or "").strip()
         try:
-            result = run_call(tool, argument, now)
+            result = run_call(tool, argument, now, request)
         except ToolError as e:
             calls.append(ToolCall(tool, shown, None, str(e)))
             return ""

@@ -203,13 +203,15 @@ def test_an_action_it_cannot_take_is_declined_by_name_in_the_second_person():
     import random
 
     from duet.synth.alpaca_sample import _unsupported
+    from slm.tool_calls import execute_calls
 
     rows = [_unsupported(random.Random(seed)) for seed in range(60)]
-    for instruction, answer in rows:
-        assert answer.startswith("Sorry, I can't ") and answer.endswith(".")
+    for instruction, output in rows:
+        answer = execute_calls(output, request=instruction).text  # the request tool repeats what was asked
+        assert answer.startswith("Sorry, I can't ") and answer.endswith("."), (instruction, answer)
         asked = answer.removeprefix("Sorry, I can't ").rstrip(".").replace("your", "my").replace("you", "me")
         assert asked.lower() in instruction.lower(), (instruction, answer)
-    assert any(" your " in answer for _, answer in rows)  # "share my location" -> "share your location"
+    assert any(" your " in execute_calls(output, request=instruction).text for instruction, output in rows)
 
 
 def test_calls_and_timer_controls_name_who_and_which_timer_the_request_named():

@@ -48,6 +48,25 @@ def test_each_call_is_recorded_with_its_tool_input_and_result():
     assert executed.calls[0].as_dict() == {"tool": "calc", "input": "2 + 2", "result": "4", "error": None}
 
 
+@pytest.mark.parametrize("request_text, shown", [
+    ("Could you share my location with Anna for me?", "Sorry, I can't share your location with Anna."),
+    ("hey assistant please take a picture with the phone thanks", "Sorry, I can't take a picture with the phone."),
+    ("I need you to read me the latest news headlines.", "Sorry, I can't read you the latest news headlines."),
+    ("Book a table at an Italian restaurant.", "Sorry, I can't book a table at an Italian restaurant."),
+])
+def test_the_request_tool_repeats_what_was_asked(request_text, shown):
+    executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=request_text)
+    assert executed.text == shown and not executed.fell_back
+    assert executed.calls == (ToolCall("request", "", shown.removeprefix("Sorry, I can't ").removesuffix(".")),)
+
+
+@pytest.mark.parametrize("request_text", [None, "", "please", "  ?! "])
+def test_the_request_tool_without_a_request_falls_back(request_text):
+    executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=request_text)
+    assert executed.text == FALLBACK and executed.fell_back and executed.calls[0].error
+    assert execute_calls("<<request: open the door>>", NOW, request="open the door").fell_back  # no argument
+
+
 def test_text_without_calls_is_untouched():
     assert execute_calls("Turning the kitchen lights on.") == execute_calls("Turning the kitchen lights on.", NOW)
     assert execute_calls("Playing jazz.").text == "Playing jazz." and execute_calls("Playing jazz.").calls == ()
@@ -106,9 +125,9 @@ def test_sample_rows_teach_calls_and_refusals_that_execute():
     rows = make_examples(1200, seed=5)
     calls = [row for row in rows if "<<" in row["output"]]
     refusals = [row for row in rows if row["output"] == UNKNOWN_ANSWER]
-    tools = {call.tool for row in calls for call in execute_calls(row["output"], NOW).calls}
-    assert tools == {"calc", "convert", "time", "date"} and len(refusals) >= 30
-    assert not [row for row in calls if execute_calls(row["output"], NOW).fell_back]
+    tools = {call.tool for row in calls for call in execute_calls(row["output"], NOW, row["instruction"]).calls}
+    assert tools == {"calc", "convert", "time", "date", "request"} and len(refusals) >= 30
+    assert not [row for row in calls if execute_calls(row["output"], NOW, row["instruction"]).fell_back]
     # no plain worked-out sum is left to contradict the calls
     assert not [row for row in rows if row["instruction"].lower().startswith("what is") and " plus " in
                 row["instruction"] and "<<calc" not in row["output"]]

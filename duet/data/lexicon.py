@@ -67,5 +67,5 @@ def answer_words(wordnet_dir: Path = WORDNET_DIR) -> frozenset[str] | None:
     if words is None:
         return None
     taught = {word for row in json.loads(ALPACA_SAMPLE.read_text(encoding="utf-8"))
-              for word in words_of(execute_calls(row["output"]).text)}
+              for word in words_of(execute_calls(row["output"], request=row["instruction"]).text)}
     return words | taught

@@ -10,8 +10,9 @@ Answers are computed (sorting, counting) so they are always correct; what a smal
 itself (sums, unit and temperature conversions, the time and date) it answers with a tool call
 (``slm.tool_calls``: ``50 minus 3 is <<calc: 50 - 3>>.``), which generation executes. The assistant never invents
 live data or facts it was not taught (weather, calendar contents, prices, populations, ages): it says it has no
-access, or "I don't know that." (:data:`UNKNOWN_ANSWER`); an action it cannot take it declines by name ("Sorry, I
-can't book a flight to Oslo.", :data:`UNSUPPORTED_ACTIONS`). :func:`tool_examples` draws only the rows with a call
+access, or "I don't know that." (:data:`UNKNOWN_ANSWER`); an action it cannot take it declines by name through the
+``request`` tool, which repeats the request (:data:`DECLINE`: "Sorry, I can't <<request>>." -> "Sorry, I can't book a
+flight to Oslo."; the actions: :data:`UNSUPPORTED_ACTIONS`). :func:`tool_examples` draws only the rows with a call
 or a refusal, for mixing into another instruction set (``data.tool_rows`` of the fine-tune's config).
 """
 
@@ -320,18 +321,17 @@ UNSUPPORTED_ACTIONS = [
     "write a poem for {person}", "clean the windows", "fill up the bird feeder", "wrap the birthday present",
     "track my package", "rent a bike for the afternoon", "sign me up for the gym", "fix the dripping tap",
 ]
-#: the words that turn a request into the assistant's echo of it ("share my location" -> "share your location")
-_SECOND_PERSON = {"my": "your", "me": "you", "i": "you", "mine": "yours", "myself": "yourself", "i'm": "you're"}
+DECLINE = "Sorry, I can't <<request>>."
 
 
 def _unsupported(rng: random.Random) -> tuple[str, str]:
-    """An action outside what the assistant can do: declined, naming what was asked (never pretending it is done)."""
+    """An action outside what the assistant can do: declined, naming what was asked (never pretending it is done)
+    through the ``request`` tool, which repeats the request itself (slm.tool_calls.echo_request)."""
     action = rng.choice(UNSUPPORTED_ACTIONS).format(item=rng.choice(ITEMS), city=rng.choice(CITIES),
                                                     person=rng.choice(PEOPLE), room=rng.choice(ROOMS))
     instruction = rng.choice([f"{action[0].upper()}{action[1:]}.", f"Please {action}.", f"Can you {action}?",
                               f"Could you {action} for me?", f"I need you to {action}."])
-    echo = " ".join(_SECOND_PERSON.get(word, word) for word in action.split())
-    return instruction, f"Sorry, I can't {echo}."
+    return instruction, DECLINE
 
 
 #: the operator a calc call writes for each spoken one
@@ -465,7 +465,7 @@ def _general_question(rng: random.Random) -> tuple[str, str]:
 ASSISTANT_GENERATORS = [_timer, _alarm, _weather, _lights, _music, _lists, _arithmetic, _conversion, _calendar,
                         _general_question, _clock, _unknown, _call, _unsupported]
 #: the generators whose answers hold a tool call or a refusal (:func:`tool_examples`)
-TOOL_GENERATORS = [_arithmetic, _conversion, _clock, _unknown]
+TOOL_GENERATORS = [_arithmetic, _conversion, _clock, _unknown, _unsupported]
 
 
 def assistant_example(rng: random.Random, spoken: bool, generators=tuple(ASSISTANT_GENERATORS)) -> dict:
