@@ -74,6 +74,7 @@ REAL_TEST_SETS = ("speechocean762/test", "read_sentences", "common_voice")
 # halved (as spoken alone lost on every held-in set in the first grid: RESULTS.md, "Joint decoding")
 WHISPER_READINGS = ((1.0, 0.0), (0.5, 0.5))
 BOOTSTRAP_DRAWS = 200
+RATE_FLOOR = 1e-4  # a word error rate of 0 would make every weighting's geometric mean 0
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -85,7 +86,7 @@ def get_parser() -> argparse.ArgumentParser:
                         "the JointSettings option whisper_window). Give another --out folder: the candidate caches "
                         "are named by manifest only")
     p.add_argument("--dev", type=Path, nargs="+", required=True, help="manifests the weights are chosen on (held in)")
-    p.add_argument("--dev-pseudo", type=Path, nargs="*", default=[],
+    p.add_argument("--dev-pseudo", type=Path, nargs="+", default=[],
                    help="held-in manifests whose text a teacher wrote (tools/pseudo_label.py): speech with no "
                         "reference, e.g. native speakers; the weights minimise the geometric mean of the --dev WER "
                         "and the disagreement with these labels")
@@ -115,9 +116,12 @@ def get_parser() -> argparse.ArgumentParser:
 def candidates_of(joint: JointDecoding, beam, model, manifest: Path, cache: Path, blank_skip: float = 0.0) -> dict:
     """The manifest's references and every utterance's judged candidates (``beam``: NeMo's CTC beam decoding keeping
     its n-best, reading runs of sure blank as one frame where ``blank_skip``; read from ``cache`` when it is there)."""
-    if cache.is_file():
-        return json.loads(cache.read_text(encoding="utf-8"))
     entries = read_manifest(manifest)
+    if cache.is_file():
+        part = json.loads(cache.read_text(encoding="utf-8"))
+        if part["ids"] != [Path(e["audio_filepath"]).stem for e in entries]:
+            raise DuetError(f"{cache} holds other utterances than {manifest}: delete it to compute them again")
+        return part | {"refs": [e["text"] for e in entries]}  # the manifest's text, which may have been relabelled
     paths = [e["audio_filepath"] for e in entries]
     start = time.perf_counter()
     cached = inference.compute_log_probs(model, paths)
@@ -178,13 +182,14 @@ def utterance_errors(parts: list[dict], weights: JointWeights) -> list[tuple[int
 
 def dev_error(groups: list[list[dict]], pick) -> float:
     """The geometric mean over ``groups`` (the labelled dev, then the pseudo-labelled one where given) of each group's
-    word error rate over its utterances together: scale-free, so that a tenth fewer errors counts alike in both (the
-    labelled dev's rate spans 17-50 % over the grid, native speech's 5-6 %)."""
+    word error rate over its utterances together: scale-free, so that a tenth fewer errors counts alike in both
+    (their rates differ several-fold: RESULTS.md "Native speech held in")."""
     return geometric_mean([wer_of(group, pick) for group in groups])
 
 
 def geometric_mean(rates: list[float]) -> float:
-    return statistics.geometric_mean(rates) if all(r > 0 for r in rates) else 0.0
+    """Of rates floored at :data:`RATE_FLOOR`: a group without errors still lets the others rank the weightings."""
+    return statistics.geometric_mean([max(rate, RATE_FLOOR) for rate in rates])
 
 
 def standard_error(groups: list[list[dict]], weights: JointWeights) -> float:
@@ -281,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     dev = [without(part_of(m), trained_on) for m in args.dev]
     pseudo = [without(part_of(m), trained_on) for m in args.dev_pseudo]
     groups = [dev, pseudo] if pseudo else [dev]
+    for group, flag in zip(groups, ("--dev", "--dev-pseudo")):
+        if not sum(len(part["ids"]) for part in group):
+            raise DuetError(f"{flag}: no utterance is left once the model's training utterances (--exclude) are dropped")
     print(f"joint_decoding: dev {sum(len(p['ids']) for p in dev)} utterances "
           f"({len(trained_on)} of the model's training utterances left out)"
           + (f", {sum(len(p['ids']) for p in pseudo)} pseudo-labelled" if pseudo else ""))

@@ -208,29 +208,30 @@ def calendar_date(now: datetime) -> str:
     return f"{now:%A}, {now:%B} {now.day}, {now.year}"
 
 
-#: tool name -> (takes an argument, run(argument, now)); ``request`` reads the request instead (:func:`run_call`)
-TOOLS: dict[str, tuple[bool, Callable[[str, datetime], str] | None]] = {
-    "calc": (True, lambda argument, now: calc(argument)),
-    "convert": (True, lambda argument, now: convert(argument)),
-    "time": (False, lambda argument, now: clock_time(now)),
-    "date": (False, lambda argument, now: calendar_date(now)),
-    "request": (False, None),
+#: tool name -> (takes an argument, run(argument, now, request)); ``request`` is what the user asked
+TOOLS: dict[str, tuple[bool, Callable[[str, datetime, str | None], str]]] = {
+    "calc": (True, lambda argument, now, request: calc(argument)),
+    "convert": (True, lambda argument, now, request: convert(argument)),
+    "time": (False, lambda argument, now, request: clock_time(now)),
+    "date": (False, lambda argument, now, request: calendar_date(now)),
+    "request": (False, lambda argument, now, request: repeated_request(request)),
 }
 
 
 #: the words that turn a request into the assistant's echo of it ("share my location" -> "share your location")
-SECOND_PERSON = {"my": "your", "me": "you", "i": "you", "mine": "yours", "myself": "yourself", "i'm": "you're"}
+SECOND_PERSON = {"my": "your", "me": "you", "i": "you", "mine": "yours", "myself": "yourself", "i'm": "you're",
+                 "us": "you", "our": "your", "ours": "yours"}
 # what frames a request without being what is asked: "Could you ... for me?", "hey assistant, please ..."
 _POLITE_START = re.compile(r"^(?:(?:hey|hi|ok|okay) assistant |please |(?:can|could|would|will) you |"
-                           r"i (?:need|want) you to |i'd like you to )+", re.IGNORECASE)
+                           r"i(?: need| want| would like|'d like) (?:you )?to )+", re.IGNORECASE)
 _POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNORECASE)
-_REQUEST_WORD = re.compile(r"[A-Za-z0-9]+(?:['.-][A-Za-z0-9]+)*")
+_REQUEST_WORD = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")  # letters of any script and digits
 
 
 def echo_request(request: str) -> str:
     """What was asked, as the assistant repeats it: punctuation and the polite frame dropped, first person turned to
-    second, the first word in lower case, names as written ("Could you share my location with Anna for me?" ->
-    "share your location with Anna")."""
+    second, the first word in lower case (a sentence's capital, which a name starting the request loses too), the
+    other words as written ("Could you share my location with Anna for me?" -> "share your location with Anna")."""
     words = " ".join(_REQUEST_WORD.findall(request.replace("\u2019", "'")))
     # a space after the start and before the end, so that a request of "please" alone leaves nothing
     words = _POLITE_END.sub("", " " + _POLITE_START.sub("", words + " ").strip()).split()
@@ -239,7 +240,8 @@ def echo_request(request: str) -> str:
     return " ".join(SECOND_PERSON.get(word.lower(), word) for word in words)
 
 
-def _echo(request: str | None) -> str:
+def repeated_request(request: str | None) -> str:
+    """The ``request`` tool's result: :func:`echo_request`; a ``ToolError`` when nothing is left to repeat."""
     echo = echo_request(request or "")
     if not echo:
         raise ToolError("request: no request to repeat")
@@ -256,7 +258,7 @@ def run_call(tool: str, argument: str | None, now: datetime, request: str | None
         raise ToolError(f"{tool} needs an argument")
     if not takes_argument and argument is not None and argument.strip():
         raise ToolError(f"{tool} takes no argument")
-    return run(argument or "", now) if run is not None else _echo(request)
+    return run(argument or "", now, request)
 
 
 def execute_calls(text: str, now: datetime | None = None, request: str | None = None) -> ExecutedText:

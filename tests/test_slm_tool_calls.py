@@ -53,6 +53,9 @@ def test_each_call_is_recorded_with_its_tool_input_and_result():
     ("hey assistant please take a picture with the phone thanks", "Sorry, I can't take a picture with the phone."),
     ("I need you to read me the latest news headlines.", "Sorry, I can't read you the latest news headlines."),
     ("Book a table at an Italian restaurant.", "Sorry, I can't book a table at an Italian restaurant."),
+    ("i want to order a pizza", "Sorry, I can't order a pizza."),
+    ("I'd like to book us a table.", "Sorry, I can't book you a table."),
+    ("Order me a crème brûlée from Zürich.", "Sorry, I can't order you a crème brûlée from Zürich."),
 ])
 def test_the_request_tool_repeats_what_was_asked(request_text, shown):
     executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=request_text)

