@@ -331,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
             f"error {100 * margin:.2f})\n\n")
     write_text_atomic(args.out, head + "\n".join(lines) + "\n")
     write_text_atomic(args.out.with_suffix(".json"), json.dumps(
-        {"weights": vars(weights), "dev_error": best[0], "dev_measure": measure, "grid": results, "rows": rows}, indent=1) + "\n")
+        {"weights": vars(weights), "dev_error": best[0], "dev_measure": measure, "grid": results, "rows": rows},
+        indent=1) + "\n")
     print(head + "\n".join(lines))
     return 0
 

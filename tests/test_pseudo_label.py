@@ -1,6 +1,7 @@
 """tools/pseudo_label.py: a teacher's transcripts of untranscribed audio, kept by a confidence rule, as a manifest."""
 
 import json
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -163,3 +164,15 @@ def test_a_beam_is_a_whisper_teachers_only(tmp_path):
     with pytest.raises(pl.DuetError, match="--beam is a Whisper teacher's"):
         pl.PseudoLabelSettings(audio=(), out=None, teacher=str(nemo), beam_size=5).validate()
     pl.PseudoLabelSettings(audio=(), out=None, teacher="whisper-base", beam_size=5).validate()
+
+
+def test_measuring_checks_the_teachers_options_like_labelling(tmp_path, python, repo_root):
+    nemo = tmp_path / "teacher.nemo"
+    nemo.write_bytes(b"")
+    manifest = tmp_path / "m.json"
+    manifest.write_text("")
+    result = subprocess.run([python, "tools/pseudo_label.py", "--measure-on", str(manifest), "--teacher", str(nemo),
+                             "--beam", "5", "--out", str(tmp_path / "out.json")], cwd=repo_root, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and "--beam is a Whisper teacher's" in result.stderr
+    assert not (tmp_path / "out.json").exists()

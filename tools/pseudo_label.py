@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 from duet.asr.pseudo_labelling import (DEFAULT_MIN_CONFIDENCE, WHISPER_TEACHER, WHISPER_TEACHERS,
-                                       PseudoLabelSettings, confidence_table, label_files, make_teacher, pseudo_label, rows_as_dicts)
+                                       PseudoLabelSettings, confidence_table, label_files, make_teacher, pseudo_label,
+                                       rows_as_dicts)
 from duet.foundation.files import add_log_arguments, log_target
 from duet.errors import DuetError
 from duet.foundation.errors import cli
@@ -70,6 +71,10 @@ def measure(args, progress, out) -> int:
     """--measure-on: the rule's table on a transcribed manifest, printed on ``out``."""
     if not args.measure_on.is_file():
         raise DuetError(f"--measure-on: manifest not found: {args.measure_on}")
+    # the teacher's options checked as for labelling (a .nemo teacher given --beam, a beam of 0)
+    PseudoLabelSettings(audio=(), out=args.out, teacher=args.teacher, min_confidence=args.min_confidence,
+                        min_duration=args.min_duration, max_duration=args.max_duration, threads=args.threads,
+                        beam_size=args.beam).validate()
     records = read_jsonl(args.measure_on)
     teacher = make_teacher(args.teacher, args.threads, args.beam)
     labels = label_files([Path(r["audio_filepath"]) for r in records], teacher, args.min_duration,

