@@ -17,6 +17,11 @@ Usage:
       --dev-pseudo experiments/native_dev/librispeech_base.json --exclude experiments/demo_realmix/train.json \
       --real-speech ../shared/real_speech --test manifests/test-clean.json --whisper-window 15 --blank-skip 0.999
 
+  # another judge at the demo's own weights beside the ones chosen for it (e.g. a fine-tune with more speakers):
+  # every set's WER at the weights of a saved decoding.json, as a column of its own
+  python bench/joint_decoding.py --model other.nemo --weights-of experiments/demo_asr/decoding.json --dev ... \
+      --out experiments/bench/other/joint_decoding.md
+
 Steps:
   1. Every utterance's candidates (duet/asr/decoding/joint.py): Whisper tiny.en's beam search n-best (--whisper-beam,
      CTranslate2 int8 as faster-whisper runs it) and the CTC beam + LM n-best (the demo pipeline's beam, alpha,
@@ -51,8 +56,9 @@ import torch
 from duet.asr import decoding, inference
 from duet.asr.decoding.beam import beam_config
 from duet.asr.decoding.beam_lm import lm_for_beam_batch
-from duet.asr.decoding.joint import (WHISPER_MAX_LENGTH, WHISPER_WINDOW_SECONDS, JointDecoding, Judged, JointWeights,
-                                     WhisperProposer, best_judged, ctc_spelling)
+from duet.asr.decoding.file import read_decoding_file
+from duet.asr.decoding.joint import (WHISPER_MAX_LENGTH, WHISPER_WINDOW_SECONDS, JointDecoding, Judged, JointSettings,
+                                     JointWeights, WhisperProposer, best_judged, ctc_spelling)
 from duet.asr.decoding.synchronous import GuidedWhisperProposer
 from duet.asr.decoding.nemo_decoding import merge_blank_runs, nemo_ctc_decoding
 from duet.asr.decoding.rescoring import nbest_candidates
@@ -109,6 +115,9 @@ def get_parser() -> argparse.ArgumentParser:
                         "(the beam strategies' blank_skip; default 0: every frame). Give another --out folder: the "
                         "candidate caches are named by manifest only")
     p.add_argument("--threads", type=int, default=2, help="torch and CTranslate2 CPU threads")
+    p.add_argument("--weights-of", type=Path, default=None, metavar="DECODING_JSON",
+                   help="also score every set at the weights of this saved joint decoding (e.g. the demo's "
+                        "experiments/demo_asr/decoding.json): another model judging at the same weights")
     p.add_argument("--out", type=Path, default=EXPERIMENTS / "bench" / "joint_decoding.md")
     return p
 
@@ -242,6 +251,14 @@ def oracle_wer(parts: list[dict]) -> float:
     return score(ids, refs, hyps, durations).summary["wer"]
 
 
+def saved_weights(path: Path) -> JointWeights:
+    """The judge's weights of a saved decoding file; a ``DuetError`` when it is not a joint decoding."""
+    settings = read_decoding_file(path).settings
+    if not isinstance(settings, JointSettings):
+        raise DuetError(f"--weights-of {path}: not a joint decoding (strategy {settings.strategy!r})")
+    return settings.weights()
+
+
 def floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
@@ -262,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in [args.model, args.lm, *args.dev, *args.dev_pseudo, *tests]:
         if not Path(path).is_file():
             raise DuetError(f"no such file: {path}")
+    fixed = saved_weights(args.weights_of) if args.weights_of is not None else None
     torch.set_num_threads(args.threads)
     model = inference.load_asr_model(args.model, device="cpu")
     settings = decoding.decoding_settings("beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm),
@@ -308,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
           f"standard error ({100 * margin:.2f}) the most Whisper-leaning: {100 * best[0]:.2f} % at {weights} "
           f"(Whisper first {100 * dev_error(groups, whisper_first):.2f} %, beam first "
           f"{100 * dev_error(groups, beam_first):.2f} %, {len(grid)} weightings tried)")
+    if fixed is not None:
+        print(f"joint_decoding: at {args.weights_of}'s weights ({fixed}): dev WER "
+              f"{100 * wer_of(dev, lambda c: best_judged(c, fixed)):.2f} %"
+              + (f", disagreement with the teacher's labels {100 * wer_of(pseudo, lambda c: best_judged(c, fixed)):.2f} %"
+                 if pseudo else ""))
     if pseudo:
         print(f"joint_decoding: at those weights, dev WER {100 * wer_of(dev, lambda c: best_judged(c, weights)):.2f} %, "
               f"disagreement with the teacher's labels "
@@ -319,13 +342,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"set": manifest.stem, "utterances": len(part["ids"]),
                      "whisper_first": wer_of([part], whisper_first), "beam_first": wer_of([part], beam_first),
                      "joint": wer_of([part], lambda c: best_judged(c, weights)), "oracle": oracle_wer([part]),
+                     **({"fixed": wer_of([part], lambda c: best_judged(c, fixed))} if fixed is not None else {}),
                      "seconds": part["seconds"], "audio_seconds": round(sum(part["durations"]), 1)})
-    lines = ["| set | utterances | Whisper beam first | CTC beam + LM first | joint | oracle | joint / Whisper |",
-             "|---|---|---|---|---|---|---|"]
+    at_fixed = f" at {args.weights_of}'s weights |" if fixed is not None else ""
+    lines = ["| set | utterances | Whisper beam first | CTC beam + LM first | joint | oracle | joint / Whisper |"
+             + at_fixed, "|---|---|---|---|---|---|---|" + ("---|" if fixed is not None else "")]
     for r in rows:
         ratio = r["joint"] / r["whisper_first"] if r["whisper_first"] else float("nan")
         lines.append(f"| {r['set']} | {r['utterances']} | {100 * r['whisper_first']:.2f} | {100 * r['beam_first']:.2f} | "
-                     f"**{100 * r['joint']:.2f}** | {100 * r['oracle']:.2f} | {ratio:.2f} |")
+                     f"**{100 * r['joint']:.2f}** | {100 * r['oracle']:.2f} | {ratio:.2f} |"
+                     + (f" {100 * r['fixed']:.2f} |" if fixed is not None else ""))
     head = (f"Weights chosen on {', '.join(str(m) for m in [*args.dev, *args.dev_pseudo])}: {weights} ({measure} "
             f"{100 * best[0]:.2f} %; the lowest, {100 * lowest[0]:.2f} %, at {JointWeights(**lowest[1])}; one standard "
             f"error {100 * margin:.2f})\n\n")
