@@ -1,7 +1,8 @@
 """Tool calls in answers (slm.tool_calls): parsed and executed, hostile ones refused within bounds, bad ones fall back;
 the well-formed measure (slm.metrics.well_formed); the sample's tool rows; a micro model learns to write a call."""
 
-import time
+import ast
+import math
 from datetime import datetime
 
 import pytest
@@ -15,7 +16,8 @@ from slm.data import format_alpaca_example, tokenize_example
 from slm.generation import GenerationSettings, generate_answers, generate_model_texts
 from slm.metrics import check_answer, is_refusal, repeated_ngram, well_formed, well_formed_share
 from slm.modeling import build_scratch_model, train_bpe_tokenizer
-from slm.tool_calls import FALLBACK, ToolCall, calc, convert, execute_calls
+from slm import tool_calls
+from slm.tool_calls import FALLBACK, LIMITS, ToolCall, calc, convert, execute_calls
 
 NOW = datetime(2026, 12, 6, 15, 5)
 
@@ -81,10 +83,20 @@ def test_text_without_calls_is_untouched():
     "(1).real", "'a' * 5", "[1, 2]", "1 if 1 else 2", "lambda: 1", "True + 1", "1 < 2", "7 / 0", "7 % 0",  # not arithmetic
     "-(" * 20 + "1" + ")" * 20, "+".join(["1"] * 40), "1" * 200,  # nesting, node count, length
 ])
-def test_hostile_or_out_of_bounds_calc_is_refused_quickly(expression):
-    started = time.perf_counter()
+def test_hostile_or_out_of_bounds_calc_is_refused_before_any_large_work(expression, monkeypatch):
+    # bounded work, counted rather than timed: every operation the evaluator carries out is recorded
+    done = []
+
+    def spy(op, compute):
+        return lambda a, b: done.append((op, a, b)) or compute(a, b)
+
+    monkeypatch.setattr(tool_calls, "_BINARY", {op: spy(op, f) for op, f in tool_calls._BINARY.items()})
     executed = execute_calls(f"The answer is <<calc: {expression}>>.")
-    assert time.perf_counter() - started < 1.0  # bounded work: far below a second whatever the expression
+    assert len(done) <= LIMITS.max_nodes  # no more operations than the syntax tree may hold nodes
+    assert all(abs(a) <= LIMITS.max_abs and abs(b) <= LIMITS.max_abs for _, a, b in done)  # on bounded numbers
+    # a power is computed only when its result is bounded too (2 ** 1000000 would take seconds and megabytes)
+    assert all(abs(b) <= LIMITS.max_exponent and (abs(a) <= 1 or abs(b) * math.log10(abs(a)) <= 15.5)
+               for op, a, b in done if op is ast.Pow)
     assert executed.fell_back and executed.text == FALLBACK
     assert executed.calls and executed.calls[0].result is None and executed.calls[0].error
 
