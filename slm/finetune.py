@@ -118,22 +118,25 @@ def load_splits(cfg) -> dict[str, list[dict]]:
 def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path | None = None):
     """Pretrained GPT-2 (hub name / folder) or, with ``model.name_or_path: null``, a fresh tiny one (whose
     tokenizer, on a resume, is the one saved with the checkpoint; the weights come from the checkpoint)."""
-    # transformers takes ~2.6 s to import: --help and argument errors answer before it loads
-    from transformers import AutoTokenizer
-
+    # transformers takes ~2.6 s to import (slm.modeling imports it): --help and argument errors answer before it loads
     from slm.data import format_alpaca_example
-    from slm.modeling import build_scratch_model, load_pretrained, train_bpe_tokenizer
+    from slm.modeling import build_scratch_model, load_pretrained, load_tokenizer, split_digits, train_bpe_tokenizer
 
     if cfg.model.name_or_path is not None:
         path = resolve_path(cfg.model.name_or_path)
         tokenizer, model = load_pretrained(str(path) if path.is_dir() else cfg.model.name_or_path, dropout=cfg.model.dropout)
+        if cfg.model.split_digits:
+            split_digits(tokenizer)
         if cfg.data.max_length > model.config.n_positions:
             raise ConfigError(f"data.max_length={cfg.data.max_length} exceeds the positions of model "
                               f"{cfg.model.name_or_path} ({model.config.n_positions})")
         return tokenizer, model
     scratch = cfg.model.scratch
+    if cfg.model.split_digits:
+        raise ConfigError("model.split_digits is for a pretrained tokenizer: the scratch model's BPE is trained on "
+                          "the rows themselves (set model.name_or_path, or model.split_digits=false)")
     if resume_checkpoint is not None:
-        tokenizer = AutoTokenizer.from_pretrained(str(resume_checkpoint))
+        tokenizer = load_tokenizer(str(resume_checkpoint))
     else:
         tokenizer = train_bpe_tokenizer((format_alpaca_example(row) for row in train_rows), scratch.vocab_size)
     model = build_scratch_model(tokenizer, scratch.n_layer, scratch.n_embd, scratch.n_head, scratch.n_positions,

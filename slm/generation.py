@@ -191,7 +191,9 @@ def load_model(path: str | Path, device: str | None = None):
     A folder that is not one, or whose files are missing or corrupt, is an ``SlmModelError`` naming it.
     """
     # transformers takes ~2.6 s to import: only the calls that use it pay for it
-    from transformers import AutoTokenizer, GPT2LMHeadModel
+    from transformers import GPT2LMHeadModel
+
+    from slm.modeling import load_tokenizer
 
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -200,7 +202,7 @@ def load_model(path: str | Path, device: str | None = None):
     if not any((path / name).is_file() for name in ("tokenizer.json", "vocab.json")):
         raise SlmModelError(f"{path}: no tokenizer files (tokenizer.json or vocab.json + merges.txt)")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         model = GPT2LMHeadModel.from_pretrained(path)
     except (OSError, ValueError, SafetensorError) as e:  # missing or corrupt weights / tokenizer files
         raise SlmModelError(f"{path}: cannot load the model folder ({first_line(e)})") from e

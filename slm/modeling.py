@@ -8,7 +8,9 @@ generation, evaluation and ablation code never branch on where the model came fr
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -55,7 +57,7 @@ def load_pretrained(name_or_path: str, dropout: float | None = None):
     """
     overrides = {} if dropout is None else {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        tokenizer = load_tokenizer(name_or_path)
         model = GPT2LMHeadModel.from_pretrained(name_or_path, **overrides)
     except OSError as e:
         raise HubUnreachable(f"cannot load model '{name_or_path}' ({first_line(e, 160)})") from None
@@ -63,6 +65,30 @@ def load_pretrained(name_or_path: str, dropout: float | None = None):
         tokenizer.pad_token = tokenizer.eos_token  # GPT-2 ships without a pad token
     model.generation_config.pad_token_id = tokenizer.eos_token_id
     return tokenizer, model
+
+
+def load_tokenizer(name_or_path: str | Path):
+    """``AutoTokenizer.from_pretrained``, digits split again where the saved tokenizer.json splits them: a tokenizer
+    whose class is GPT-2's rebuilds GPT-2's own pre-tokenizer on loading and would drop :func:`split_digits`."""
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    saved = Path(name_or_path) / "tokenizer.json"
+    if saved.is_file() and "Digits" in json.dumps(json.loads(saved.read_text(encoding="utf-8")).get("pre_tokenizer")):
+        split_digits(tokenizer)
+    return tokenizer
+
+
+def split_digits(tokenizer) -> None:
+    """Make ``tokenizer`` write every digit as a token of its own ("623" -> "6", "2", "3"): the tokenizers library's
+    ``Digits`` pre-tokenizer after the tokenizer's own, as LLaMA's tokenizer splits numbers. GPT-2's merges write a
+    number in chunks of up to three digits ("623" -> " 6" + "23"), and a model this small copies a chunk it met rarely
+    as a more frequent one ("23" -> "73"); digit by digit it copies ten symbols it meets constantly. Saved with the
+    tokenizer (tokenizer.json), so generation splits as training did; a tokenizer that splits digits already is
+    left as it is."""
+    backend = tokenizer.backend_tokenizer
+    if "Digits" in repr(backend.pre_tokenizer):
+        return
+    backend.pre_tokenizer = pre_tokenizers.Sequence([backend.pre_tokenizer,
+                                                     pre_tokenizers.Digits(individual_digits=True)])
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -227,3 +227,23 @@ def test_calls_and_timer_controls_name_who_and_which_timer_the_request_named():
         named_in_answer = answer.lower().removeprefix("i've cancelled the ").split("timer")[0].strip()
         assert named_in_answer == ("" if named in ("the", "my") else named), (instruction, answer)
     assert _name("aunt rosa") == "Aunt Rosa" and _name("my boss") == "my boss" and _name("new york") == "New York"
+
+
+def test_split_digits_writes_each_digit_alone_and_survives_a_save(tmp_path):
+    from transformers import AutoTokenizer
+
+    from slm.modeling import load_tokenizer, split_digits
+
+    tokenizer = gpt2_tokenizer()
+    before = tokenizer.tokenize(" 623 squared is <<calc: 623 ** 2>>.")
+    assert "23" in before  # GPT-2's merges write 623 as " 6" + "23"
+    split_digits(tokenizer)
+    split_digits(tokenizer)  # a second call changes nothing
+    after = tokenizer.tokenize(" 623 squared is <<calc: 623 ** 2>>.")
+    assert [t for t in after if any(c.isdigit() for c in t)] == ["6", "2", "3", "6", "2", "3", "2"]
+    assert tokenizer.decode(tokenizer(" 623 squared")["input_ids"]) == " 623 squared"  # the text is unchanged
+    assert "\u0120squared" in after and "\u0120" in after  # words as before; a number's space a token of its own
+    tokenizer.save_pretrained(tmp_path)
+    assert load_tokenizer(tmp_path).tokenize(" 10 percent of 97") == tokenizer.tokenize(" 10 percent of 97")
+    # GPT-2's own tokenizer class rebuilds GPT-2's pre-tokenizer on loading: load_tokenizer splits again
+    assert AutoTokenizer.from_pretrained(tmp_path).tokenize(" 97") == ["\u012097"]

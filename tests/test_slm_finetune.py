@@ -303,3 +303,11 @@ def test_hub_probe_goes_through_the_proxy(monkeypatch):
         assert not finetune.hub_reachable(timeout=5)
     finally:
         server.shutdown()
+
+
+def test_split_digits_is_refused_for_the_scratch_model_in_one_line(tmp_path, capsys):
+    assert finetune.main(["--config-name", "slm_tiny_offline", "model.split_digits=true",
+                          f"output_dir={tmp_path}/run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.split_digits is for a pretrained tokenizer" in err
+    assert not (tmp_path / "run").exists()
