@@ -56,7 +56,7 @@ import torch
 from duet.asr import decoding, inference
 from duet.asr.decoding.beam import beam_config
 from duet.asr.decoding.beam_lm import lm_for_beam_batch
-from duet.asr.decoding.file import read_decoding_file
+from duet.asr.decoding.file import DecodingFileError, read_decoding_file
 from duet.asr.decoding.joint import (WHISPER_MAX_LENGTH, WHISPER_WINDOW_SECONDS, JointDecoding, Judged, JointSettings,
                                      JointWeights, WhisperProposer, best_judged, ctc_spelling)
 from duet.asr.decoding.synchronous import GuidedWhisperProposer
@@ -252,11 +252,28 @@ def oracle_wer(parts: list[dict]) -> float:
 
 
 def saved_weights(path: Path) -> JointWeights:
-    """The judge's weights of a saved decoding file; a ``DuetError`` when it is not a joint decoding."""
-    settings = read_decoding_file(path).settings
+    """The judge's weights of a saved decoding file; a ``DuetError`` naming ``--weights-of`` when it cannot be read or
+    is not a joint decoding."""
+    try:
+        settings = read_decoding_file(path).settings
+    except DecodingFileError as e:
+        raise DuetError(f"--weights-of {e}") from None
     if not isinstance(settings, JointSettings):
         raise DuetError(f"--weights-of {path}: not a joint decoding (strategy {settings.strategy!r})")
     return settings.weights()
+
+
+def judged_as_decoded(candidates: list[Judged], ctc_candidates: int) -> list[Judged]:
+    """The candidates a decoding with ``ctc_candidates`` judges (``JointDecoding._judged``): Whisper's, the empty
+    text, and the beam's first ``ctc_candidates`` of the others (the cache keeps them in the beam's order; 0: all)."""
+    if ctc_candidates <= 0:
+        return candidates
+    kept, from_beam = [], 0
+    for candidate in candidates:
+        if candidate.from_whisper or not candidate.spoken or from_beam < ctc_candidates:
+            kept.append(candidate)
+            from_beam += not candidate.from_whisper and bool(candidate.spoken)
+    return kept
 
 
 def floats(text: str) -> list[float]:
@@ -280,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(path).is_file():
             raise DuetError(f"no such file: {path}")
     fixed = saved_weights(args.weights_of) if args.weights_of is not None else None
+    at_fixed_weights = (lambda c: best_judged(judged_as_decoded(c, fixed.ctc_candidates), fixed)) if fixed else None
     torch.set_num_threads(args.threads)
     model = inference.load_asr_model(args.model, device="cpu")
     settings = decoding.decoding_settings("beam_lm", beam_size=args.beam_size, ngram_lm=str(args.lm),
@@ -328,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{100 * dev_error(groups, beam_first):.2f} %, {len(grid)} weightings tried)")
     if fixed is not None:
         print(f"joint_decoding: at {args.weights_of}'s weights ({fixed}): dev WER "
-              f"{100 * wer_of(dev, lambda c: best_judged(c, fixed)):.2f} %"
-              + (f", disagreement with the teacher's labels {100 * wer_of(pseudo, lambda c: best_judged(c, fixed)):.2f} %"
+              f"{100 * wer_of(dev, at_fixed_weights):.2f} %"
+              + (f", disagreement with the teacher's labels {100 * wer_of(pseudo, at_fixed_weights):.2f} %"
                  if pseudo else ""))
     if pseudo:
         print(f"joint_decoding: at those weights, dev WER {100 * wer_of(dev, lambda c: best_judged(c, weights)):.2f} %, "
@@ -342,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"set": manifest.stem, "utterances": len(part["ids"]),
                      "whisper_first": wer_of([part], whisper_first), "beam_first": wer_of([part], beam_first),
                      "joint": wer_of([part], lambda c: best_judged(c, weights)), "oracle": oracle_wer([part]),
-                     **({"fixed": wer_of([part], lambda c: best_judged(c, fixed))} if fixed is not None else {}),
+                     **({"fixed": wer_of([part], at_fixed_weights)} if fixed is not None else {}),
                      "seconds": part["seconds"], "audio_seconds": round(sum(part["durations"]), 1)})
     at_fixed = f" at {args.weights_of}'s weights |" if fixed is not None else ""
     lines = ["| set | utterances | Whisper beam first | CTC beam + LM first | joint | oracle | joint / Whisper |"

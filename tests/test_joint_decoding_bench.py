@@ -33,3 +33,29 @@ def test_the_dev_error_is_a_geometric_mean_that_a_perfect_group_does_not_zero(be
     assert bench.geometric_mean([0.04, 0.25]) == pytest.approx(0.1)
     assert bench.geometric_mean([0.0, 0.25]) > 0
     assert bench.geometric_mean([0.0, 0.25]) < bench.geometric_mean([0.0, 0.5])
+
+
+def _judged(text, from_whisper, ctc):
+    from duet.asr.decoding.joint import Judged
+    return Judged(text, text.lower(), (1,) if text else (), whisper=-1.0, whisper_spoken=-1.0, ctc=ctc, lm=0.0,
+                  from_whisper=from_whisper)
+
+
+def test_a_saved_ctc_candidates_judges_the_beams_first_ones_beside_whisper_and_the_empty_text(bench):
+    candidates = [_judged("Whisper", True, -9.0), _judged("beam one", False, -5.0), _judged("beam two", False, -4.0),
+                  _judged("", False, -50.0), _judged("beam three", False, -0.5)]
+    kept = bench.judged_as_decoded(candidates, 2)
+    assert [c.text for c in kept] == ["Whisper", "beam one", "beam two", ""]
+    assert bench.judged_as_decoded(candidates, 0) == candidates
+    # the best by the CTC score alone differs once the beam's third is not judged, as in the decoding
+    weights = JointWeights(ctc=1.0, whisper=0.0)
+    from duet.asr.decoding.joint import best_judged
+    assert best_judged(candidates, weights).text == "beam three"
+    assert best_judged(kept, weights).text == "beam two"
+
+
+def test_weights_of_an_unreadable_file_names_the_option(bench, tmp_path):
+    path = tmp_path / "decoding.json"
+    path.write_text("{not json")
+    with pytest.raises(DuetError, match=r"^--weights-of .*decoding.json"):
+        bench.saved_weights(path)

@@ -238,7 +238,9 @@ def test_split_digits_writes_each_digit_alone_and_survives_a_save(tmp_path):
     before = tokenizer.tokenize(" 623 squared is <<calc: 623 ** 2>>.")
     assert "23" in before  # GPT-2's merges write 623 as " 6" + "23"
     split_digits(tokenizer)
+    once = repr(tokenizer.backend_tokenizer.pre_tokenizer)
     split_digits(tokenizer)  # a second call changes nothing
+    assert repr(tokenizer.backend_tokenizer.pre_tokenizer) == once and once.count("Digits") == 1
     after = tokenizer.tokenize(" 623 squared is <<calc: 623 ** 2>>.")
     assert [t for t in after if any(c.isdigit() for c in t)] == ["6", "2", "3", "6", "2", "3", "2"]
     assert tokenizer.decode(tokenizer(" 623 squared")["input_ids"]) == " 623 squared"  # the text is unchanged

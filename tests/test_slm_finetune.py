@@ -310,4 +310,4 @@ def test_split_digits_is_refused_for_the_scratch_model_in_one_line(tmp_path, cap
                           f"output_dir={tmp_path}/run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.split_digits is for a pretrained tokenizer" in err
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists() and not list(tmp_path.iterdir())  # nothing half-written
