@@ -67,9 +67,13 @@ def hub_names(cfg) -> list[str]:
     return names
 
 
-def check_local_model(cfg) -> None:
-    """A model folder that a command of ours writes (``model.made_by``) must exist: without this check its path
-    would be taken for a hub name and the user told the hub is unreachable."""
+def check_model_settings(cfg) -> None:
+    """Before any data or library loads: a model folder that a command of ours writes (``model.made_by``) must exist
+    (without this check its path would be taken for a hub name and the user told the hub is unreachable), and
+    ``model.split_digits`` needs a pretrained tokenizer."""
+    if cfg.model.split_digits and cfg.model.name_or_path is None:
+        raise ConfigError("model.split_digits is for a pretrained tokenizer: the scratch model's BPE is trained on "
+                          "the rows themselves (set model.name_or_path, or model.split_digits=false)")
     if cfg.model.made_by and cfg.model.name_or_path is not None and not resolve_path(cfg.model.name_or_path).is_dir():
         raise ConfigError(f"model folder {cfg.model.name_or_path} not found: make it with "
                           f"{python_command(cfg.model.made_by)}")
@@ -132,9 +136,6 @@ def get_model_and_tokenizer(cfg, train_rows: list[dict], resume_checkpoint: Path
                               f"{cfg.model.name_or_path} ({model.config.n_positions})")
         return tokenizer, model
     scratch = cfg.model.scratch
-    if cfg.model.split_digits:
-        raise ConfigError("model.split_digits is for a pretrained tokenizer: the scratch model's BPE is trained on "
-                          "the rows themselves (set model.name_or_path, or model.split_digits=false)")
     if resume_checkpoint is not None:
         tokenizer = load_tokenizer(str(resume_checkpoint))
     else:
@@ -409,7 +410,7 @@ def _fmt(value, spec: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     cfg = load_config(args.config_name, args.overrides)
-    check_local_model(cfg)
+    check_model_settings(cfg)
     names = hub_names(cfg)
     if names and not hub_reachable():
         # Use only the local cache from here on: a cached model still works, a missing one fails at once.

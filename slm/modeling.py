@@ -8,7 +8,6 @@ generation, evaluation and ablation code never branch on where the model came fr
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable
@@ -72,9 +71,13 @@ def load_tokenizer(name_or_path: str | Path):
     whose class is GPT-2's rebuilds GPT-2's own pre-tokenizer on loading and would drop :func:`split_digits`."""
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     saved = Path(name_or_path) / "tokenizer.json"
-    if saved.is_file() and "Digits" in json.dumps(json.loads(saved.read_text(encoding="utf-8")).get("pre_tokenizer")):
+    if saved.is_file() and _splits_digits(Tokenizer.from_file(str(saved)).pre_tokenizer):
         split_digits(tokenizer)
     return tokenizer
+
+
+def _splits_digits(pre_tokenizer) -> bool:
+    return "Digits" in repr(pre_tokenizer)
 
 
 def split_digits(tokenizer) -> None:
@@ -85,7 +88,7 @@ def split_digits(tokenizer) -> None:
     tokenizer (tokenizer.json), so generation splits as training did; a tokenizer that splits digits already is
     left as it is."""
     backend = tokenizer.backend_tokenizer
-    if "Digits" in repr(backend.pre_tokenizer):
+    if _splits_digits(backend.pre_tokenizer):
         return
     backend.pre_tokenizer = pre_tokenizers.Sequence([backend.pre_tokenizer,
                                                      pre_tokenizers.Digits(individual_digits=True)])
