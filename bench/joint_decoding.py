@@ -28,12 +28,13 @@ Steps:
      beta), each with Whisper's teacher-forced log-likelihood, the CTC log-likelihood of its spoken form, the LM's
      and its length. Cached in --out's folder (candidates_<manifest>.json), read again on a later run.
   2. On --dev: every weighting of the grid (Whisper reading the candidate as written, or as written and spoken, x
-     --ctc x --lm-weights x --bonus x --sure) picks one candidate per utterance. Its dev error is the WER over all
-     --dev utterances together; with --dev-pseudo, the geometric mean of that and of the word error rate against
-     the teacher's labels (a disagreement, not a WER: the teacher errs too). The one-standard-error rule chooses: among
-     the weightings whose dev error is within one standard error (bootstrap over utterances) of the lowest, the one
-     leaving the most to Whisper (least CTC + LM weight, then Whisper's sure hypotheses kept) -- without
-     --dev-pseudo the dev sets hold no native speech, where Whisper is far the better judge.
+     --ctc x --lm-weights x --bonus x --sure x --ctc-spacing) picks one candidate per utterance. Its dev error is
+     the WER over all --dev utterances together; with --dev-pseudo, the geometric mean of that and of the word error
+     rate against the teacher's labels (a disagreement, not a WER: the teacher errs too). The one-standard-error rule
+     chooses: among the weightings whose dev error is within one standard error (bootstrap over utterances) of the
+     lowest, the one leaving the most to Whisper (least CTC + LM weight, then the judge's least say in where words
+     break, then Whisper's sure hypotheses kept) -- without --dev-pseudo the dev sets hold no native speech, where
+     Whisper is far the better judge.
   3. On each test manifest: WER of Whisper's own first hypothesis, of the CTC beam's first, of the joint choice at
      the chosen weights, and of the best candidate (the oracle).
 Writes a markdown report (--out) and a JSON beside it.
@@ -106,6 +107,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--bonus", default="0,1,2,4,6", help="per-token bonuses to try")
     p.add_argument("--sure", default="0,-0.3,-0.5,-0.8",
                    help="whisper_sure values to try (Whisper's first hypothesis kept above this log-likelihood per word)")
+    p.add_argument("--ctc-spacing", default="1,0",
+                   help="ctc_spacing values to try (how far the CTC judge tells apart the same letters with other "
+                        "word breaks; 0: Whisper, the LM and the length do)")
     p.add_argument("--synchronous", type=float, default=0.0,
                    help="label-synchronous search: the CTC prefix score's weight inside Whisper's beam search "
                         "(duet/asr/decoding/synchronous.py; 0: CTranslate2's own beam search). Give another --out "
@@ -219,9 +223,11 @@ def standard_error(groups: list[list[dict]], weights: JointWeights) -> float:
 def leaning_to_whisper(result: tuple[float, dict]) -> tuple:
     """The one-standard-error rule's order: among weightings the dev set cannot tell apart, the one that leaves the
     most to Whisper (whose English is general; the CTC judge was fitted to ~100 speakers): the least CTC + LM
-    weight, then the surest-kept Whisper hypotheses, then the lower WER."""
+    weight, then the least of the judge's say in where words break, then the surest-kept Whisper hypotheses, then the
+    lower WER."""
     weights = result[1]
-    return weights["ctc"] + weights["lm"], weights["whisper_sure"] == 0, weights["whisper_sure"], result[0]
+    return (weights["ctc"] + weights["lm"], weights["ctc_spacing"], weights["whisper_sure"] == 0,
+            weights["whisper_sure"], result[0])
 
 
 def whisper_first(candidates: list[Judged]) -> Judged | None:
@@ -329,11 +335,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(trained_on)} of the model's training utterances left out)"
           + (f", {sum(len(p['ids']) for p in pseudo)} pseudo-labelled" if pseudo else ""))
     grid = list(itertools.product(WHISPER_READINGS, floats(args.ctc), floats(args.lm_weights), floats(args.bonus),
-                                  floats(args.sure)))
+                                  floats(args.sure), floats(args.ctc_spacing)))
     results = []
-    for (whisper, spoken), ctc, lm, bonus, sure in grid:
+    for (whisper, spoken), ctc, lm, bonus, sure, spacing in grid:
         weights = JointWeights(ctc=ctc, lm=lm, token_bonus=bonus, whisper=whisper, whisper_spoken=spoken,
-                               whisper_sure=sure)
+                               whisper_sure=sure, ctc_spacing=spacing)
         results.append((dev_error(groups, lambda c, w=weights: best_judged(c, w)), vars(weights)))
     lowest = min(results, key=lambda r: r[0])
     margin = standard_error(groups, JointWeights(**lowest[1]))

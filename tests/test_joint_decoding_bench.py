@@ -17,9 +17,10 @@ def bench(repo_root):
 def test_weights_of_a_saved_joint_decoding_are_its_judge_weights(bench, tmp_path):
     path = tmp_path / "decoding.json"
     path.write_text(json.dumps({"strategy": "joint", "ctc_weight": 0.7, "token_bonus": 3, "whisper_sure": -0.4,
-                                "spoken_share": 0.25, "ctc_candidates": 4}))
+                                "spoken_share": 0.25, "ctc_candidates": 4, "ctc_spacing": 0}))
     assert bench.saved_weights(path) == JointWeights(ctc=0.7, lm=0.0, token_bonus=3, whisper=0.75,
-                                                     whisper_spoken=0.25, whisper_sure=-0.4, ctc_candidates=4)
+                                                     whisper_spoken=0.25, whisper_sure=-0.4, ctc_candidates=4,
+                                                     ctc_spacing=0)
 
 
 def test_weights_of_a_decoding_that_is_not_joint_is_one_error_naming_the_file(bench, tmp_path):
@@ -59,3 +60,10 @@ def test_weights_of_an_unreadable_file_names_the_option(bench, tmp_path):
     path.write_text("{not json")
     with pytest.raises(DuetError, match=r"^--weights-of .*decoding.json"):
         bench.saved_weights(path)
+
+
+def test_among_weightings_the_dev_cannot_tell_apart_the_judge_leaves_word_breaks_to_whisper(bench):
+    def result(wer, ctc, spacing, sure=-0.3):
+        return wer, vars(JointWeights(ctc=ctc, lm=0.2, whisper_sure=sure, ctc_spacing=spacing))
+    tied = [result(0.20, 0.5, 1.0), result(0.20, 0.5, 0.0), result(0.19, 0.7, 0.0)]
+    assert min(tied, key=bench.leaning_to_whisper) == tied[1]  # least CTC weight first, then the least say in breaks

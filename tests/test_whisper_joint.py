@@ -47,6 +47,21 @@ def test_the_weights_decide_between_whisper_and_the_ctc_judge():
     assert best_judged([], JointWeights(ctc=0.5)) is None
 
 
+def test_ctc_spacing_leaves_word_breaks_to_whisper_and_nothing_else():
+    whisper_likes = Judged("Firefox.", "firefox", (1, 2), -1.8, -1.8, ctc=-14.0, lm=0.0, from_whisper=True)
+    ctc_likes = Judged("fire fox", "fire fox", (1, 3, 2), -3.5, -3.5, ctc=-2.0, lm=0.0, from_whisper=False)
+    other_word = Judged("fire fix", "fire fix", (1, 3, 4), -3.0, -3.0, ctc=-1.0, lm=0.0, from_whisper=False)
+    both = [whisper_likes, ctc_likes]
+    assert best_judged(both, JointWeights(ctc=0.5)) is ctc_likes  # -2.8 against -8.8: the judge's word break
+    chosen = best_judged(both, JointWeights(ctc=0.5, ctc_spacing=0))  # both count the best spelling's -2.0
+    assert chosen.text == "Firefox." and chosen.ctc == -2.0
+    assert best_judged(both, JointWeights(ctc=0.5, ctc_spacing=0.5)).text == "fire fox"  # -1.8-4 against -3.5-1
+    # other letters are still the judge's to weigh: "fire fix" keeps its own -1.0 and wins
+    assert best_judged([*both, other_word], JointWeights(ctc=2, ctc_spacing=0)) is other_word
+    with pytest.raises(DecodingInputError, match="ctc_spacing"):
+        decoding_settings("joint", ctc_spacing=1.5).validate()
+
+
 def test_lm_and_token_bonus_count():
     short = judged("a", whisper=-1.0, ctc=-1.0, lm=-1.0, tokens=1)
     long = judged("a b c", whisper=-1.0, ctc=-1.0, lm=-3.0, tokens=3)

@@ -16,6 +16,8 @@ and each candidate is judged by ::
     + lm x log P_lm(spoken form)                     the token n-gram LM the beam fused
     + token_bonus x (CTC tokens of the spoken form)
 
+Where candidates spell the same letters with other word breaks, the CTC term may count the best of them for each
+(``ctc_spacing``): the judge learnt word breaks from its training speakers' transcripts alone.
 The spoken form of a text is what the CTC model spells (:func:`duet.text.normalize_spoken`: lower case,
 no punctuation, numbers in words); it is also what WER is scored on. The transcript a person reads keeps Whisper's
 formatting when a Whisper candidate wins. The CTC model's sum over alignments is what makes it a judge: text
@@ -103,6 +105,9 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
     synchronous: float = option(0.0, "label-synchronous search: the weight of the CTC prefix score of a hypothesis's "
                                      "text inside Whisper's beam search (0: Whisper's own beam search)",
                                 low=0, high=1)
+    ctc_spacing: float = option(1.0, "how far the CTC judge tells apart candidates that spell the same letters with "
+                                     "other word breaks ('fire fox', 'firefox'; 0: not at all, each counts the best "
+                                     "of them; 1: fully)", low=0, high=1)
 
     def check(self, name_of: NameOf) -> None:
         if self.lm_weight and not self.ngram_lm:
@@ -112,7 +117,8 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
     def weights(self) -> "JointWeights":
         return JointWeights(ctc=self.ctc_weight, lm=self.lm_weight, token_bonus=self.token_bonus,
                             whisper=1 - self.spoken_share, whisper_spoken=self.spoken_share,
-                            whisper_sure=self.whisper_sure, ctc_candidates=self.ctc_candidates)
+                            whisper_sure=self.whisper_sure, ctc_candidates=self.ctc_candidates,
+                            ctc_spacing=self.ctc_spacing)
 
     def describe(self) -> str:
         beam = f"beam{self.beam_size}" + (f"+LM(a={self.alpha:g},b={self.beta:g})" if self.ngram_lm else "") + \
@@ -121,6 +127,7 @@ class JointSettings(LmFusion, CtcBeam):  # fields: CtcBeam's, LmFusion's, then t
             (f",spoken={self.spoken_share:g}" if self.spoken_share else "") + \
             (f",ctc_candidates={self.ctc_candidates}" if self.ctc_candidates else "") + \
             (f",synchronous={self.synchronous:g}" if self.synchronous else "") + \
+            (f",ctc_spacing={self.ctc_spacing:g}" if self.ctc_spacing < 1 else "") + \
             (f",window={self.whisper_window:g}s" if self.whisper_window < WHISPER_WINDOW_SECONDS else "")
         return (f"joint(Whisper beam{self.whisper_beam} + CTC {beam}; ctc={self.ctc_weight:g},"
                 f"lm={self.lm_weight:g},bonus={self.token_bonus:g}{sure})")
@@ -163,6 +170,10 @@ class JointWeights:
     # how many of the beam's candidates are judged, best first, beside Whisper's (those Whisper did not propose;
     # its empty one, the veto's, always): each costs a teacher-forced Whisper pass and an LM score; 0 all
     ctc_candidates: int = 0
+    # how far the CTC log-likelihood tells apart candidates that spell the same letters with other word breaks
+    # (:func:`pooled_spacing`): the judge learnt where words break from its training speakers' transcripts, Whisper
+    # from the web's text ("Firefox", which the judge prefers as "fire fox"); 1 fully, 0 not at all
+    ctc_spacing: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -196,8 +207,22 @@ def best_judged(judged: Sequence[Judged], weights: JointWeights) -> Judged | Non
     first = next((j for j in judged if j.from_whisper), None)
     if first is not None and whisper_is_sure(first, weights):
         return first
-    proposed = [j for j in judged if not j.veto_only]
+    proposed = pooled_spacing([j for j in judged if not j.veto_only], weights.ctc_spacing)
     return max(proposed, key=lambda j: j.score(weights)) if proposed else None
+
+
+def pooled_spacing(judged: Sequence[Judged], share: float) -> list[Judged]:
+    """``judged`` with each CTC log-likelihood moved toward the best of the candidates spelling the same letters
+    (their spoken forms without spaces) by ``1 - share``: at 0, where two candidates differ only in where words
+    break, the CTC judge no longer chooses between them, and Whisper, the LM and the length do."""
+    if share >= 1:
+        return list(judged)
+    best: dict[str, float] = {}
+    for j in judged:
+        letters = j.spoken.replace(" ", "")
+        best[letters] = max(best.get(letters, IMPOSSIBLE), j.ctc)
+    pooled = [best[j.spoken.replace(" ", "")] for j in judged]
+    return [j if top == j.ctc else replace(j, ctc=share * j.ctc + (1 - share) * top) for j, top in zip(judged, pooled)]
 
 
 def nothing_said_likely(nothing_said: float) -> bool:
