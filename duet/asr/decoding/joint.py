@@ -217,12 +217,12 @@ def pooled_spacing(judged: Sequence[Judged], share: float) -> list[Judged]:
     break, the CTC judge no longer chooses between them, and Whisper, the LM and the length do."""
     if share >= 1:
         return list(judged)
+    letters = [j.spoken.replace(" ", "") for j in judged]
     best: dict[str, float] = {}
-    for j in judged:
-        letters = j.spoken.replace(" ", "")
-        best[letters] = max(best.get(letters, IMPOSSIBLE), j.ctc)
-    pooled = [best[j.spoken.replace(" ", "")] for j in judged]
-    return [j if top == j.ctc else replace(j, ctc=share * j.ctc + (1 - share) * top) for j, top in zip(judged, pooled)]
+    for key, j in zip(letters, judged):
+        best[key] = max(best.get(key, IMPOSSIBLE), j.ctc)
+    return [j if best[key] == j.ctc else replace(j, ctc=share * j.ctc + (1 - share) * best[key])
+            for key, j in zip(letters, judged)]
 
 
 def nothing_said_likely(nothing_said: float) -> bool:
