@@ -12,7 +12,8 @@ The one syntax, ``<<tool>>`` or ``<<tool: argument>>``, inside the answer's text
 
 Tools (:data:`TOOLS`):
 
-* ``calc``: arithmetic on numbers: ``+ - * / // % **``, parentheses, unary minus and ``sqrt(x)``, evaluated by
+* ``calc``: arithmetic on numbers: ``+ - * / // % **``, parentheses, unary minus, ``sqrt(x)`` and ``X percent of
+  Y`` (the words a request says: a model this small drops a ``/ 100`` it did not hear), evaluated by
   walking Python's syntax tree (never ``eval``) within bounds (:data:`LIMITS`): the argument's length, the tree's
   nodes and depth, every number's size and every exponent's, so no call can take long or grow a huge number.
 * ``convert``: ``<number> <unit> -> <unit>``, one unit word each side as pint names it (``celsius``, ``fahrenheit``,
@@ -20,7 +21,8 @@ Tools (:data:`TOOLS`):
   the unit in words).
 * ``time`` and ``date``: the machine's clock, no argument.
 * ``request``: the user's request as the assistant repeats it (:func:`echo_request`: the polite frame dropped, "my"
-  and "me" turned to "your" and "you"), no argument. A model this small copies words it never saw in training only
+  and "me" turned to "your" and "you"), no argument; refused for a question ("how do you say hello in french"),
+  which is not an action to decline. A model this small copies words it never saw in training only
   in part ("take a picture" -> "take a pitch"); declining by this call, it only has to tell that it cannot do what
   was asked.
 
@@ -149,12 +151,17 @@ def _depth(node: ast.AST) -> int:
     return deepest
 
 
+#: "X percent of Y" between two numbers, as a request says it: read as ``(X / 100 * Y)``
+_PERCENT_OF = re.compile(r"(\d+(?:\.\d+)?)\s+percent\s+of\s+(\d+(?:\.\d+)?)")
+
+
 def calc(argument: str, limits: Limits = LIMITS) -> str:
-    """The value of the arithmetic ``argument`` (``"50 - 3"`` -> ``"47"``); a ``ToolError`` for anything else."""
+    """The value of the arithmetic ``argument`` (``"50 - 3"`` -> ``"47"``, ``"10 percent of 97"`` -> ``"9.7"``); a
+    ``ToolError`` for anything else."""
     if len(argument) > limits.max_chars:
         raise ToolError(f"an expression longer than {limits.max_chars} characters")
     try:
-        tree = ast.parse(argument.strip(), mode="eval")
+        tree = ast.parse(_PERCENT_OF.sub(r"(\1 / 100 * \2)", argument.strip()), mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         raise ToolError("not an arithmetic expression") from None
     nodes = sum(1 for _ in ast.walk(tree))
@@ -226,6 +233,9 @@ _POLITE_START = re.compile(r"^(?:(?:hey|hi|ok|okay) assistant |please |(?:can|co
                            r"i(?: need| want| would like|'d like) (?:you )?to )+", re.IGNORECASE)
 _POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNORECASE)
 _REQUEST_WORD = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")  # letters of any script and digits
+# a question asks for a fact, not an action: "Sorry, I can't how do you say hello" would answer it ungrammatically
+_QUESTION_START = re.compile(r"^(?:what|what's|who|who's|whose|where|when|why|how|which|is|are|was|were|does|did|"
+                             r"do (?:you|i|we|they))\b", re.IGNORECASE)
 
 
 def echo_request(request: str) -> str:
@@ -241,10 +251,13 @@ def echo_request(request: str) -> str:
 
 
 def repeated_request(request: str | None) -> str:
-    """The ``request`` tool's result: :func:`echo_request`; a ``ToolError`` when nothing is left to repeat."""
+    """The ``request`` tool's result: :func:`echo_request`; a ``ToolError`` when nothing is left to repeat, or when
+    what is left is a question (the tool declines actions; a question it cannot answer falls back instead)."""
     echo = echo_request(request or "")
     if not echo:
         raise ToolError("request: no request to repeat")
+    if _QUESTION_START.match(echo):
+        raise ToolError("request: a question is not an action to decline")
     return echo
 
 

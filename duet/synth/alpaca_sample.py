@@ -320,6 +320,15 @@ UNSUPPORTED_ACTIONS = [
     "read me my emails", "open the banking app", "restart the router", "change the channel to the football match",
     "write a poem for {person}", "clean the windows", "fill up the bird feeder", "wrap the birthday present",
     "track my package", "rent a bike for the afternoon", "sign me up for the gym", "fix the dripping tap",
+    # what shares a verb with a skill the assistant has but asks for something else: the verb alone ("play",
+    # "start", "book", "set", "show") does not make a request one of its skills
+    "play a movie on the television", "play the next episode of my show", "play a game of chess with me",
+    "start a workout", "start navigation to {city}", "start recording the meeting",
+    "start a group chat with {person}", "book a train ticket to {city}", "book a rental car in {city}",
+    "book tickets for the zoo", "set the table for dinner", "set up a new email account", "show me a map of {city}",
+    "show me the recipe for pancakes", "show me my step count", "take me to the nearest gas station",
+    "take a screenshot", "take notes in the meeting", "read me a bedtime story", "read the recipe out loud",
+    "turn off my phone", "charge my phone", "add money to my bus card",
 ]
 DECLINE = "Sorry, I can't <<request>>."
 
@@ -674,7 +683,7 @@ CORPUS_CALLS = {
     "what is {small_number} times {small_number2}": lambda s: f"{s['small_number']} times {s['small_number2']} is <<calc: {s['small_number']} * {s['small_number2']}>>.",
     "how much is {small_number} times {number}": lambda s: f"{s['small_number']} times {s['number']} is <<calc: {s['small_number']} * {s['number']}>>.",
     "what is {number} divided by {small_number}": lambda s: f"{s['number']} divided by {s['small_number']} is <<calc: {s['number']} / {s['small_number']}>>.",
-    "what is {percent} percent of {number}": lambda s: f"{s['percent']} percent of {s['number']} is <<calc: {s['percent']} * {s['number']} / 100>>.",
+    "what is {percent} percent of {number}": lambda s: f"{s['percent']} percent of {s['number']} is <<calc: {s['percent']} percent of {s['number']}>>.",
     "what is the square root of {square}": lambda s: f"The square root of {s['square']} is <<calc: sqrt({s['square']})>>.",
     "what is {number} squared": lambda s: f"{s['number']} squared is <<calc: {s['number']} ** 2>>.",
     "convert {conversion}": lambda s: "{0} {1} is about <<convert: {0} {1} -> {2}>> {2}.".format(*s["conversion"]),
