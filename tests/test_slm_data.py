@@ -214,6 +214,19 @@ def test_an_action_it_cannot_take_is_declined_by_name_in_the_second_person():
     assert any(" your " in execute_calls(output, request=instruction).text for instruction, output in rows)
 
 
+def test_no_request_is_both_declined_and_carried_out_in_the_sample():
+    # the declines that share a verb with a skill ("start a workout" beside "start a timer") must not name a request
+    # the sample also carries out ("turn on the television" is an appliance it turns on): the model would learn both
+    from duet.synth.alpaca_sample import DECLINE, make_examples
+    from slm.tool_calls import echo_request
+
+    rows = make_examples(3000, seed=3)
+    asked = lambda r: " ".join(echo_request(r["instruction"]).lower().split())  # noqa: E731 - the polite frame dropped
+    declined = {asked(r) for r in rows if r["output"] == DECLINE}
+    carried_out = {asked(r) for r in rows if r["output"] != DECLINE and not r["input"]}
+    assert len(declined) > 50 and declined & carried_out == set()
+
+
 def test_calls_and_timer_controls_name_who_and_which_timer_the_request_named():
     import random
 
