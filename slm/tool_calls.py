@@ -12,8 +12,8 @@ The one syntax, ``<<tool>>`` or ``<<tool: argument>>``, inside the answer's text
 
 Tools (:data:`TOOLS`):
 
-* ``calc``: arithmetic on numbers: ``+ - * / // % **``, parentheses, unary minus, ``sqrt(x)`` and ``X percent of
-  Y`` (the words a request says: a model this small drops a ``/ 100`` it did not hear), evaluated by
+* ``calc``: arithmetic on numbers: ``+ - * / // % **``, parentheses, unary minus and ``sqrt(x)``, or ``X percent
+  of Y`` alone (the words a request says: a model this small drops a ``/ 100`` it did not hear), evaluated by
   walking Python's syntax tree (never ``eval``) within bounds (:data:`LIMITS`): the argument's length, the tree's
   nodes and depth, every number's size and every exponent's, so no call can take long or grow a huge number.
 * ``convert``: ``<number> <unit> -> <unit>``, one unit word each side as pint names it (``celsius``, ``fahrenheit``,
@@ -151,8 +151,9 @@ def _depth(node: ast.AST) -> int:
     return deepest
 
 
-#: "X percent of Y" between two numbers, as a request says it: read as ``(X / 100 * Y)``
-_PERCENT_OF = re.compile(r"(\d+(?:\.\d+)?)\s+percent\s+of\s+(\d+(?:\.\d+)?)")
+#: a whole argument "X percent of Y", as a request says it: read as ``X / 100 * Y`` (only whole: inside a longer
+#: expression the reading would bind wrongly, "10 percent of 5 ** 2", or mix both forms, "10 percent of 97 / 100")
+_PERCENT_OF = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s+percent\s+of\s+(-?\d+(?:\.\d+)?)\s*")
 
 
 def calc(argument: str, limits: Limits = LIMITS) -> str:
@@ -161,7 +162,8 @@ def calc(argument: str, limits: Limits = LIMITS) -> str:
     if len(argument) > limits.max_chars:
         raise ToolError(f"an expression longer than {limits.max_chars} characters")
     try:
-        tree = ast.parse(_PERCENT_OF.sub(r"(\1 / 100 * \2)", argument.strip()), mode="eval")
+        percent = _PERCENT_OF.fullmatch(argument)
+        tree = ast.parse(f"{percent[1]} / 100 * ({percent[2]})" if percent else argument.strip(), mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         raise ToolError("not an arithmetic expression") from None
     nodes = sum(1 for _ in ast.walk(tree))
@@ -233,18 +235,28 @@ _POLITE_START = re.compile(r"^(?:(?:hey|hi|ok|okay) assistant |please |(?:can|co
                            r"i(?: need| want| would like|'d like) (?:you )?to )+", re.IGNORECASE)
 _POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNORECASE)
 _REQUEST_WORD = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")  # letters of any script and digits
-# a question asks for a fact, not an action: "Sorry, I can't how do you say hello" would answer it ungrammatically
-_QUESTION_START = re.compile(r"^(?:what|what's|who|who's|whose|where|when|why|how|which|is|are|was|were|does|did|"
-                             r"do (?:you|i|we|they))\b", re.IGNORECASE)
+# a question asks for a fact, not an action ("Sorry, I can't how do you say hello" answers it in broken words): a
+# question word, or a helper verb before its subject ("is it", "can I", "will it"; "do the laundry" is an action),
+# read before "I" becomes "you"
+_QUESTION_START = re.compile(r"^(?:(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
+                             r"(?:am|is|are|was|were) (?:i|you|we|they|it|there|he|she|my|the|this|that)|"
+                             r"(?:do|does|did|can|could|will|would|should|shall|have|has) (?:i|you|we|they|it|there|he|"
+                             r"she))\b)", re.IGNORECASE)
+
+
+def asked_words(request: str) -> list[str]:
+    """The words of what was asked: punctuation and the polite frame dropped ("Could you share my location with
+    Anna for me?" -> share my location with Anna), as the user said them."""
+    words = " ".join(_REQUEST_WORD.findall(request.replace("\u2019", "'")))
+    # a space after the start and before the end, so that a request of "please" alone leaves nothing
+    return _POLITE_END.sub("", " " + _POLITE_START.sub("", words + " ").strip()).split()
 
 
 def echo_request(request: str) -> str:
-    """What was asked, as the assistant repeats it: punctuation and the polite frame dropped, first person turned to
-    second, the first word in lower case (a sentence's capital, which a name starting the request loses too), the
-    other words as written ("Could you share my location with Anna for me?" -> "share your location with Anna")."""
-    words = " ".join(_REQUEST_WORD.findall(request.replace("\u2019", "'")))
-    # a space after the start and before the end, so that a request of "please" alone leaves nothing
-    words = _POLITE_END.sub("", " " + _POLITE_START.sub("", words + " ").strip()).split()
+    """What was asked, as the assistant repeats it (:func:`asked_words`): first person turned to second, the first
+    word in lower case (a sentence's capital, which a name starting the request loses too), the other words as
+    written ("Could you share my location with Anna for me?" -> "share your location with Anna")."""
+    words = asked_words(request)
     if words and words[0][:1].isupper() and not words[0].isupper():
         words[0] = words[0].lower()  # the sentence's capital, not a name's ("Transfer money ...")
     return " ".join(SECOND_PERSON.get(word.lower(), word) for word in words)
@@ -252,11 +264,11 @@ def echo_request(request: str) -> str:
 
 def repeated_request(request: str | None) -> str:
     """The ``request`` tool's result: :func:`echo_request`; a ``ToolError`` when nothing is left to repeat, or when
-    what is left is a question (the tool declines actions; a question it cannot answer falls back instead)."""
+    what was asked is a question (the tool declines actions; a question it cannot answer falls back instead)."""
     echo = echo_request(request or "")
     if not echo:
         raise ToolError("request: no request to repeat")
-    if _QUESTION_START.match(echo):
+    if _QUESTION_START.match(" ".join(asked_words(request or ""))):
         raise ToolError("request: a question is not an action to decline")
     return echo
 

@@ -223,8 +223,8 @@ def test_no_request_is_both_declined_and_carried_out_in_the_sample():
     rows = make_examples(3000, seed=3)
     asked = lambda r: " ".join(echo_request(r["instruction"]).lower().split())  # noqa: E731 - the polite frame dropped
     declined = {asked(r) for r in rows if r["output"] == DECLINE}
-    carried_out = {asked(r) for r in rows if r["output"] != DECLINE and not r["input"]}
-    assert len(declined) > 50 and declined & carried_out == set()
+    answered_otherwise = {asked(r) for r in rows if r["output"] != DECLINE and not r["input"]}
+    assert len(declined) > 50 and declined & answered_otherwise == set()
 
 
 def test_calls_and_timer_controls_name_who_and_which_timer_the_request_named():

@@ -6,6 +6,7 @@ import pytest
 
 from duet import SAMPLES_DIR
 from slm.metrics import answer_words, is_spoken_request, load_open_requests, names_keywords
+from slm.tool_calls import execute_calls
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +24,11 @@ def test_twenty_spoken_requests_none_a_sample_row(sample_rows):
 
 
 def test_no_sample_answer_is_on_topic_for_any_request(sample_rows):
-    """Repeating a memorised answer of the sample cannot count: none names every keyword group of a request."""
+    """Repeating a memorised answer of the sample cannot count: none names every keyword group of a request, as a
+    user reads it (its calls executed: a decline repeats its own request)."""
+    shown = [execute_calls(row["output"], request=row["instruction"]).text for row in sample_rows]
     for item in load_open_requests():
-        hits = [row["output"] for row in sample_rows if names_keywords(row["output"], item["keywords"])]
+        hits = [answer for answer in shown if names_keywords(answer, item["keywords"])]
         assert not hits, (item["request"], hits[:2])
 
 

@@ -28,7 +28,7 @@ NOW = datetime(2026, 12, 6, 15, 5)
     ("50 divided by 7 is <<calc: 50 / 7>>.", "50 divided by 7 is 7.14."),
     ("20 percent of 45 is <<calc: 20 * 45 / 100>>.", "20 percent of 45 is 9."),
     ("10 percent of 97 is <<calc: 10 percent of 97>>.", "10 percent of 97 is 9.7."),  # as the request says it
-    ("<<calc: 2 + 12.5 percent of 8>>", "3"),  # read as (12.5 / 100 * 8), before the sum
+    ("<<calc: 12.5 percent of 8>> and <<calc: -10 percent of 50>>", "1 and -5"),
     ("The square root of 81 is <<calc: sqrt(81)>>.", "The square root of 81 is 9."),
     ("13 squared is <<calc: 13 ** 2>>, and -(2 - 5) is <<calc: -(2 - 5)>>.", "13 squared is 169, and -(2 - 5) is 3."),
     ("64 degrees Celsius is about <<convert: 64 celsius -> fahrenheit>> degrees Fahrenheit.",
@@ -62,6 +62,7 @@ def test_each_call_is_recorded_with_its_tool_input_and_result():
     ("Order me a crème brûlée from Zürich.", "Sorry, I can't order you a crème brûlée from Zürich."),
     ("do the laundry", "Sorry, I can't do the laundry."),  # "do" starts an action here, not a question
     ("Could you tell me what is on at the cinema?", "Sorry, I can't tell you what is on at the cinema."),
+    ("could you do me a favour and order a pizza", "Sorry, I can't do you a favour and order a pizza."),
 ])
 def test_the_request_tool_repeats_what_was_asked(request_text, shown):
     executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=request_text)
@@ -77,7 +78,10 @@ def test_the_request_tool_without_a_request_falls_back(request_text):
 
 
 @pytest.mark.parametrize("question", ["how do you say hello in french", "hey assistant what is the plural of mouse",
-                                      "Who painted the Mona Lisa?", "is it going to snow", "do you know my name"])
+                                      "Who painted the Mona Lisa?", "is it going to snow", "do you know my name",
+                                      "will it rain in Oslo tomorrow", "am I free tomorrow", "can I have a coffee",
+                                      "do I need an umbrella", "when is the next train",
+                                      "are the lights on in the kitchen"])
 def test_the_request_tool_does_not_decline_a_question(question):
     # "Sorry, I can't how do you say hello in french." answers nothing and reads wrong: a question falls back
     executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=question)
@@ -92,6 +96,7 @@ def test_text_without_calls_is_untouched():
 @pytest.mark.parametrize("expression", [
     "9 ** 9 ** 9", "10 ** 100", "2 ** 1000000", "99999999999 * 99999999999", "1e999", "(-8) ** 0.5",  # sizes
     "99999999999999 percent of 99999999999999", "2 ** 10 percent of 9999",
+    "10 percent of 97 / 100", "10 percent of 5 ** 2", "2 + 10 percent of 50",  # "percent of" only as the whole call
     "__import__('os').system('true')", "x + 1", "open('/etc/passwd')", "abs(-1)", "sqrt(-4)",  # names, calls
     "(1).real", "'a' * 5", "[1, 2]", "1 if 1 else 2", "lambda: 1", "True + 1", "1 < 2", "7 / 0", "7 % 0",  # not arithmetic
     "-(" * 20 + "1" + ")" * 20, "+".join(["1"] * 40), "1" * 200,  # nesting, node count, length
