@@ -256,21 +256,24 @@ def echo_request(request: str) -> str:
     """What was asked, as the assistant repeats it (:func:`asked_words`): first person turned to second, the first
     word in lower case (a sentence's capital, which a name starting the request loses too), the other words as
     written ("Could you share my location with Anna for me?" -> "share your location with Anna")."""
-    words = asked_words(request)
+    return _in_second_person(asked_words(request))
+
+
+def _in_second_person(words: list[str]) -> str:
     if words and words[0][:1].isupper() and not words[0].isupper():
-        words[0] = words[0].lower()  # the sentence's capital, not a name's ("Transfer money ...")
+        words = [words[0].lower(), *words[1:]]  # the sentence's capital, not a name's ("Transfer money ...")
     return " ".join(SECOND_PERSON.get(word.lower(), word) for word in words)
 
 
 def repeated_request(request: str | None) -> str:
     """The ``request`` tool's result: :func:`echo_request`; a ``ToolError`` when nothing is left to repeat, or when
     what was asked is a question (the tool declines actions; a question it cannot answer falls back instead)."""
-    echo = echo_request(request or "")
-    if not echo:
+    words = asked_words(request or "")
+    if not words:
         raise ToolError("request: no request to repeat")
-    if _QUESTION_START.match(" ".join(asked_words(request or ""))):
+    if _QUESTION_START.match(" ".join(words)):
         raise ToolError("request: a question is not an action to decline")
-    return echo
+    return _in_second_person(words)
 
 
 def run_call(tool: str, argument: str | None, now: datetime, request: str | None = None) -> str:

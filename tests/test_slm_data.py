@@ -218,10 +218,12 @@ def test_no_request_is_both_declined_and_carried_out_in_the_sample():
     # the declines that share a verb with a skill ("start a workout" beside "start a timer") must not name a request
     # the sample also carries out ("turn on the television" is an appliance it turns on): the model would learn both
     from duet.synth.alpaca_sample import DECLINE, make_examples
-    from slm.tool_calls import echo_request
+    from slm.tool_calls import asked_words
+
+    def asked(row: dict) -> str:
+        return " ".join(asked_words(row["instruction"])).lower()
 
     rows = make_examples(3000, seed=3)
-    asked = lambda r: " ".join(echo_request(r["instruction"]).lower().split())  # noqa: E731 - the polite frame dropped
     declined = {asked(r) for r in rows if r["output"] == DECLINE}
     answered_otherwise = {asked(r) for r in rows if r["output"] != DECLINE and not r["input"]}
     assert len(declined) > 50 and declined & answered_otherwise == set()
