@@ -5,7 +5,8 @@ Usage:
     python bench/slm_open_requests.py experiments/slm_whisper --json experiments/open_requests.json
 
 Each request is answered as the fine-tune's own evaluation answers the test rows (greedy, no repetition penalty,
---max-new-tokens 64, the Alpaca prompt) and counted on topic when it names every keyword group of its request
+--max-new-tokens 64, the Alpaca prompt; an answer the model was unsure of withheld as the model folder says, or as
+--min-token-prob) and counted on topic when it names every keyword group of its request
 (slm.metrics.names_keywords). The requests and keywords were committed before any model answered them; no
 request is a row of samples/alpaca_sample.json and no answer there satisfies any request's keywords
 (tests/test_slm_open_requests.py). Answers are shown as a user sees them: tool calls executed (slm.generation).
@@ -38,6 +39,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+", type=Path, help="model folders (slm/finetune.py outputs)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="as the presets' eval.max_new_tokens (64)")
+    parser.add_argument("--min-token-prob", type=float, default=None,
+                        help="withhold answers below this token probability (default: each model folder's own "
+                             "answer.min_token_prob; 0 = off)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the answers and shares here")
     return parser
@@ -55,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     lexicon = answer_words()
     if lexicon is None:
         raise DuetError("WordNet is not installed (tools/setup.sh): no lexicon to check the answers' words against")
-    greedy = GenerationSettings(strategy="greedy", max_new_tokens=args.max_new_tokens, repetition_penalty=1.0)
+    greedy = GenerationSettings(strategy="greedy", max_new_tokens=args.max_new_tokens, repetition_penalty=1.0,
+                                min_token_prob=args.min_token_prob).validate()
     results = {"requests": str(OPEN_REQUESTS.name), "decoding": f"greedy, max_new_tokens={args.max_new_tokens}",
                "models": {}}
     for folder in args.models:

@@ -131,6 +131,9 @@ class PipelineResult:
     # the tool calls in the language model's answer (slm.tool_calls.ToolCall as dicts: tool, input, result, error),
     # executed before the response was written; empty when it made none
     tool_calls: list[dict] = field(default_factory=list)
+    # the language model's own answer when it was not shown: it held a word the model was unsure of, and the response
+    # declines the request or says "I don't know that." instead (slm.tool_calls.unsure_answer)
+    withheld: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -403,6 +406,7 @@ class VoicePipeline:
         answer, result.understood, note = self.answer_with_calls(result.transcript, result.confidence)
         result.response = answer.text if answer else None
         result.tool_calls = [call.as_dict() for call in answer.calls] if answer else []
+        result.withheld = answer.withheld if answer else None
         if result.understood:
             result.latency_s["slm"] = time.perf_counter() - t
         result.note = note or result.note

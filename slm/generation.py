@@ -15,7 +15,10 @@ name, day or number ("Calling grandma.") is pushed towards another one ("Calling
 
 Every answer leaves here with its tool calls executed (``slm.tool_calls``: ``<<calc: 50 - 3>>`` becomes ``47``, a bad
 call the whole answer's plain fallback), so the pipeline, the server and ``slm/generate.py`` show the same text;
-:func:`generate_answers` and :func:`respond_with_calls` also return the calls (tool, input, result).
+:func:`generate_answers` and :func:`respond_with_calls` also return the calls (tool, input, result). An answer
+holding a token the model gave less probability than its floor (``min_token_prob``: the settings', else the model
+folder's ``answer.min_token_prob``) is withheld, and the user reads the decline of the action by name or "I don't know
+that." instead (``slm.tool_calls.unsure_answer``; the answer is kept as ``withheld``).
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from safetensors import SafetensorError
+from yaml import YAMLError
 
 from duet.foundation.errors import first_line
 from slm.data import format_alpaca_prompt
 from slm.errors import SlmError
-from slm.tool_calls import ExecutedText, execute_calls
+from slm.tool_calls import ExecutedText, execute_calls, unsure_answer
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,9 @@ class GenerationSettings:
     top_p: float = 0.95  # sampling: nucleus mass (1.0 = off)
     repetition_penalty: float = 1.1  # > 1 discourages the answer repeating itself (not the request's words, module
     # doc); applies to greedy and beam search too
+    min_token_prob: float | None = None  # an answer holding a token the model gave less probability is withheld
+    # (unsure_answer: a decline by name, "I don't know that."); None = the model folder's own answer.min_token_prob,
+    # 0 = off
 
     def validate(self, spell: Callable[[str], str] | None = None) -> "GenerationSettings":
         """Return ``self`` when every value is usable; else raise ``GenerationSettingsError`` naming the item as
@@ -86,6 +95,9 @@ class GenerationSettings:
             raise GenerationSettingsError(f"beam search needs {spell('num_beams')} >= 2, got {self.num_beams:g}")
         if self.strategy == "sample" and self.temperature <= 0:
             raise GenerationSettingsError(f"sampling needs {spell('temperature')} > 0, got {self.temperature:g}")
+        if self.min_token_prob is not None and not 0 <= self.min_token_prob <= 1:  # nan fails too
+            raise GenerationSettingsError(f"{spell('min_token_prob')} must be in [0, 1] (0 = off), "
+                                          f"got {self.min_token_prob:g}")
         for name, (low, high) in (("max_new_tokens", (1, MAX_NEW_TOKENS)), ("num_beams", (1, MAX_NUM_BEAMS)),
                                   ("temperature", TEMPERATURE_RANGE),
                                   ("repetition_penalty", REPETITION_PENALTY_RANGE)):
@@ -141,14 +153,17 @@ HELP = {"strategy": "language model decoding", "num_beams": f"beam search width 
         "temperature": "sampling temperature ({:g}..{:g})".format(*TEMPERATURE_RANGE),
         "top_k": "sampling: keep the k most likely tokens (0 = off)", "top_p": "sampling: nucleus mass (1.0 = off)",
         "repetition_penalty": ">1 discourages repeats ({:g}..{:g})".format(*REPETITION_PENALTY_RANGE),
-        "max_new_tokens": f"longest answer in tokens, at most {MAX_NEW_TOKENS} (generation also stops at EOS)"}
+        "max_new_tokens": f"longest answer in tokens, at most {MAX_NEW_TOKENS} (generation also stops at EOS)",
+        "min_token_prob": "withhold an answer holding a token the model gave less probability: a decline of the action "
+                          "or \"I don't know that.\" instead (0..1, 0 = off; default: the model folder's own)"}
 
 
 def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per ``GenerationSettings`` field, defaulting to the field's default."""
     group = parser.add_argument_group("language model decoding")
     for field in fields(GenerationSettings):
-        extra = {"choices": STRATEGIES} if field.name == "strategy" else {"type": type(field.default)}
+        extra = {"choices": STRATEGIES} if field.name == "strategy" else \
+            {"type": float if field.default is None else type(field.default)}
         group.add_argument(flag(field.name), default=field.default, **extra,
                            help=f"{HELP[field.name]} (default: {field.default})")
 
@@ -210,15 +225,49 @@ def load_model(path: str | Path, device: str | None = None):
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(pick_device(device or "auto"))
     model.eval()
+    model.min_token_prob = folder_min_token_prob(path)  # read by answer_floor
     return tokenizer, model
+
+
+def folder_min_token_prob(path: Path) -> float:
+    """``answer.min_token_prob`` of the finetune_config.yaml that ``slm/finetune.py`` saved in the model folder (the
+    preset's value: measured for the demo's, off for open-ended models); 0 (off) for a folder without one."""
+    config = path / "finetune_config.yaml"
+    if not config.is_file():
+        return 0.0
+    try:
+        value = OmegaConf.select(OmegaConf.load(config), "answer.min_token_prob", default=0.0)
+    except (OmegaConfBaseException, YAMLError) as e:
+        raise SlmModelError(f"{config}: cannot be read ({first_line(e)})") from e
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise SlmModelError(f"{config}: answer.min_token_prob must be a number in [0, 1], got {value!r}")
+    return float(value)
 
 
 def generate_answers(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
                      batch_size: int = 8) -> list[ExecutedText]:
     """Answers for Alpaca rows (``instruction`` and optional ``input``), in order, decoded with ``settings``, each
-    with its tool calls executed (the text) and recorded (the calls)."""
-    texts = generate_model_texts(model, tokenizer, examples, settings, batch_size)
-    return [execute_calls(text, request=example["instruction"]) for text, example in zip(texts, examples, strict=True)]
+    with its tool calls executed (the text) and recorded (the calls). An answer holding a token the model gave less
+    than the settings' (or the model's own) ``min_token_prob`` is withheld (``slm.tool_calls.unsure_answer``)."""
+    floor = answer_floor(model, settings)
+    if not floor:
+        texts = generate_model_texts(model, tokenizer, examples, settings, batch_size)
+        return [execute_calls(text, request=e["instruction"]) for text, e in zip(texts, examples, strict=True)]
+    answers = []
+    for scored, example in zip(generate_scored_texts(model, tokenizer, examples, settings, batch_size), examples,
+                               strict=True):
+        executed = execute_calls(scored.text, request=example["instruction"])
+        answers.append(unsure_answer(example["instruction"], executed.text)
+                       if scored.least_token_prob < floor else executed)
+    return answers
+
+
+def answer_floor(model, settings: GenerationSettings) -> float:
+    """The ``min_token_prob`` that applies: the settings' own, else the one :func:`load_model` read from the model's
+    folder (``answer.min_token_prob`` of its finetune_config.yaml), else 0 (off)."""
+    if settings.min_token_prob is not None:
+        return settings.min_token_prob
+    return getattr(model, "min_token_prob", 0.0)
 
 
 def generate_responses(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
@@ -227,12 +276,33 @@ def generate_responses(model, tokenizer, examples: Sequence[dict], settings: Gen
     return [answer.text for answer in generate_answers(model, tokenizer, examples, settings, batch_size)]
 
 
+@dataclass(frozen=True)
+class ScoredText:
+    """What the model wrote for a row (calls unexecuted), and the probability it gave the least likely token of it
+    (the EOS that ends it left out; 1.0 for an empty answer): how unsure the answer's least sure word was."""
+
+    text: str
+    least_token_prob: float
+
+
 def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
                          batch_size: int = 8) -> list[str]:
     """What the model writes for each row, tool calls unexecuted, decoded with ``settings``.
 
     Prompts are left-padded so every row's answer starts right after its own prompt.
     """
+    return [scored.text for scored in _generate(model, tokenizer, examples, settings, batch_size, score=False)]
+
+
+def generate_scored_texts(model, tokenizer, examples: Sequence[dict],
+                          settings: GenerationSettings = GenerationSettings(), batch_size: int = 8) -> list[ScoredText]:
+    """:func:`generate_model_texts` with each answer's least token probability: the model's own distribution over
+    each token it wrote, the decoding's repetition penalty or sampling warps left out (one more forward pass)."""
+    return _generate(model, tokenizer, examples, settings, batch_size, score=True)
+
+
+def _generate(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings, batch_size: int,
+              score: bool) -> list[ScoredText]:
     settings.validate()
     prompts = [format_alpaca_prompt(e["instruction"], e.get("input", "")) for e in examples]
     tokenizer.padding_side = "left"
@@ -252,9 +322,32 @@ def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: G
         with torch.no_grad():
             output = model.generate(**batch, pad_token_id=tokenizer.eos_token_id,
                                     eos_token_id=tokenizer.eos_token_id, **kwargs)
-        new_tokens = output[:, batch["input_ids"].shape[1]:]
-        answers.extend(text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+        new_tokens = output[:, prompt_tokens:]
+        texts = [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+        least = _least_token_probs(model, batch["attention_mask"], output, prompt_tokens, tokenizer.eos_token_id) \
+            if score else [1.0] * len(texts)
+        answers.extend(ScoredText(text, p) for text, p in zip(texts, least, strict=True))
     return answers
+
+
+def _least_token_probs(model, prompt_mask: torch.Tensor, output: torch.Tensor, prompt_tokens: int,
+                       eos_token_id: int) -> list[float]:
+    """Per row of ``output`` (left-padded prompts, then the answers), the least probability the model gives a token
+    of its answer before the first EOS, teacher-forced in one pass with the positions generation used (left padding
+    does not count)."""
+    new = output[:, prompt_tokens:]
+    mask = torch.cat([prompt_mask, torch.ones_like(new)], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():  # the logits of the last prompt token and every answer token but the last
+        logits = model(output, attention_mask=mask, position_ids=positions,
+                       logits_to_keep=new.shape[1] + 1).logits[:, :-1].float()
+    probs = torch.softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    least = []
+    for row_probs, row_tokens in zip(probs, new):
+        ends = (row_tokens == eos_token_id).nonzero()
+        length = int(ends[0]) if len(ends) else len(row_tokens)
+        least.append(float(row_probs[:length].min()) if length else 1.0)
+    return least
 
 
 def respond_with_calls(model, tokenizer, instruction: str, input_text: str = "",

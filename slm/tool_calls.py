@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 #: ``<<tool>>`` or ``<<tool: argument>>``; the argument holds no ``<<`` or ``>>`` (a ``->`` is fine)
 CALL = re.compile(r"<<\s*([A-Za-z_]+)\s*(?::((?:(?!<<|>>)[^\n])*))?>>")
 FALLBACK = "Sorry, I couldn't work that out."
+#: the answer that declines an action by name: the ``request`` tool repeats what was asked
+DECLINE = "Sorry, I can't <<request>>."
+#: the answer to a question the model cannot know (a fact it was not taught, live data)
+UNKNOWN_ANSWER = "I don't know that."
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class ExecutedText:
     text: str
     calls: tuple[ToolCall, ...] = ()
     fell_back: bool = False
+    #: the model's own answer when it was not shown: it held a token the model was unsure of
+    #: (``slm.generation.GenerationSettings.min_token_prob``), and :func:`unsure_answer` replaced it
+    withheld: str | None = None
 
 
 def format_number(x: float) -> str:
@@ -237,8 +244,10 @@ _POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNOREC
 _REQUEST_WORD = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")  # letters of any script and digits
 # a question asks for a fact, not an action ("Sorry, I can't how do you say hello" answers it in broken words): a
 # question word, or a helper verb before its subject ("is it", "can I", "will it"; "do the laundry" is an action),
-# read before "I" becomes "you"
-_QUESTION_START = re.compile(r"^(?:(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
+# read before "I" becomes "you"; after a lead that only announces one ("quick question, what is ...", "I want to know
+# who ...", whose "I want to" the polite frame took). "Tell me what is on" is declined: "Sorry, I can't tell you ..."
+_QUESTION_START = re.compile(r"^(?:quick question |know )?"
+                             r"(?:(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
                              r"(?:am|is|are|was|were) (?:i|you|we|they|it|there|he|she|my|the|this|that)|"
                              r"(?:do|does|did|can|could|will|would|should|shall|have|has) (?:i|you|we|they|it|there|he|"
                              r"she))\b)", re.IGNORECASE)
@@ -287,6 +296,17 @@ def run_call(tool: str, argument: str | None, now: datetime, request: str | None
     if not takes_argument and argument is not None and argument.strip():
         raise ToolError(f"{tool} takes no argument")
     return run(argument or "", now, request)
+
+
+def unsure_answer(request: str, model_text: str) -> ExecutedText:
+    """What replaces an answer the model was unsure of (``model_text``, kept as ``withheld``): the decline of the
+    action asked, by name (:data:`DECLINE` executed), or :data:`UNKNOWN_ANSWER` for a question or a request with
+    nothing left to repeat. Never the guess itself: "Calling Chloe." for "call grandma" misleads where "Sorry, I
+    can't call grandma." does not."""
+    try:
+        return ExecutedText(DECLINE.replace("<<request>>", repeated_request(request)), withheld=model_text)
+    except ToolError:
+        return ExecutedText(UNKNOWN_ANSWER, withheld=model_text)
 
 
 def execute_calls(text: str, now: datetime | None = None, request: str | None = None) -> ExecutedText:

@@ -338,27 +338,30 @@ def test_the_pipeline_summary_highlights_answers_judged_correct_first_then_wrong
     assert set(said.values()) <= set(references), "the sample's test-clean requests changed: pick others"
     requests = tmp_path / "requests.json"
     requests.write_text("".join(json.dumps({"audio_filepath": f, "text": t, "duration": 2.0}) + "\n"
-                                for f, t in said.items()))
+                                for f, t in {**said, "f.flac": "call grandpa"}.items()))
     rows = [
         {"file": "a.flac", "transcript": said["a.flac"],
          "response": "64 degrees Celsius is about -1 degrees Fahrenheit.", "confidence": 0.8, "understood": True},
         {"file": "b.flac", "transcript": "set the thermostat to seventy degrees",
-         "response": "Setting the thermostat to 70 degrees.", "confidence": 0.7, "understood": True},
+         "response": "Setting the thermostat to 70 degrees.", "confidence": 0.7, "understood": True,
+         "withheld": None},
         {"file": "c.flac", "transcript": said["c.flac"], "response": "9 minus 8 is 1.", "confidence": 0.9,
          "understood": True},
         {"file": "d.flac", "transcript": "play some rag music", "response": demo.NOT_UNDERSTOOD_REPLY,
          "confidence": 0.31, "understood": False},
         {"file": "e.flac", "transcript": said["e.flac"], "response": "Calling Grandma.", "confidence": 0.9,
          "understood": True},
+        {"file": "f.flac", "transcript": "call grandpa", "response": "Sorry, I can't call grandpa.", "confidence": 0.9,
+         "understood": True, "withheld": "Calling Chloe."},  # no reference answer: counted as withheld only
     ]
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps({**r, "error": None}) + "\n" for r in rows))
     lines = demo.pipeline_summary(answers, requests, right=3, wrong=3).splitlines()
     # 64 C in F worked out wrong is on topic but not correct: on topic 3 of 5, correct 2
-    assert "1 not understood" in lines[0]
+    assert "1 not understood" in lines[0] and "; 1 answer(s) withheld" in lines[0]
     assert lines[1].endswith("right kind 80%, on topic (right kind + all slot words) 60%")
     assert lines[2].startswith("    correct (on topic, and any sum") and lines[2].endswith("check_answer): 2 of 5")
-    assert lines[3] == "    well-formed (every word English, no loop: slm.metrics.well_formed): 100% of all 5 answers"
+    assert lines[3] == "    well-formed (every word English, no loop: slm.metrics.well_formed): 100% of all 6 answers"
     examples = lines[4:]
     assert [line.split(":")[0].strip() for line in examples] == [
         "right", "right", "WRONG, works out 147.2 wrong", "WRONG, misses 77", "WRONG, not understood (confidence 0.31)"]

@@ -24,13 +24,14 @@ def test_every_script_that_generates_has_the_same_flags_and_defaults(repo_root, 
     assert generation_settings_from_args(args) == GenerationSettings()
     changed = parser.parse_args([*SCRIPTS[script], "--strategy", "sample", "--max-new-tokens", "7", "--num-beams",
                                  "3", "--temperature", "0.5", "--top-k", "9", "--top-p", "0.5",
-                                 "--repetition-penalty", "1.3"])
-    assert generation_settings_from_args(changed) == GenerationSettings("sample", 7, 3, 0.5, 9, 0.5, 1.3)
+                                 "--repetition-penalty", "1.3", "--min-token-prob", "0.2"])
+    assert generation_settings_from_args(changed) == GenerationSettings("sample", 7, 3, 0.5, 9, 0.5, 1.3, 0.2)
 
 
 def test_the_defaults_are_the_pipelines_that_made_the_demos_answers():
     assert GenerationSettings() == GenerationSettings("greedy", max_new_tokens=64, num_beams=4, temperature=0.8,
-                                                      top_k=50, top_p=0.95, repetition_penalty=1.1)
+                                                      top_k=50, top_p=0.95, repetition_penalty=1.1,
+                                                      min_token_prob=None)  # the model folder's own floor
 
 
 def test_the_kwargs_follow_the_strategy():
@@ -60,6 +61,8 @@ def test_the_repetition_penalty_spares_the_prompt():
     (dict(top_p=0), "--top-p must be in (0, 1], got 0"),
     (dict(top_p=1.5), "--top-p must be in (0, 1], got 1.5"),
     (dict(strategy="greedy", top_p=2), "--top-p must be in (0, 1], got 2"),  # checked whatever the strategy
+    (dict(min_token_prob=1.5), "--min-token-prob must be in [0, 1] (0 = off), got 1.5"),
+    (dict(min_token_prob=float("nan")), "--min-token-prob must be in [0, 1] (0 = off), got nan"),
 ])
 def test_validate_names_the_bad_value(bad, message):
     with pytest.raises(GenerationSettingsError) as error:

@@ -305,6 +305,17 @@ def test_respond_and_pipeline_return_the_executed_tool_calls_beside_the_text(cli
     assert body["response"] == ("50 minus 3 is 47." if body["understood"] else NOT_UNDERSTOOD_REPLY)
 
 
+def test_respond_and_pipeline_return_an_unsure_answer_as_withheld_beside_its_decline(client, clips):
+    """An answer every token of which is below the request's floor (1: any answer) is withheld: the response declines
+    the request by name, and the model's own answer comes back beside it; at 0 nothing is withheld."""
+    shown = client.post("/v1/respond", json={"text": "set a timer", "min_token_prob": 0}).json()
+    assert shown["withheld"] is None
+    body = client.post("/v1/respond", json={"text": "set a timer", "min_token_prob": 1}).json()
+    assert body["response"] == "Sorry, I can't set a timer." and body["withheld"] == shown["response"]
+    body = client.post("/v1/pipeline", files=upload(clips[0]), data={"min_token_prob": "1"}).json()
+    assert (body["withheld"] is not None) == bool(body["understood"])
+
+
 # ---------------------------------------------------------------- bad requests
 
 

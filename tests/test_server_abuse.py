@@ -177,7 +177,8 @@ BAD_OPTIONS = [({"temperature": float("nan")}, "temperature"), ({"temperature": 
                ({"temperature": 1e-45}, "temperature"), ({"repetition_penalty": float("inf")}, "repetition_penalty"),
                ({"repetition_penalty": 1e-300}, "repetition_penalty"), ({"num_beams": 10 ** 23}, "num_beams"),
                ({"num_beams": 5000, "strategy": "beam"}, "num_beams"), ({"max_new_tokens": 10 ** 23}, "max_new_tokens"),
-               ({"top_p": float("nan")}, "top_p"), ({"max_new_tokens": -1}, "max_new_tokens")]
+               ({"top_p": float("nan")}, "top_p"), ({"max_new_tokens": -1}, "max_new_tokens"),
+               ({"min_token_prob": 2}, "min_token_prob"), ({"min_token_prob": float("nan")}, "min_token_prob")]
 
 
 @pytest.mark.parametrize("options, field", BAD_OPTIONS)

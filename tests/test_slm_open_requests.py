@@ -23,6 +23,21 @@ def test_twenty_spoken_requests_none_a_sample_row(sample_rows):
         assert " ".join(answer_words(item["request"])) not in said, item["request"]
 
 
+def test_the_unseen_requests_are_spoken_none_a_sample_row_and_their_keywords_their_own(sample_rows):
+    """samples/unseen_requests.json, on which bench/slm_answer_floor.py chooses the floor: written without the
+    templates (so many share a template's wording, and a sample answer may name their keywords), none a row of the
+    sample, none of the 20 above; an action's keywords are words of the request itself."""
+    requests = load_open_requests(SAMPLES_DIR / "unseen_requests.json")
+    said = {" ".join(answer_words(row["instruction"])) for row in sample_rows}
+    open_requests = {item["request"] for item in load_open_requests()}
+    assert {item["kind"] for item in requests} == {"action", "knowledge"}
+    for item in requests:
+        assert is_spoken_request({"instruction": item["request"], "input": ""}), item["request"]
+        assert " ".join(answer_words(item["request"])) not in said and item["request"] not in open_requests
+        if item["kind"] == "action":
+            assert all(set(group) & set(answer_words(item["request"])) for group in item["keywords"]), item
+
+
 def test_no_sample_answer_is_on_topic_for_any_request(sample_rows):
     """Repeating a memorised answer of the sample cannot count: none names every keyword group of a request, as a
     user reads it (its calls executed: a decline repeats its own request)."""

@@ -407,8 +407,10 @@ def pipeline_summary(answers_jsonl: Path, requests_manifest: Path, right: int = 
     judged = judged_answers(ok, references)
     correct = [r for r in judged if r["correct"]]
     unsure = [r for r in ok if r.get("understood") is False and r["transcript"]]
+    withheld = [r for r in ok if r.get("withheld")]
     lines = [f"{len(ok)}/{len(rows)} held-out assistant requests, transcript WER {100 * wer:.1f}%; "
-             f"{len(unsure)} not understood (confidence below the threshold: answered {NOT_UNDERSTOOD_REPLY!r})",
+             f"{len(unsure)} not understood (confidence below the threshold: answered {NOT_UNDERSTOOD_REPLY!r}); "
+             f"{len(withheld)} answer(s) withheld (the language model unsure of a word: declined or \"I don't know\")",
              f"    answers to the {scores['assistant_rows']} with a reference answer: right kind "
              f"{scores['assistant_kind']:.0f}%, on topic (right kind + all slot words) "
              f"{scores['assistant_on_topic']:.0f}%",

@@ -109,8 +109,10 @@ async def respond(service: Served, request: RespondRequest):
     start = time.perf_counter()
     async with service.worker.slot():
         answer = await service.worker.run(request_pipeline.respond_with_calls, request.text.strip())
-    # the tool calls executed into the answer (tool, input, result, error), as /v1/pipeline's result gives them
+    # the tool calls executed into the answer (tool, input, result, error), and the model's own answer when an unsure
+    # one was withheld, as /v1/pipeline's result gives them
     return {"response": answer.text, "tool_calls": [call.as_dict() for call in answer.calls],
+            "withheld": answer.withheld,
             "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
 
 

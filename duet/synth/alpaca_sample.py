@@ -23,6 +23,7 @@ import random
 from duet.synth.corpus import held_out_texts
 from duet.synth.corpus_text import assistant_requests, number_to_words
 from duet.text import normalize_text, request_text
+from slm.tool_calls import DECLINE, UNKNOWN_ANSWER
 from slm.tool_calls import format_number as fmt_number
 
 
@@ -330,7 +331,6 @@ UNSUPPORTED_ACTIONS = [
     "take a screenshot", "take notes in the meeting", "read me a bedtime story", "read the recipe out loud",
     "turn off my phone", "charge my phone", "add money to my bus card",
 ]
-DECLINE = "Sorry, I can't <<request>>."
 
 
 def _unsupported(rng: random.Random) -> tuple[str, str]:
@@ -345,7 +345,6 @@ def _unsupported(rng: random.Random) -> tuple[str, str]:
 
 #: the operator a calc call writes for each spoken one
 CALC_OPERATORS = {"plus": "+", "minus": "-", "times": "*", "divided by": "/"}
-UNKNOWN_ANSWER = "I don't know that."
 
 
 def _arithmetic(rng: random.Random) -> tuple[str, str]:

@@ -69,12 +69,15 @@ function describeConfidence(result) {
 }
 
 // The tool calls the language model made (slm/tool_calls.py), each with its input and result: "calc: 50 - 3 = 47";
-// a refused call shows why (its answer is then the plain fallback sentence).
+// a refused call shows why (its answer is then the plain fallback sentence). An answer the model was unsure of is
+// shown as withheld beside the decline that replaced it.
 function describeToolCalls(result) {
   const calls = result.tool_calls || [];
-  if (!calls.length) return "";
+  const withheld = result.withheld ? "withheld, the model was unsure: " + result.withheld : "";
+  if (!calls.length) return withheld;
   return "worked out: " + calls.map((call) => call.tool + (call.input ? ": " + call.input : "") +
-    (call.result === null ? " (refused: " + call.error + ")" : " = " + call.result)).join("; ");
+    (call.result === null ? " (refused: " + call.error + ")" : " = " + call.result)).join("; ") +
+    (withheld ? "; " + withheld : "");
 }
 
 function addTurn(result) {
