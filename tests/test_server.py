@@ -306,14 +306,14 @@ def test_respond_and_pipeline_return_the_executed_tool_calls_beside_the_text(cli
 
 
 def test_respond_and_pipeline_return_an_unsure_answer_as_withheld_beside_its_decline(client, clips):
-    """An answer every token of which is below the request's floor (1: any answer) is withheld: the response declines
-    the request by name, and the model's own answer comes back beside it; at 0 nothing is withheld."""
+    """An answer holding a token below the request's floor (1: any token short of certain) is withheld: the response
+    declines the request by name, and the model's own answer comes back beside it; at 0 nothing is withheld."""
     shown = client.post("/v1/respond", json={"text": "set a timer", "min_token_prob": 0}).json()
     assert shown["withheld"] is None
     body = client.post("/v1/respond", json={"text": "set a timer", "min_token_prob": 1}).json()
     assert body["response"] == "Sorry, I can't set a timer." and body["withheld"] == shown["response"]
     body = client.post("/v1/pipeline", files=upload(clips[0]), data={"min_token_prob": "1"}).json()
-    assert (body["withheld"] is not None) == bool(body["understood"])
+    assert body["understood"] and body["withheld"] and body["response"].startswith("Sorry, I can't ")
 
 
 # ---------------------------------------------------------------- bad requests
@@ -482,6 +482,26 @@ def test_a_model_failure_in_a_stream_is_an_error_message_and_the_server_goes_on(
         assert message == {"type": "error", "error": "internal error: decoder broke"}
         assert client.get("/health").json()["status"] == "ok"
         assert client.post("/v1/respond", json={"text": "hello"}).status_code == 200
+
+
+def test_stream_finals_carry_the_tool_calls_and_the_withheld_answer(pipeline, clips, monkeypatch):
+    """A stream's final and each hands-free turn's give the answer as /v1/pipeline does: the response, the calls
+    executed into it and, when the model was unsure, its own answer withheld."""
+    declined = ExecutedText("Sorry, I can't call grandma.", withheld="Calling Chloe.")
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls", lambda self, transcript: declined)
+    monkeypatch.setattr(VoicePipeline, "answer_with_calls",
+                        lambda self, transcript, confidence: (declined, True, None))
+    _, chunks, _ = two_turns(clips)
+    with TestClient(create_app(pipeline, SETTINGS)) as client:
+        with client.websocket_connect("/v1/stream?turns=false") as ws:
+            for chunk in pcm16_chunks(load_audio(clips[0], SR)):
+                ws.send_bytes(chunk)
+            ws.send_text(json.dumps({"type": "end"}))
+            message, _ = receive_until(ws)
+        turns = [m for m in take_turns(client, chunks) if m["type"] == "final"]
+    assert len(turns) == 2
+    for final in (message, *turns):
+        assert (final["response"], final["withheld"], final["tool_calls"]) == (declined.text, "Calling Chloe.", [])
 
 
 def test_a_stream_too_long_for_the_language_model_still_gets_its_transcript(pipeline, clips, monkeypatch):

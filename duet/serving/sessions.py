@@ -35,6 +35,7 @@ from duet.serving.streams import STREAM_SAMPLE_RATE, CacheAwareStream, RedecodeS
 from duet.serving.turns import TurnEvent, TurnTaker
 from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent
 from slm.generation import ContextLengthError
+from slm.tool_calls import ExecutedText
 
 
 def vad_message(kind: str, turn: int, at_s: float | None, decided_at_s: float | None) -> dict:
@@ -56,14 +57,23 @@ def check_end_message(message: dict) -> None:
 
 
 def answer_or_why_not(pipeline: VoicePipeline, transcript: str, confidence: float | None
-                      ) -> tuple[str | None, bool, str | None]:
-    """``pipeline.answer_transcript``, except that a transcript too long for the language model's context (3 min of
-    speech fill the demo model's 448 positions) gets no answer and a note saying why: a stream's final never loses
-    its transcript for want of an answer."""
+                      ) -> tuple[dict, bool, str | None]:
+    """``pipeline.answer_with_calls`` as a final's fields (:func:`answer_fields`), except that a transcript too long
+    for the language model's context (3 min of speech fill the demo model's 448 positions) gets no answer and a note
+    saying why: a stream's final never loses its transcript for want of an answer."""
     try:
-        return pipeline.answer_transcript(transcript, confidence)
+        answer, understood, note = pipeline.answer_with_calls(transcript, confidence)
     except ContextLengthError as e:
-        return None, False, f"language model skipped: {e}"
+        return answer_fields(None), False, f"language model skipped: {e}"
+    return answer_fields(answer), understood, note
+
+
+def answer_fields(answer: ExecutedText | None) -> dict:
+    """A final's answer as /v1/pipeline's result gives it: the response, the tool calls executed into it, and the
+    model's own answer when an unsure one was withheld."""
+    return {"response": answer.text if answer else None,
+            "tool_calls": [call.as_dict() for call in answer.calls] if answer else [],
+            "withheld": answer.withheld if answer else None}
 
 
 async def receive_audio(websocket: WebSocket, idle_seconds: float, take: Callable[[np.ndarray], Awaitable[bool]],
@@ -198,10 +208,11 @@ class StreamSession(SocketSession):
         async with self.worker.slot(wait=True):
             transcript = await self.worker.run(decoder.finish)
             asr_s = time.perf_counter() - ended
-            response, understood, note = await self.worker.run(answer_or_why_not, self.pipeline, transcript,
-                                                               decoder.confidence)
+            answer, understood, note = await self.worker.run(answer_or_why_not, self.pipeline, transcript,
+                                                             decoder.confidence)
         note = note or (None if transcript else "no speech heard; language model skipped")
-        final = {"type": "final", "transcript": transcript, "response": response, "note": note,
+        response = answer["response"]
+        final = {"type": "final", "transcript": transcript, **answer, "note": note,
                  "confidence": decoder.confidence, "understood": understood,
                  "latency_s": {"asr_final": round(asr_s, 4),
                                **({"slm": round(time.perf_counter() - ended - asr_s, 4)} if understood else {})},
@@ -278,8 +289,8 @@ class TurnsSession(SocketSession):
         """The pipeline's answer to a transcript (duet.pipeline: a low-confidence one gets the apology, and the
         language model is not asked)."""
         start = time.perf_counter()
-        response, understood, note = answer_or_why_not(self.pipeline, transcript, confidence)
-        return {"transcript": transcript, "response": response, "asr_s": asr_s, "confidence": confidence,
+        answer, understood, note = answer_or_why_not(self.pipeline, transcript, confidence)
+        return {"transcript": transcript, **answer, "asr_s": asr_s, "confidence": confidence,
                 "understood": understood, "note": note,
                 "slm_s": time.perf_counter() - start if understood else None}
 
@@ -398,7 +409,8 @@ class TurnsSession(SocketSession):
                 f"confidence {result['confidence']:.2f} is below {self.pipeline.settings.min_confidence:g}: "
                 "not understood")
         final = {"type": "final", "turn": event.turn, "transcript": transcript, "response": response,
-                 "confidence": result["confidence"], "understood": result["understood"], "note": note,
+                 "tool_calls": result["tool_calls"], "withheld": result["withheld"], "confidence": result["confidence"],
+                 "understood": result["understood"], "note": note,
                  "speech_end_s": event.at_s, "forced_end": event.forced, "speculative": speculative,
                  "latency_s": {"asr_final": round(result["asr_s"], 4),
                                **({"slm": round(result["slm_s"], 4)} if result["slm_s"] is not None else {})},
