@@ -238,16 +238,15 @@ TOOLS: dict[str, tuple[bool, Callable[[str, datetime, str | None], str]]] = {
 SECOND_PERSON = {"my": "your", "me": "you", "i": "you", "mine": "yours", "myself": "yourself", "i'm": "you're",
                  "us": "you", "our": "your", "ours": "yours"}
 # what frames a request without being what is asked: "Could you ... for me?", "hey assistant, please ..."
-_POLITE_START = re.compile(r"^(?:(?:hey|hi|ok|okay) assistant |please |(?:can|could|would|will) you |"
+_POLITE_START = re.compile(r"^(?:(?:hey|hi|ok|okay) assistant |quick question |please |(?:can|could|would|will) you |"
                            r"i(?: need| want| would like|'d like) (?:you )?to )+", re.IGNORECASE)
 _POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNORECASE)
 _REQUEST_WORD = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")  # letters of any script and digits
 # a question asks for a fact, not an action ("Sorry, I can't how do you say hello" answers it in broken words): a
 # question word, or a helper verb before its subject ("is it", "can I", "will it"; "do the laundry" is an action),
-# read before "I" becomes "you"; after a lead that only announces one ("quick question, what is ...", "I want to know
-# who ...", whose "I want to" the polite frame took). "Tell me what is on" is declined: "Sorry, I can't tell you ..."
-_QUESTION_START = re.compile(r"^(?:quick question |know )?"
-                             r"(?:(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
+# read before "I" becomes "you"; or what is left of "I want to know ..." once the polite frame took "I want to"
+# ("Sorry, I can't know the weather" reads wrong). "Tell me what is on" is declined: "Sorry, I can't tell you ..."
+_QUESTION_START = re.compile(r"^(?:know\b|(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
                              r"(?:am|is|are|was|were) (?:i|you|we|they|it|there|he|she|my|the|this|that)|"
                              r"(?:do|does|did|can|could|will|would|should|shall|have|has) (?:i|you|we|they|it|there|he|"
                              r"she))\b)", re.IGNORECASE)
@@ -304,9 +303,10 @@ def unsure_answer(request: str, model_text: str) -> ExecutedText:
     nothing left to repeat. Never the guess itself: "Calling Chloe." for "call grandma" misleads where "Sorry, I
     can't call grandma." does not."""
     try:
-        return ExecutedText(DECLINE.replace("<<request>>", repeated_request(request)), withheld=model_text)
+        text = DECLINE.replace("<<request>>", repeated_request(request))
     except ToolError:
-        return ExecutedText(UNKNOWN_ANSWER, withheld=model_text)
+        text = UNKNOWN_ANSWER
+    return ExecutedText(text) if text == model_text else ExecutedText(text, withheld=model_text)
 
 
 def execute_calls(text: str, now: datetime | None = None, request: str | None = None) -> ExecutedText:

@@ -63,6 +63,7 @@ def test_each_call_is_recorded_with_its_tool_input_and_result():
     ("do the laundry", "Sorry, I can't do the laundry."),  # "do" starts an action here, not a question
     ("Could you tell me what is on at the cinema?", "Sorry, I can't tell you what is on at the cinema."),
     ("could you do me a favour and order a pizza", "Sorry, I can't do you a favour and order a pizza."),
+    ("Quick question, turn off the lights.", "Sorry, I can't turn off the lights."),  # the lead is no part of it
 ])
 def test_the_request_tool_repeats_what_was_asked(request_text, shown):
     executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=request_text)
@@ -82,7 +83,7 @@ def test_the_request_tool_without_a_request_falls_back(request_text):
                                       "will it rain in Oslo tomorrow", "am I free tomorrow", "can I have a coffee",
                                       "do I need an umbrella", "when is the next train",
                                       "are the lights on in the kitchen", "Quick question. What is the capital of Peru?",
-                                      "I want to know who wrote Hamlet"])
+                                      "I want to know who wrote Hamlet", "I need to know the weather"])
 def test_the_request_tool_does_not_decline_a_question(question):
     # "Sorry, I can't how do you say hello in french." answers nothing and reads wrong: a question falls back
     executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=question)
