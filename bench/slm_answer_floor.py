@@ -6,11 +6,11 @@ Usage:
     python bench/slm_answer_floor.py experiments/slm_s123 experiments/slm_s7 experiments/slm_s11 experiments/slm_s5 \
         --json experiments/answer_floor.json
 
-Every request is answered once per model, greedily as the pipeline answers (``slm.generation``: no repetition
-penalty here, as the fine-tune's own evaluation), with the probability the model gave the least likely token of its
-answer (``generate_scored_texts``). An answer is withheld at a floor when that probability is below it, and replaced
-by what ``slm.tool_calls.unsure_answer`` says instead: the decline of the action by name, or "I don't know that." for
-a question.
+Every request is answered once per model, greedily with no repetition penalty (as the fine-tune's own evaluation;
+the pipeline's 1.1 changed no answer's withholding on 58 requests), with the probability the model gave the least
+likely token of its answer (``generate_scored_texts``). An answer is withheld at a floor when that probability is
+below it, and replaced by what ``slm.tool_calls.unsure_answer`` says instead: the decline of the action by name, or
+"I don't know that." for a question.
 
 The tune sets choose the floor; the held-out sets are only scored, at 0 (off) and at the chosen floor:
 
@@ -18,14 +18,17 @@ The tune sets choose the floor; the held-out sets are only scored, at 0 (off) an
   --fresh-seed) that are not rows of samples/alpaca_sample.json, each right when ``slm.metrics.check_answer`` accepts
   it against the generator's answer (the right kind, every slot word, every value worked out);
 * --tune FILE...: requests in samples/open_requests.json's form (default samples/unseen_requests.json, written
-  without the templates), right when the answer names every keyword group (``slm.metrics.names_keywords``);
-* --held-out FILE... (default samples/open_requests.json): scored the same way, never used to choose.
+  without the templates), right when the answer names every keyword group (``slm.metrics.names_keywords``) and,
+  where a request says what a right answer does (``expect``), performs it (no decline) or declines it;
+* --held-out FILE... (default samples/open_requests.json): scored by the issue's rule (keywords only), never used to
+  choose.
 
-The chosen floor is the one of --floors under which the models together answer the most tune requests right once the
-withheld answers are replaced (a tie goes to the lower floor): a withheld answer that was right is lost, a wrong one
-may become right (a decline that names the request) or stays wrong, but honest. The table shows, per floor, the right
-answers lost and the wrong ones withheld. Prints the chosen floor and, per model and held-out set, the right answers,
-the actions on topic and the questions answered with an invented fact, before -> after; --json writes everything.
+The rule: of 0 (off) and --floors, the floor of the largest gain over the models together: the wrong answers it
+withholds (a user no longer misled) less --right-cost (2) for each right answer it loses (a wrong answer is often of
+use, the right action with one slot wrong; a decline never is); a tie goes to the lower floor. The table shows, per floor, the right answers of each tune set once the withheld ones are
+replaced, the right answers lost, the wrong ones withheld and the gain. Prints the chosen floor and, per model and
+held-out set, the right answers, the actions on topic and the questions answered with an invented fact, before ->
+after; --json writes everything.
 """
 
 from __future__ import annotations
@@ -45,10 +48,13 @@ from duet.foundation.files import write_text_atomic
 from duet.synth.alpaca_sample import make_examples
 from slm.generation import GenerationSettings, generate_scored_texts, load_model
 from slm.metrics import OPEN_REQUESTS, check_answer, is_refusal, load_open_requests, names_keywords
-from slm.tool_calls import execute_calls, unsure_answer
+from slm.tool_calls import DECLINE, execute_calls, unsure_answer
 
 UNSEEN_REQUESTS = SAMPLES_DIR / "unseen_requests.json"
-FLOORS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+FLOORS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
+#: a right answer lost weighs as much as this many wrong ones withheld: a wrong answer is often of use (the right
+#: action with one slot wrong, a.m. for p.m.), a decline never is
+RIGHT_COST = 2.0
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -58,7 +64,9 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fresh-seed", type=int, default=99, help="the generator's seed for them (the sample's: 0)")
     parser.add_argument("--tune", nargs="*", type=Path, default=[UNSEEN_REQUESTS], help="keyword request files")
     parser.add_argument("--held-out", nargs="*", type=Path, default=[OPEN_REQUESTS], help="keyword request files")
-    parser.add_argument("--floors", nargs="+", type=float, default=list(FLOORS), help="floors to try")
+    parser.add_argument("--floors", nargs="+", type=float, default=list(FLOORS), help="floors to try (0 always)")
+    parser.add_argument("--right-cost", type=float, default=RIGHT_COST,
+                        help=f"wrong answers withheld that one right answer lost weighs (default: {RIGHT_COST:g})")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="as the presets' eval.max_new_tokens (64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the answers and the table here")
@@ -78,15 +86,25 @@ def fresh_requests(n: int, seed: int) -> list[dict]:
 def keyword_requests(path: Path) -> list[dict]:
     try:
         return [{"set": path.name, "instruction": r["request"], "input": "", "kind": r["kind"],
-                 "keywords": r["keywords"]} for r in load_open_requests(path)]
+                 "keywords": r["keywords"], **({"expect": r["expect"]} if "expect" in r else {})}
+                for r in load_open_requests(path)]
     except (OSError, ValueError, KeyError) as e:
         raise DuetError(f"{path}: not a request file like {OPEN_REQUESTS.name} ({e})") from None
 
 
+def declines(answer: str) -> bool:
+    return answer.startswith(DECLINE.split("<<")[0]) or is_refusal(answer)
+
+
 def is_right(request: dict, answer: str) -> bool:
-    if "keywords" in request:
-        return names_keywords(answer, request["keywords"])
-    return check_answer(request["instruction"], request["reference"], answer).correct
+    """A generator row: ``check_answer`` against its answer. A keyword request: it names every keyword group, and,
+    where the file says what a right answer does (``expect``), performs it (no decline) or declines it."""
+    if "keywords" not in request:
+        return check_answer(request["instruction"], request["reference"], answer).correct
+    if not names_keywords(answer, request["keywords"]):
+        return False
+    expect = request.get("expect")
+    return expect is None or (expect == "decline") == declines(answer)
 
 
 def shown(request: dict, answer: dict, floor: float) -> str:
@@ -94,21 +112,30 @@ def shown(request: dict, answer: dict, floor: float) -> str:
     return unsure_answer(request["instruction"], answer["text"]).text if answer["least"] < floor else answer["text"]
 
 
-def floor_table(requests: list[dict], answers: dict[str, list[dict]], floors: list[float]) -> list[dict]:
-    """Per floor, over every model: tune answers right once withheld ones are replaced, right ones lost, wrong ones
-    withheld."""
+def floor_table(requests: list[dict], answers: dict[str, list[dict]], floors: list[float],
+                right_cost: float = RIGHT_COST) -> list[dict]:
+    """Per floor, over every model: the answers right once the withheld ones are replaced, per set and in all; the
+    right answers lost (right before, not after); the wrong ones withheld (a user no longer misled by them); the
+    gain, wrong ones withheld less ``right_cost`` for each right one lost."""
     table = []
     for floor in floors:
-        right = lost = withheld_wrong = 0
+        right: dict[str, int] = {}
+        lost = withheld_wrong = 0
         for model_answers in answers.values():
             for request, answer in zip(requests, model_answers):
-                was = is_right(request, answer["text"])
-                withheld = answer["least"] < floor
-                right += is_right(request, shown(request, answer, floor))
-                lost += was and withheld
-                withheld_wrong += withheld and not was
-        table.append({"floor": floor, "right": right, "right_lost": lost, "wrong_withheld": withheld_wrong})
+                was, now = is_right(request, answer["text"]), is_right(request, shown(request, answer, floor))
+                right[request["set"]] = right.get(request["set"], 0) + now
+                lost += was and not now
+                withheld_wrong += answer["least"] < floor and not was
+        table.append({"floor": floor, "right": sum(right.values()), "right_per_set": right, "right_lost": lost,
+                      "wrong_withheld": withheld_wrong, "gain": withheld_wrong - right_cost * lost})
     return table
+
+
+def choose_floor(table: list[dict]) -> dict:
+    """The row of the largest gain (:func:`floor_table`); a tie goes to the lower floor, and 0 (off, a gain of 0)
+    wins when no floor gains."""
+    return max(table, key=lambda row: (row["gain"], -row["floor"]))
 
 
 def held_out_summary(requests: list[dict], answers: list[dict], floor: float) -> dict:
@@ -137,17 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         tokenizer, model = load_model(folder, device="cpu")
         scored = generate_scored_texts(model, tokenizer, every, greedy, batch_size=16)
-        answers[str(folder)] = [{"text": execute_calls(s.text, request=r["instruction"]).text, "least": s.least_token_prob}
-                                for s, r in zip(scored, every)]
+        answers[str(folder)] = [{"text": execute_calls(s.text, request=r["instruction"]).text,
+                                 "least": s.least_token_prob} for s, r in zip(scored, every)]
         print(f"{folder}: {len(every)} requests answered ({time.time() - started:.0f} s)", flush=True)
     tune_answers = {name: rows[:len(tune)] for name, rows in answers.items()}
-    table = floor_table(tune, tune_answers, sorted(set(args.floors)))
-    best = max(table, key=lambda row: (row["right"], -row["floor"]))
-    unwithheld = sum(is_right(r, a["text"]) for rows in tune_answers.values() for r, a in zip(tune, rows))
-    print(f"\ntune: {len(tune)} requests x {len(answers)} model(s), right with no floor: {unwithheld}")
-    print(f"{'floor':>6} {'right':>6} {'lost':>5} {'wrong withheld':>15}")
+    table = floor_table(tune, tune_answers, sorted({0.0, *args.floors}), args.right_cost)
+    best = choose_floor(table)
+    sets = list(table[0]["right_per_set"])
+    print(f"\ntune: {len(tune)} requests x {len(answers)} model(s); right answers per set, once the withheld ones "
+          "are replaced")
+    print(f"{'floor':>6} " + " ".join(f"{name[:18]:>18}" for name in sets) + f" {'right lost':>11} "
+          f"{'wrong withheld':>15} {'gain':>5}")
     for row in table:
-        print(f"{row['floor']:>6g} {row['right']:>6} {row['right_lost']:>5} {row['wrong_withheld']:>15}"
+        print(f"{row['floor']:>6g} " + " ".join(f"{row['right_per_set'][name]:>18}" for name in sets)
+              + f" {row['right_lost']:>11} {row['wrong_withheld']:>15} {row['gain']:>5}"
               + ("   <- chosen" if row is best else ""))
     results = {"tune": [r["set"] for r in tune], "table": table, "chosen": best["floor"], "held_out": {}}
     offset = len(tune)
@@ -160,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{before['actions_on_topic']} -> {after['actions_on_topic']} of {after['actions']}, questions "
                   f"invented {before['invented']} -> {after['invented']} of {after['questions']}")
         offset += len(requests)
-    print(f"chosen floor: {best['floor']:g} (tune right {unwithheld} -> {best['right']}; "
+    print(f"chosen floor: {best['floor']:g} (tune right {table[0]['right']} -> {best['right']}; "
           f"{best['right_lost']} right answers lost, {best['wrong_withheld']} wrong ones withheld)")
     if args.json:
         results["answers"] = {folder: [{**r, **a} for r, a in zip(every, rows)] for folder, rows in answers.items()}

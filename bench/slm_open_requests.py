@@ -31,7 +31,7 @@ from duet.foundation.errors import cli
 from duet.errors import DuetError
 from duet.data.lexicon import answer_words
 from duet.foundation.files import write_text_atomic
-from slm.generation import GenerationSettings, generate_responses, load_model
+from slm.generation import GenerationSettings, answer_floor, generate_responses, load_model
 from slm.metrics import OPEN_REQUESTS, is_refusal, load_open_requests, names_keywords, well_formed, well_formed_share
 
 
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         questions = [r for r in rows if r["kind"] == "knowledge"]
         summary = {"on_topic": share([r["on_topic"] for r in rows]),
                    **{kind: share([r["on_topic"] for r in rows if r["kind"] == kind]) for kind in ("action", "knowledge")},
+                   "min_token_prob": answer_floor(model, greedy),
                    "actions_on_topic": sum(r["on_topic"] for r in actions), "actions": len(actions),
                    "invented": sum(not r["on_topic"] and not r["refused"] for r in questions),
                    "refused": sum(r["refused"] and not r["on_topic"] for r in questions), "questions": len(questions),

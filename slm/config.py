@@ -43,6 +43,9 @@ def load_config(config_name: str = DEFAULT_CONFIG, overrides: list[str] | None =
                 first_line += " " + str(e.__cause__).splitlines()[0].replace("not in struct", "unknown")
             raise ConfigError(first_line) from None
     _check_types(base, cfg, "")
+    floor = OmegaConf.select(cfg, "answer.min_token_prob")
+    if "answer" in cfg and (floor is None or not 0 <= floor <= 1):  # caught here, not when the trained model loads
+        raise ConfigError(f"answer.min_token_prob must be in [0, 1] (0 = off), got {floor!r}")
     OmegaConf.set_struct(cfg, True)
     return cfg
 

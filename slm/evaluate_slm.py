@@ -32,14 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's eval.max_new_tokens")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--bertscore", default="auto", help="auto, minilm, none or a local model folder")
+    parser.add_argument("--min-token-prob", type=float, default=None,
+                        help="withhold answers below this token probability (default: the model folder's own "
+                             "answer.min_token_prob; 0 = off)")
     args = parser.parse_args(argv)
+    if args.min_token_prob is not None and not 0 <= args.min_token_prob <= 1:
+        parser.error(f"--min-token-prob must be in [0, 1] (0 = off), got {args.min_token_prob:g}")
 
     # torch takes ~9 s to import: --help and argument errors answer before it loads
     from slm.evaluation import assistant_text, bertscore_text, evaluate_folder
 
     summary, out_dir = evaluate_folder(args.model_dir, args.out, data=args.data, num_generate=args.num_generate,
                                        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                                       bertscore_model=args.bertscore)
+                                       bertscore_model=args.bertscore, min_token_prob=args.min_token_prob)
     print(f"evaluated {summary['generation_rows']} rows: masked loss {summary['masked_loss']:.3f} "
           f"(ppl {summary['perplexity']:.2f}), unmasked loss {summary['unmasked_loss']:.3f}, "
           f"BLEU-4 {summary['bleu4']:.1f}, ROUGE-L {summary['rougeL']:.1f}, {bertscore_text(summary)}; "

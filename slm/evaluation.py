@@ -18,7 +18,7 @@ from typing import Sequence
 from duet.foundation.files import save_png_atomic, write_jsonl_atomic, write_text_atomic
 from slm.data import format_alpaca_prompt, load_alpaca, load_splits_for, tokenize_example
 from slm.errors import SlmError
-from slm.generation import GenerationSettings, generate_responses, load_model
+from slm.generation import GenerationSettings, answer_floor, generate_responses, load_model
 from slm.metrics import ASSISTANT_SCORER, assistant_scores, dataset_losses, text_metrics
 from slm.tool_calls import execute_calls
 
@@ -39,12 +39,16 @@ def load_model_and_splits(model_dir: Path, device: str | None = None):
 
 
 def evaluate_folder(model_dir: Path, out_dir: Path | None, *, data: str | None, num_generate: int | None,
-                    max_new_tokens: int | None, batch_size: int, bertscore_model: str) -> tuple[dict, Path]:
+                    max_new_tokens: int | None, batch_size: int, bertscore_model: str,
+                    min_token_prob: float | None = None) -> tuple[dict, Path]:
     """Score the model in ``model_dir`` on its own held-out split (test rows answered, validation rows' losses) or,
     with ``data``, on every row of that Alpaca JSON file; the first ``num_generate`` rows are answered (None: all),
     up to ``max_new_tokens`` (None: the model's eval.max_new_tokens). Writes the report (:func:`write_report`) into
-    ``out_dir`` (default ``model_dir/eval``); returns the summary and that folder."""
+    ``out_dir`` (default ``model_dir/eval``); returns the summary and that folder. The answers are withheld below the
+    model folder's floor (``slm.generation``), or below ``min_token_prob`` when given (0 = off)."""
     tokenizer, model, cfg, splits = load_model_and_splits(model_dir)
+    if min_token_prob is not None:
+        model.min_token_prob = min_token_prob
     if data:
         try:
             splits = {"test": load_alpaca(data)}
@@ -83,7 +87,7 @@ def evaluate_model(model, tokenizer, loss_rows: Sequence[dict], generation_rows:
                 "input": row["input"], "reference": ref, "generation": gen}
                for row, ref, gen in zip(generation_rows, references, answers)]
     summary = {**losses, **scores, "loss_rows": len(loss_rows), "generation_rows": len(generation_rows),
-               "decoding": f"greedy, max_new_tokens={max_new_tokens}"}
+               "decoding": f"greedy, max_new_tokens={max_new_tokens}, min_token_prob={answer_floor(model, greedy):g}"}
     return summary, records
 
 

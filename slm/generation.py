@@ -74,8 +74,8 @@ class GenerationSettings:
     repetition_penalty: float = 1.1  # > 1 discourages the answer repeating itself (not the request's words, module
     # doc); applies to greedy and beam search too
     min_token_prob: float | None = None  # an answer holding a token the model gave less probability is withheld
-    # (unsure_answer: a decline by name, "I don't know that."); None = the model folder's own answer.min_token_prob,
-    # 0 = off
+    # (unsure_answer: a decline by name, "I don't know that."); None = the model folder's own answer.min_token_prob
+    # (greedy and beam search: it was measured on greedy answers), 0 = off
 
     def validate(self, spell: Callable[[str], str] | None = None) -> "GenerationSettings":
         """Return ``self`` when every value is usable; else raise ``GenerationSettingsError`` naming the item as
@@ -155,7 +155,8 @@ HELP = {"strategy": "language model decoding", "num_beams": f"beam search width 
         "repetition_penalty": ">1 discourages repeats ({:g}..{:g})".format(*REPETITION_PENALTY_RANGE),
         "max_new_tokens": f"longest answer in tokens, at most {MAX_NEW_TOKENS} (generation also stops at EOS)",
         "min_token_prob": "withhold an answer holding a token the model gave less probability: a decline of the action "
-                          "or \"I don't know that.\" instead (0..1, 0 = off; default: the model folder's own)"}
+                          "or \"I don't know that.\" instead (0..1, 0 = off; default: the model folder's own, not "
+                          "when sampling)"}
 
 
 def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -264,10 +265,11 @@ def generate_answers(model, tokenizer, examples: Sequence[dict], settings: Gener
 
 def answer_floor(model, settings: GenerationSettings) -> float:
     """The ``min_token_prob`` that applies: the settings' own, else the one :func:`load_model` read from the model's
-    folder (``answer.min_token_prob`` of its finetune_config.yaml), else 0 (off)."""
+    folder (``answer.min_token_prob`` of its finetune_config.yaml) unless the answers are sampled, else 0 (off).
+    The folder's floor was measured on greedy answers; a sampled answer holds unlikely tokens by design."""
     if settings.min_token_prob is not None:
         return settings.min_token_prob
-    return getattr(model, "min_token_prob", 0.0)
+    return 0.0 if settings.strategy == "sample" else getattr(model, "min_token_prob", 0.0)
 
 
 def generate_responses(model, tokenizer, examples: Sequence[dict], settings: GenerationSettings = GenerationSettings(),
@@ -297,7 +299,8 @@ def generate_model_texts(model, tokenizer, examples: Sequence[dict], settings: G
 def generate_scored_texts(model, tokenizer, examples: Sequence[dict],
                           settings: GenerationSettings = GenerationSettings(), batch_size: int = 8) -> list[ScoredText]:
     """:func:`generate_model_texts` with each answer's least token probability: the model's own distribution over
-    each token it wrote, the decoding's repetition penalty or sampling warps left out (one more forward pass)."""
+    each token it wrote, the decoding's repetition penalty or sampling warps left out (the raw logits of each step;
+    for beam search, one more forward pass)."""
     return _generate(model, tokenizer, examples, settings, batch_size, score=True)
 
 
@@ -319,13 +322,24 @@ def _generate(model, tokenizer, examples: Sequence[dict], settings: GenerationSe
                         "model's %d-token context", fitting, settings.max_new_tokens, prompt_tokens, context)
             capped = True
         kwargs = {**settings.generate_kwargs(prompt_tokens), "max_new_tokens": fitting}
+        # one sequence a row (greedy, sampling): the model's raw logits at each step come with the answer; beam
+        # search's belong to its beams, so its answers are scored in one more pass
+        step_logits = score and kwargs.get("num_beams", 1) == 1
         with torch.no_grad():
             output = model.generate(**batch, pad_token_id=tokenizer.eos_token_id,
-                                    eos_token_id=tokenizer.eos_token_id, **kwargs)
-        new_tokens = output[:, prompt_tokens:]
+                                    eos_token_id=tokenizer.eos_token_id, **kwargs,
+                                    **({"output_logits": True, "return_dict_in_generate": True} if step_logits else {}))
+        sequences = output.sequences if step_logits else output
+        new_tokens = sequences[:, prompt_tokens:]
         texts = [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
-        least = _least_token_probs(model, batch["attention_mask"], output, prompt_tokens, tokenizer.eos_token_id) \
-            if score else [1.0] * len(texts)
+        if step_logits:
+            probs = torch.softmax(torch.stack(output.logits, dim=1).float(), dim=-1)
+            least = _least_before_eos(probs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1), new_tokens,
+                                      tokenizer.eos_token_id)
+        elif score:
+            least = _least_token_probs(model, batch["attention_mask"], sequences, prompt_tokens, tokenizer.eos_token_id)
+        else:
+            least = [1.0] * len(texts)
         answers.extend(ScoredText(text, p) for text, p in zip(texts, least, strict=True))
     return answers
 
@@ -341,7 +355,12 @@ def _least_token_probs(model, prompt_mask: torch.Tensor, output: torch.Tensor, p
     with torch.no_grad():  # the logits of the last prompt token and every answer token but the last
         logits = model(output, attention_mask=mask, position_ids=positions,
                        logits_to_keep=new.shape[1] + 1).logits[:, :-1].float()
-    probs = torch.softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    return _least_before_eos(torch.softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1), new, eos_token_id)
+
+
+def _least_before_eos(probs: torch.Tensor, new: torch.Tensor, eos_token_id: int) -> list[float]:
+    """Per row, the least of ``probs`` (one per answer token of ``new``) before the answer's first EOS; 1.0 for an
+    empty answer."""
     least = []
     for row_probs, row_tokens in zip(probs, new):
         ends = (row_tokens == eos_token_id).nonzero()

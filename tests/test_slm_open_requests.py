@@ -34,8 +34,9 @@ def test_the_unseen_requests_are_spoken_none_a_sample_row_and_their_keywords_the
     for item in requests:
         assert is_spoken_request({"instruction": item["request"], "input": ""}), item["request"]
         assert " ".join(answer_words(item["request"])) not in said and item["request"] not in open_requests
-        if item["kind"] == "action":
+        if item["kind"] == "action":  # what a right answer does: performs it, or declines it (not a skill)
             assert all(set(group) & set(answer_words(item["request"])) for group in item["keywords"]), item
+            assert item["expect"] in ("do", "decline"), item
 
 
 def test_no_sample_answer_is_on_topic_for_any_request(sample_rows):
