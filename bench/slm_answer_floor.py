@@ -85,11 +85,16 @@ def fresh_requests(n: int, seed: int) -> list[dict]:
 
 def keyword_requests(path: Path) -> list[dict]:
     try:
-        return [{"set": path.name, "instruction": r["request"], "input": "", "kind": r["kind"],
-                 "keywords": r["keywords"], **({"expect": r["expect"]} if "expect" in r else {})}
-                for r in load_open_requests(path)]
+        requests = [{"set": path.name, "instruction": r["request"], "input": "", "kind": r["kind"],
+                     "keywords": r["keywords"], **({"expect": r["expect"]} if "expect" in r else {})}
+                    for r in load_open_requests(path)]
     except (OSError, ValueError, KeyError) as e:
         raise DuetError(f"{path}: not a request file like {OPEN_REQUESTS.name} ({e})") from None
+    for request in requests:
+        if request.get("expect", "do") not in ("do", "decline"):
+            raise DuetError(f"{path}: {request['instruction']!r}: expect must be do or decline, got "
+                            f"{request['expect']!r}")
+    return requests
 
 
 def declines(answer: str) -> bool:
@@ -126,7 +131,7 @@ def floor_table(requests: list[dict], answers: dict[str, list[dict]], floors: li
                 was, now = is_right(request, answer["text"]), is_right(request, shown(request, answer, floor))
                 right[request["set"]] = right.get(request["set"], 0) + now
                 lost += was and not now
-                withheld_wrong += answer["least"] < floor and not was
+                withheld_wrong += not was and shown(request, answer, floor) != answer["text"]  # the user reads another
         table.append({"floor": floor, "right": sum(right.values()), "right_per_set": right, "right_lost": lost,
                       "wrong_withheld": withheld_wrong, "gain": withheld_wrong - right_cost * lost})
     return table
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'wrong withheld':>15} {'gain':>5}")
     for row in table:
         print(f"{row['floor']:>6g} " + " ".join(f"{row['right_per_set'][name]:>18}" for name in sets)
-              + f" {row['right_lost']:>11} {row['wrong_withheld']:>15} {row['gain']:>5}"
+              + f" {row['right_lost']:>11} {row['wrong_withheld']:>15} {row['gain']:>5g}"
               + ("   <- chosen" if row is best else ""))
     results = {"tune": [r["set"] for r in tune], "table": table, "chosen": best["floor"], "held_out": {}}
     offset = len(tune)

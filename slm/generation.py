@@ -122,7 +122,8 @@ class GenerationSettings:
             return {**kwargs, "do_sample": False, "num_beams": 1}
         if self.strategy == "beam":
             return {**kwargs, "do_sample": False, "num_beams": self.num_beams, "early_stopping": True}
-        return {**kwargs, "do_sample": True, "temperature": self.temperature, "top_k": self.top_k,
+        # one sequence a row whatever the model's generation_config says (its answers' scores assume it)
+        return {**kwargs, "do_sample": True, "num_beams": 1, "temperature": self.temperature, "top_k": self.top_k,
                 "top_p": self.top_p}
 
 
@@ -258,8 +259,9 @@ def generate_answers(model, tokenizer, examples: Sequence[dict], settings: Gener
     for scored, example in zip(generate_scored_texts(model, tokenizer, examples, settings, batch_size), examples,
                                strict=True):
         executed = execute_calls(scored.text, request=example["instruction"])
-        answers.append(unsure_answer(example["instruction"], executed.text)
-                       if scored.least_token_prob < floor else executed)
+        unsure = unsure_answer(example["instruction"], executed.text) if scored.least_token_prob < floor else None
+        # an unsure answer that says what would replace it is shown as it is, its calls with it
+        answers.append(unsure if unsure is not None and unsure.withheld is not None else executed)
     return answers
 
 

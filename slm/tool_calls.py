@@ -244,9 +244,12 @@ _POLITE_END = re.compile(r"(?: for me| please| thanks| thank you)+$", re.IGNOREC
 _REQUEST_WORD = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")  # letters of any script and digits
 # a question asks for a fact, not an action ("Sorry, I can't how do you say hello" answers it in broken words): a
 # question word, or a helper verb before its subject ("is it", "can I", "will it"; "do the laundry" is an action),
-# read before "I" becomes "you"; or what is left of "I want to know ..." once the polite frame took "I want to"
+# read before "I" becomes "you"; a question word after a preposition ("at what temperature ..."), "when" before a
+# helper verb ("when did the Berlin Wall fall"); or what is left of "I want to know ..." once the frame took "I want to"
 # ("Sorry, I can't know the weather" reads wrong). "Tell me what is on" is declined: "Sorry, I can't tell you ..."
-_QUESTION_START = re.compile(r"^(?:know\b|(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
+_QUESTION_START = re.compile(r"^(?:know\b|(?:at|in|on|for|by|from|to|with) (?:what|which|whom|whose|how)\b|"
+                             r"when (?:am|is|are|was|were|do|does|did|can|could|will|would|should|shall|have|has)\b|"
+                             r"(?:what|what's|who|who's|whose|where|where's|why|which|how)\b|(?:when )?(?:"
                              r"(?:am|is|are|was|were) (?:i|you|we|they|it|there|he|she|my|the|this|that)|"
                              r"(?:do|does|did|can|could|will|would|should|shall|have|has) (?:i|you|we|they|it|there|he|"
                              r"she))\b)", re.IGNORECASE)

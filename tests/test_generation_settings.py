@@ -39,6 +39,7 @@ def test_the_kwargs_follow_the_strategy():
     assert GenerationSettings("beam", num_beams=3).generate_kwargs(5)["num_beams"] == 3
     sample = GenerationSettings("sample", temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.2).generate_kwargs(5)
     assert (sample["do_sample"], sample["top_k"], sample["top_p"]) == (True, 20, 0.9)
+    assert sample["num_beams"] == 1  # one sequence a row, whatever the model's generation_config says
     assert "logits_processor" not in GenerationSettings(repetition_penalty=1.0).generate_kwargs(5)
 
 

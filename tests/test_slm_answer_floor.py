@@ -178,3 +178,26 @@ def test_beam_search_answers_are_scored_by_the_teacher_forced_pass(tiny_slm_fold
     same = [(g, b) for g, b in zip(greedy, beam) if g.text == b.text]
     assert same  # the first row's beam answer is the greedy one here
     assert all(b.least_token_prob == pytest.approx(g.least_token_prob, rel=1e-4) for g, b in same)
+
+
+def test_an_unsure_answer_already_saying_its_replacement_keeps_its_calls(tiny_slm_folder, monkeypatch):
+    import slm.generation as generation
+
+    tokenizer, model = load_model(tiny_slm_folder, device="cpu")
+    monkeypatch.setattr(generation, "generate_scored_texts", lambda *a, **k: [
+        generation.ScoredText("Sorry, I can't <<request>>.", 0.01), generation.ScoredText("Calling Chloe.", 0.01)])
+    declined, guessed = generate_answers(model, tokenizer, [{"instruction": "make me a cup of coffee"},
+                                                            {"instruction": "call grandma"}],
+                                         GenerationSettings(**{**GREEDY.__dict__, "min_token_prob": 0.3}))
+    assert declined.text == "Sorry, I can't make you a cup of coffee." and declined.withheld is None
+    assert [call.tool for call in declined.calls] == ["request"]
+    assert (guessed.text, guessed.withheld) == ("Sorry, I can't call grandma.", "Calling Chloe.")
+
+
+def test_the_bench_counts_a_wrong_answer_withheld_only_when_the_user_reads_another(repo_root):
+    bench = load_script(repo_root / "bench" / "slm_answer_floor.py", "bench_slm_answer_floor_same")
+    request = {"set": "s", "instruction": "set a timer for ten minutes", "keywords": [["timer"]], "kind": "action",
+               "expect": "do"}
+    answers = {"m": [{"text": "Sorry, I can't set a timer for ten minutes.", "least": 0.1}]}  # wrong, and unchanged
+    (row,) = bench.floor_table([request], answers, [0.3])
+    assert (row["right"], row["right_lost"], row["wrong_withheld"], row["gain"]) == (0, 0, 0, 0)

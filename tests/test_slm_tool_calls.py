@@ -83,7 +83,9 @@ def test_the_request_tool_without_a_request_falls_back(request_text):
                                       "will it rain in Oslo tomorrow", "am I free tomorrow", "can I have a coffee",
                                       "do I need an umbrella", "when is the next train",
                                       "are the lights on in the kitchen", "Quick question. What is the capital of Peru?",
-                                      "I want to know who wrote Hamlet", "I need to know the weather"])
+                                      "I want to know who wrote Hamlet", "I need to know the weather",
+                                      "When did the fall of the Berlin Wall happen?",
+                                      "Quick question. at what temperature does water boil?"])
 def test_the_request_tool_does_not_decline_a_question(question):
     # "Sorry, I can't how do you say hello in french." answers nothing and reads wrong: a question falls back
     executed = execute_calls("Sorry, I can't <<request>>.", NOW, request=question)
