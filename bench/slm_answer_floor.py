@@ -128,10 +128,11 @@ def floor_table(requests: list[dict], answers: dict[str, list[dict]], floors: li
         lost = withheld_wrong = 0
         for model_answers in answers.values():
             for request, answer in zip(requests, model_answers):
-                was, now = is_right(request, answer["text"]), is_right(request, shown(request, answer, floor))
+                text = shown(request, answer, floor)
+                was, now = is_right(request, answer["text"]), is_right(request, text)
                 right[request["set"]] = right.get(request["set"], 0) + now
                 lost += was and not now
-                withheld_wrong += not was and shown(request, answer, floor) != answer["text"]  # the user reads another
+                withheld_wrong += not was and text != answer["text"]  # the user reads another
         table.append({"floor": floor, "right": sum(right.values()), "right_per_set": right, "right_lost": lost,
                       "wrong_withheld": withheld_wrong, "gain": withheld_wrong - right_cost * lost})
     return table

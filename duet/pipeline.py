@@ -139,6 +139,14 @@ class PipelineResult:
         return asdict(self)
 
 
+def answer_fields(answer: ExecutedText | None) -> dict:
+    """An answer as every result gives it (:class:`PipelineResult`, ``/v1/respond``, the WebSocket's finals): the
+    response, the tool calls executed into it, and the model's own answer when an unsure one was withheld."""
+    return {"response": answer.text if answer else None,
+            "tool_calls": [call.as_dict() for call in answer.calls] if answer else [],
+            "withheld": answer.withheld if answer else None}
+
+
 def is_silent(audio: np.ndarray, sample_rate: int) -> bool:
     frame = max(1, int(0.05 * sample_rate))
     usable = len(audio) // frame * frame
@@ -404,9 +412,8 @@ class VoicePipeline:
         """:meth:`answer_transcript` of ``result.transcript`` into ``result``, and the total time since ``start``."""
         t = time.perf_counter()
         answer, result.understood, note = self.answer_with_calls(result.transcript, result.confidence)
-        result.response = answer.text if answer else None
-        result.tool_calls = [call.as_dict() for call in answer.calls] if answer else []
-        result.withheld = answer.withheld if answer else None
+        for name, value in answer_fields(answer).items():
+            setattr(result, name, value)
         if result.understood:
             result.latency_s["slm"] = time.perf_counter() - t
         result.note = note or result.note

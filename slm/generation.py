@@ -334,10 +334,10 @@ def _generate(model, tokenizer, examples: Sequence[dict], settings: GenerationSe
         sequences = output.sequences if step_logits else output
         new_tokens = sequences[:, prompt_tokens:]
         texts = [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
-        if step_logits:
-            probs = torch.softmax(torch.stack(output.logits, dim=1).float(), dim=-1)
-            least = _least_before_eos(probs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1), new_tokens,
-                                      tokenizer.eos_token_id)
+        if step_logits:  # step by step: the chosen token's probability, not a batch x steps x vocabulary copy
+            probs = torch.stack([torch.softmax(logits.float(), dim=-1).gather(-1, new_tokens[:, i, None]).squeeze(-1)
+                                 for i, logits in enumerate(output.logits)], dim=1)
+            least = _least_before_eos(probs, new_tokens, tokenizer.eos_token_id)
         elif score:
             least = _least_token_probs(model, batch["attention_mask"], sequences, prompt_tokens, tokenizer.eos_token_id)
         else:

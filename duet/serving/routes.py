@@ -15,7 +15,7 @@ import numpy as np
 from fastapi import APIRouter, File, Form, UploadFile, WebSocket
 from fastapi.responses import FileResponse
 
-from duet.pipeline import PipelineResult, is_silent
+from duet.pipeline import PipelineResult, answer_fields, is_silent
 from duet.serving.errors import RequestError
 from duet.serving.guard import STREAM_SUBPROTOCOL
 from duet.serving.options import PipelineForm, RespondRequest, pipeline_for_request
@@ -111,9 +111,7 @@ async def respond(service: Served, request: RespondRequest):
         answer = await service.worker.run(request_pipeline.respond_with_calls, request.text.strip())
     # the tool calls executed into the answer (tool, input, result, error), and the model's own answer when an unsure
     # one was withheld, as /v1/pipeline's result gives them
-    return {"response": answer.text, "tool_calls": [call.as_dict() for call in answer.calls],
-            "withheld": answer.withheld,
-            "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
+    return {**answer_fields(answer), "latency_s": {"slm": round(time.perf_counter() - start, 4)}}
 
 
 @router.websocket("/v1/stream")

@@ -27,7 +27,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from duet.asr.confidence import utterance_confidence
 from duet.asr.streaming import pcm16_samples
-from duet.pipeline import VoicePipeline, is_silent
+from duet.pipeline import VoicePipeline, answer_fields, is_silent
 from duet.serving.errors import RequestError, internal_error
 from duet.serving.responses import spoken
 from duet.serving.service import Service
@@ -35,7 +35,6 @@ from duet.serving.streams import STREAM_SAMPLE_RATE, CacheAwareStream, RedecodeS
 from duet.serving.turns import TurnEvent, TurnTaker
 from duet.vad import SAMPLE_RATE as VAD_SAMPLE_RATE, SpeechDetector, VadEvent
 from slm.generation import ContextLengthError
-from slm.tool_calls import ExecutedText
 
 
 def vad_message(kind: str, turn: int, at_s: float | None, decided_at_s: float | None) -> dict:
@@ -58,7 +57,7 @@ def check_end_message(message: dict) -> None:
 
 def answer_or_why_not(pipeline: VoicePipeline, transcript: str, confidence: float | None
                       ) -> tuple[dict, bool, str | None]:
-    """``pipeline.answer_with_calls`` as a final's fields (:func:`answer_fields`), except that a transcript too long
+    """``pipeline.answer_with_calls`` as a final's fields (``duet.pipeline.answer_fields``), except that a transcript too long
     for the language model's context (3 min of speech fill the demo model's 448 positions) gets no answer and a note
     saying why: a stream's final never loses its transcript for want of an answer."""
     try:
@@ -66,14 +65,6 @@ def answer_or_why_not(pipeline: VoicePipeline, transcript: str, confidence: floa
     except ContextLengthError as e:
         return answer_fields(None), False, f"language model skipped: {e}"
     return answer_fields(answer), understood, note
-
-
-def answer_fields(answer: ExecutedText | None) -> dict:
-    """A final's answer as /v1/pipeline's result gives it: the response, the tool calls executed into it, and the
-    model's own answer when an unsure one was withheld."""
-    return {"response": answer.text if answer else None,
-            "tool_calls": [call.as_dict() for call in answer.calls] if answer else [],
-            "withheld": answer.withheld if answer else None}
 
 
 async def receive_audio(websocket: WebSocket, idle_seconds: float, take: Callable[[np.ndarray], Awaitable[bool]],
