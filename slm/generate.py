@@ -9,7 +9,8 @@ Usage:
 
 The decoding flags and their defaults are the voice pipeline's (``slm.generation.GenerationSettings``); the
 loading and decoding are ``slm.generation``'s (the library the pipeline answers with), this command only reads
-the options and prints the answers; transformers' lines (loading the weights, its warnings) go to --log
+the options and prints the answers (an answer withheld below the model's ``answer.min_token_prob``, replaced by a
+decline, is named on standard error); transformers' lines (loading the weights, its warnings) go to --log
 (experiments/logs/generate.log), or with --verbose to standard error.
 """
 
@@ -23,7 +24,7 @@ import torch
 
 from duet.foundation.errors import cli
 from duet.foundation.files import add_log_arguments, library_output_to, log_target
-from slm.generation import add_generation_arguments, generation_settings_from_args, load_model, respond
+from slm.generation import add_generation_arguments, generation_settings_from_args, load_model, respond_with_calls
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -46,8 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokenizer, model = load_model(args.model_dir)
         torch.manual_seed(args.seed)
         for instruction in instructions:
-            answer = respond(model, tokenizer, instruction, args.input, settings)
-            print(answer if len(instructions) == 1 else f"{instruction}\t{answer}", file=out, flush=True)
+            answer = respond_with_calls(model, tokenizer, instruction, args.input, settings)
+            print(answer.text if len(instructions) == 1 else f"{instruction}\t{answer.text}", file=out, flush=True)
+            if answer.withheld is not None:  # standard output stays the answers a user reads, one a line
+                print(f"generate: withheld (the model was unsure of it): {answer.withheld}", file=sys.stderr,
+                      flush=True)
     return 0
 
 

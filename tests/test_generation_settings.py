@@ -79,3 +79,20 @@ def test_every_field_is_named_by_its_flag_in_slm_generate(repo_root, capsys):
         assert flag(field.name) in generate.get_parser().format_help()
     assert generate.main(["no/such/model", "hi", "--top-p", "2"]) == 2  # refused before the model loads
     assert capsys.readouterr().err.strip() == "generate: error: --top-p must be in (0, 1], got 2"
+
+
+def test_slm_generate_prints_the_answer_read_and_names_a_withheld_one_on_stderr(repo_root, capsys, monkeypatch,
+                                                                                tmp_path):
+    from slm.tool_calls import ExecutedText
+
+    generate = script_module(repo_root, "slm/generate.py")
+    answers = {"call grandma": ExecutedText("Sorry, I can't call grandma.", withheld="Calling Chloe."),
+               "call mum": ExecutedText("Calling mum.")}
+    monkeypatch.setattr(generate, "load_model", lambda path: (None, None))
+    monkeypatch.setattr(generate, "respond_with_calls", lambda model, tokenizer, text, *rest: answers[text])
+    assert generate.main(["model", "call grandma", "--log", str(tmp_path / "log.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert out == "Sorry, I can't call grandma.\n"
+    assert err == "generate: withheld (the model was unsure of it): Calling Chloe.\n"
+    assert generate.main(["model", "call mum", "--log", str(tmp_path / "log.txt")]) == 0
+    assert capsys.readouterr() == ("Calling mum.\n", "")

@@ -320,6 +320,23 @@ def test_cli_text_output_names_the_bad_file_and_counts_failures(cli, make_pipeli
     assert "  response:   ok: set a timer for five minutes" in out and "2 file(s), 1 failed" in out
 
 
+def test_cli_text_output_shows_a_withheld_answer_under_its_replacement(cli, make_pipeline, model_args, monkeypatch,
+                                                                        tmp_path, capsys):
+    pipe, _ = make_pipeline()
+    stand_in_load(monkeypatch, pipe)
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls", lambda self, text: ExecutedText(
+        "Sorry, I can't call grandma.", withheld="Calling Chloe."))
+    good = tmp_path / "good.flac"
+    soundfile.write(good, utterance_with_pauses([1.0]), SR)
+    assert cli.main([str(good), *model_args]) == 0
+    out = capsys.readouterr().out
+    assert "  response:   Sorry, I can't call grandma.\n  withheld:   Calling Chloe. (the model was unsure of it)\n" in out
+    # an answer that was not withheld prints no such line
+    monkeypatch.setattr(VoicePipeline, "respond_with_calls", lambda self, text: ExecutedText("Calling grandma."))
+    assert cli.main([str(good), *model_args]) == 0
+    assert "withheld" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("option, message", [
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     (["--strategy", "beam", "--num-beams", "1"], "--num-beams >= 2"),

@@ -190,6 +190,8 @@ def run(args: argparse.Namespace, settings: PipelineSettings, bad_audio: dict, o
             print(f"  confidence: {result.confidence:.2f}" + ("" if result.understood else
                   f" (below {pipeline.settings.min_confidence:g}: NOT UNDERSTOOD, the language model was not asked)"), file=out)
         print(f"  response:   {result.response or '(none)'}", file=out)
+        if result.withheld is not None:  # the model's own answer, replaced because it was unsure of a word of it
+            print(f"  withheld:   {result.withheld} (the model was unsure of it)", file=out)
         if result.note:
             print(f"  note:       {result.note}", file=out)
         if result.streaming:
