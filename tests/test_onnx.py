@@ -302,3 +302,41 @@ def test_matmul_pointwise_convolutions_compute_nemos_convolution_module(norm_typ
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     # a second call finds nothing left to wrap
     assert use_matmul_pointwise_convolutions(model) == 0
+
+
+def test_a_whisper_encoder_export_reads_input_past_its_positions_in_the_encoders_windows(micro_model_and_manifest,
+                                                                                         tmp_path):
+    """The graph reads one window of learned positions (the trace has no loop): the engine windows longer input as
+    the encoder does in PyTorch, so a recording past 30 s gets the same log-probs on both engines."""
+    import numpy as np
+    import torch
+
+    from duet.asr.onnx_export import OnnxExportSettings, export_onnx
+    from duet.asr.whisper_encoder import window_spans
+    from tests.asr_helpers import build_ctc_model
+
+    _, micro_path, _, entries = micro_model_and_manifest
+    tokenizer_dir = tmp_path / "tok"
+    shutil.copytree(Path(micro_path).parent / "tok", tokenizer_dir)
+    # Whisper's encoder made micro: 50 positions are 1 s of audio where Whisper's 1500 are 30 s
+    model = build_ctc_model("whisper_tiny_ctc", tokenizer_dir, ["model.encoder.n_layers=1", "model.encoder.d_model=8",
+                                                                "+model.encoder.n_heads=2", "+model.encoder.ff_dim=16",
+                                                                "+model.encoder.max_positions=50"])
+    model.encoder.positions.normal_()  # the positions read differently in each window
+    model.save_to(str(tmp_path / "w.nemo"))
+    export_onnx(tmp_path / "w.nemo", tmp_path / "w_onnx", paths_of(entries[:2]), OnnxExportSettings())
+    onnx = OnnxCtcModel(tmp_path / "w_onnx")
+    assert json.loads((tmp_path / "w_onnx" / METADATA).read_text())["subsampling"]["max_positions"] == 50
+    audio = np.concatenate([inference.load_audio(path, 16000) for path in paths_of(entries[:3])])[: 16000 * 4]
+    audios = [audio, audio[: 16000 * 2], audio[:8000]]  # 4 s (200 frames: 5 windows), 2 s and one window
+    assert len(window_spans(200, 50)) == 5
+    log_probs, lengths = onnx.log_probs(audios)
+    with torch.inference_mode():
+        signal, signal_lengths = inference.pad_batch(audios)
+        expected, expected_lengths, _ = model.forward(input_signal=signal, input_signal_length=signal_lengths)
+    assert log_probs.shape == expected.shape and lengths.tolist() == expected_lengths.tolist() == [200, 100, 25]
+    for row, n in enumerate(lengths.tolist()):
+        # the same but at a window's first and last frames, whose convolution reads zeros past the window's features
+        # where PyTorch's reads the neighbouring features; those frames' own outputs are not kept
+        assert torch.allclose(log_probs[row, :n], expected[row, :n], atol=1e-2)
+        assert torch.equal(log_probs[row, :n].argmax(-1), expected[row, :n].argmax(-1))

@@ -185,10 +185,27 @@ class OnnxCtcModel:
         return self.session.run([self.output_name], feeds)[0]
 
     def log_probs(self, audios: Sequence[np.ndarray]):
-        """CTC log-probs (torch, [B, T', V]) and their lengths for mono float32 ``audios`` at ``cfg.sample_rate``."""
+        """CTC log-probs (torch, [B, T', V]) and their lengths for mono float32 ``audios`` at ``cfg.sample_rate``.
+        A Whisper encoder's graph reads one window of its learned positions (30 s): longer input is read in the
+        encoder's own overlapping windows (``duet.asr.whisper_encoder.window_spans``), the graph once per window."""
         features, feature_lengths = self.features(audios)
-        log_probs = torch.from_numpy(self.run_graph(features, feature_lengths))
-        return log_probs, self.encoded_lengths(feature_lengths)
+        subsampling = self.metadata["subsampling"]
+        frames = (features.shape[-1] + 1) // 2  # a Whisper encoder's stride-2 convolution's output
+        if subsampling.get("type") == "whisper":
+            # NeMo's modules: loaded by __init__ already
+            from duet.asr.whisper_encoder import MAX_POSITIONS, window_spans
+
+            # an export made before the metadata held the positions has Whisper's own
+            spans = window_spans(frames, int(subsampling.get("max_positions", MAX_POSITIONS)))
+        if subsampling.get("type") != "whisper" or len(spans) == 1:
+            return torch.from_numpy(self.run_graph(features, feature_lengths)), self.encoded_lengths(feature_lengths)
+        pieces = []
+        for start, end, first, last in spans:
+            # as the encoder reads a window: its features alone, and an utterance that ended before it one frame
+            lengths = (feature_lengths - 2 * start).clamp(min=1, max=2 * (end - start))
+            window = self.run_graph(features[..., 2 * start : 2 * end].contiguous(), lengths)
+            pieces.append(torch.from_numpy(window[:, first:last]))
+        return torch.cat(pieces, dim=1), self.encoded_lengths(feature_lengths)
 
 
 def load_onnx_model(model_path: str | Path, int8: bool = False, threads: int | None = None) -> OnnxCtcModel:

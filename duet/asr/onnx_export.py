@@ -77,7 +77,9 @@ def check_exportable(model, nemo_path: Path) -> dict:
     if not isinstance(getattr(model, "tokenizer", None), SentencePieceTokenizer):
         raise OnnxExportError(f"{nemo_path}: only SentencePiece (BPE) CTC models are exported")
     if type(model.encoder).__name__ == "WhisperEncoder":  # its one stride-2 convolution: ceil(T / 2) frames
-        return {"type": "whisper", "factor": int(model.encoder.subsampling_factor)}
+        # max_positions: the ONNX engine windows longer input as the encoder does (its graph reads one window)
+        return {"type": "whisper", "factor": int(model.encoder.subsampling_factor),
+                "max_positions": int(model.encoder.max_positions)}
     pre_encode = getattr(model.encoder, "pre_encode", None)
     keys = ("_left_padding", "_right_padding", "_kernel_size", "_stride", "_ceil_mode", "_sampling_num")
     if not all(hasattr(pre_encode, k) for k in keys) or getattr(model.encoder, "reduction_subsampling", None):

@@ -176,6 +176,7 @@ class WhisperEncoder(NeuralModule, Exportable):
 
     def input_example(self, max_batch: int = 1, max_dim: int = 400):
         device = next(self.parameters()).device
+        max_dim = min(max_dim, 2 * self.max_positions)  # the traced graph reads one window (no windowing inside)
         features = torch.randn(max_batch, self._feat_in, max_dim, device=device)
         lengths = torch.full((max_batch,), max_dim, dtype=torch.int64, device=device)
         return features, lengths
@@ -204,22 +205,12 @@ class WhisperEncoder(NeuralModule, Exportable):
 
     def _windowed_blocks(self, x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
         """:meth:`_blocks` over input longer than the learned positions (30 s), as NeMo's CTC models take any length:
-        windows of ``max_positions`` frames overlapping by a sixth (5 s at 30 s), each read as Whisper reads a
-        window, the middle of each overlap kept from each side so that every frame has context on both sides."""
-        window, frames = self.max_positions, x.shape[1]
-        overlap = max(2, window // 6) // 2 * 2
-        hop, half = window - overlap, overlap // 2
+        the windows of :func:`window_spans`, each read as Whisper reads a window."""
         pieces = []
-        for start in range(0, frames, hop):
-            end = min(start + window, frames)
+        for start, end, first, last in window_spans(x.shape[1], self.max_positions):
             # an utterance of the batch that ended before this window still reads one frame (no empty softmax)
             lengths = (encoded_lengths - start).clamp(min=1, max=end - start)
-            out = self._blocks(x[:, start:end], lengths)
-            first = 0 if start == 0 else half
-            last = end - start if end == frames else end - start - half
-            pieces.append(out[:, first:last])
-            if end == frames:
-                break
+            pieces.append(self._blocks(x[:, start:end], lengths)[:, first:last])
         return torch.cat(pieces, dim=1)
 
     def apply_adapter(self, x: torch.Tensor, encoded_lengths: torch.Tensor) -> torch.Tensor:
@@ -239,6 +230,23 @@ class WhisperEncoder(NeuralModule, Exportable):
     def forward(self, audio_signal: torch.Tensor, length: torch.Tensor):
         x, encoded_lengths = self.encode_pretrained(audio_signal, length)
         return self.apply_adapter(x, encoded_lengths).transpose(1, 2), encoded_lengths
+
+
+def window_spans(frames: int, window: int) -> list[tuple[int, int, int, int]]:
+    """How :class:`WhisperEncoder` reads ``frames`` encoded frames through ``window`` learned positions: windows
+    overlapping by a sixth (5 s at 30 s), the middle of each overlap kept from each side so that every frame has
+    context on both sides. (start, end, first, last) per window: it reads frames [start, end) and keeps its own
+    frames [first, last); one window (0, frames, 0, frames) when they fit. The ONNX engine windows its graph's
+    input the same way (``duet.asr.onnx_engine``)."""
+    overlap = max(2, window // 6) // 2 * 2
+    hop, half = window - overlap, overlap // 2
+    spans = []
+    for start in range(0, frames, hop):
+        end = min(start + window, frames)
+        spans.append((start, end, 0 if start == 0 else half, end - start if end == frames else end - start - half))
+        if end == frames:
+            break
+    return spans
 
 
 def init_adapter(encoder: WhisperEncoder) -> None:
