@@ -162,6 +162,37 @@ def test_transcriptions_in_each_response_format(client, pipeline, clips):
     assert all(0 <= w["start"] <= w["end"] <= duration + 0.001 and 0 <= w["confidence"] <= 1 for w in words)
 
 
+def test_the_openai_client_reads_all_five_response_formats_over_a_real_socket(pipeline, clips):
+    """The ``openai`` Python client, as a user points it at the server (base_url), for each response format it asks
+    for: its own types parse the JSON ones, the text ones come back as strings."""
+    from openai import OpenAI
+
+    from tests.test_server_browser import serve_in_thread
+
+    want = expected_transcript(pipeline, clips[0])
+    duration = soundfile.info(clips[0]).duration
+    server, url = serve_in_thread(create_app(pipeline, SETTINGS))
+    try:
+        client = OpenAI(base_url=f"{url}/v1", api_key="not-checked", max_retries=0, timeout=60)
+
+        def transcribe(**options):
+            with open(clips[0], "rb") as audio:
+                return client.audio.transcriptions.create(model="whisper-1", file=audio, **options)
+
+        plain, text = transcribe(), transcribe(response_format="text")
+        verbose = transcribe(response_format="verbose_json", timestamp_granularities=["word", "segment"])
+        srt, vtt = transcribe(response_format="srt"), transcribe(response_format="vtt")
+    finally:
+        server.should_exit = True
+    assert plain.text == want and text.strip() == want
+    assert verbose.text == want and verbose.duration == pytest.approx(duration, abs=0.001)
+    assert [s.text for s in verbose.segments] == [want] and verbose.segments[0].start == 0.0
+    assert " ".join(w.word for w in verbose.words) == want
+    assert all(0 <= w.start <= w.end <= duration + 0.001 for w in verbose.words)
+    assert srt.startswith("1\n00:00:00,000 --> ") and vtt.startswith("WEBVTT")
+    assert " ".join(want.split()[:2]) in srt and " ".join(want.split()[:2]) in vtt
+
+
 def test_verbose_json_segments_are_the_pieces_cut_at_pauses(client, pipeline, clips, tmp_path):
     """Two clips 1 s apart, with the pipeline's chunk limit below their sum: two segments, placed in time."""
     first, second = (load_audio(path, SR) for path in clips[:2])

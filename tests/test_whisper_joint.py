@@ -154,6 +154,29 @@ def test_the_ctc_judge_vetoes_text_whisper_invents_on_silence():
     assert spoken.text == "Ab ab."
 
 
+class LoopLovingRescorer:
+    """Whisper sure of its repetition loop (its failure on unclear audio) and unsure of the real text."""
+
+    def encoded_log_likelihoods(self, encoding, texts):
+        return [-0.5 if t.count("ab") > 1 else -3.0 for t in texts]
+
+
+def test_a_repetition_loop_whisper_prefers_loses_to_the_text_the_frames_spell():
+    loop = "Ab ab ab ab ab."
+    decoder = JointDecoding(StubProposer([loop, "Ab."]), LoopLovingRescorer(), JointWeights(ctc=0.3), StubTokenizer(),
+                            BLANK)
+    said_once = frames(1, 0, 2, *[0] * 15)  # "ab", then blank: frames enough to spell the loop, but unlikely
+    [candidates] = judge(decoder, stub_beam(["ab"]), said_once, torch.tensor([18]), [np.zeros(16000, dtype=np.float32)])
+    by_text = {c.text: c for c in candidates}
+    assert by_text[loop].whisper > by_text["Ab."].whisper and by_text[loop].ctc > -1e3  # spellable, Whisper's pick
+    [chosen] = best(decoder, stub_beam(["ab"]), said_once, torch.tensor([18]), [np.zeros(16000, dtype=np.float32)])
+    assert chosen.text == "Ab."
+    # on frames that do say it five times, the same weights keep the loop: the judge reads the audio, not the form
+    said_five_times = frames(*([1, 0, 2, 3] * 4), 1, 0, 2, 0)
+    [kept] = best(decoder, stub_beam(["ab"]), said_five_times, torch.tensor([20]), [np.zeros(16000, dtype=np.float32)])
+    assert kept.text == loop
+
+
 def test_audio_longer_than_whisper_window_is_judged_among_the_beam_alone():
     decoder, model = joint(["Ab."], ["ba"])
     long_audio = np.zeros(31 * 16000, dtype=np.float32)
