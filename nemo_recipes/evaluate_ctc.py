@@ -42,8 +42,11 @@ read the same way; --no-word-timestamps leaves them out) and
 --stream a "streaming" object: lookahead_ms, chunk_ms, chunks, chunk_compute_ms_median/_max).
 Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)
 or a non-streaming model with --stream is a one-line error.
-Before the model loads, the decoding is printed with where it came from ("decoding: greedy (default)",
-"decoding: beam8 (given: --decoding beam --beam-size 8)"), and every audio file that is missing or cannot be
+The decoding is the model's decoding.json (the demo's model: the joint decoding), as tools/pipeline.py decodes,
+each decoding option given replacing its own value; --decoding another strategy, or a model without the file,
+decodes with the options given alone (greedy when none is). Before the model loads, the decoding is printed with
+where it came from ("decoding: greedy (default: no results/decoding.json)", "decoding: beam8 (given: --decoding beam
+--beam-size 8)", "decoding: joint(...) from experiments/demo_asr/decoding.json"), and every audio file that is missing or cannot be
 read is named on a line of its own and skipped: the others are scored, the summary counts the skipped ones and
 the exit code is 1. NeMo's log lines go to --log (experiments/logs/evaluate_ctc.log) unless --verbose shows them,
 and a progress bar, on standard error; standard output carries the results.
@@ -59,8 +62,8 @@ from duet.asr import decoding, evaluation, inference, scoring, streaming
 from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
 from duet.cli.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
-                           decoding_settings_from_args, describe_decoding_source, log_target,
-                           offline_batching_from_args)
+                           given_decoding_values, log_target, offline_batching_from_args,
+                           resolve_asr_decoding)
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
 from duet.data.manifest import read_manifest
@@ -89,7 +92,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
                         help="word times and confidences in the per-utterance JSONL (default: on, except with "
                              "--stream, which has none)")
-    add_decoding_arguments(parser, "--decoding")
+    add_decoding_arguments(parser, "--decoding", strategy_default="the model's decoding.json, as tools/pipeline.py "
+                                                                  "decodes; greedy without one")
     add_log_arguments(parser, "evaluate_ctc")
     return parser
 
@@ -97,7 +101,11 @@ def get_parser() -> argparse.ArgumentParser:
 @cli
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    settings = decoding_settings_from_args(args, "--decoding", streaming=args.stream)
+    # the model's decoding.json (beside the .nemo, or its export's), each option given replacing its own value, as
+    # the pipeline and the server decode; --stream and a model without one: greedy
+    chosen = resolve_asr_decoding(args.model, args.ctc_decoding, given_decoding_values(args), args.stream,
+                                  strategy_flag="--decoding")
+    settings = chosen.settings
     batching = offline_batching_from_args(args, EVALUATION_BATCHING, streaming=args.stream)
     if args.stream and args.word_timestamps:
         raise DuetError("--word-timestamps is not available with --stream (the streaming path gives no word times)")
@@ -121,7 +129,7 @@ def main(argv=None) -> int:
         print(f"evaluate_ctc: skipped {problem}", file=sys.stderr)
     if args.audio:
         args.audio = [path for path in args.audio if str(path) not in bad]
-    print(f"evaluate_ctc: decoding: {settings.describe()} ({describe_decoding_source(args)})", file=sys.stderr)
+    print(f"evaluate_ctc: decoding: {chosen.describe()}", file=sys.stderr)
     if not args.verbose:
         print(f"evaluate_ctc: NeMo's log lines: {args.log} (--verbose shows them, and a progress bar)",
               file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import jiwer
@@ -96,7 +97,7 @@ def test_evaluate_cli_writes_per_utterance_and_summary(python, micro_model_and_m
     assert proc.returncode == 0, proc.stderr[-3000:]
     # NeMo's lines go to the log; the console has the decoding, where the log is, and the results
     assert "successfully restored" in log.read_text() and "NeMo" not in proc.stdout
-    assert proc.stderr.splitlines() == ["evaluate_ctc: decoding: greedy (default)",
+    assert proc.stderr.splitlines() == [f"evaluate_ctc: decoding: greedy (default: no {model_path.parent / 'decoding.json'})",
                                         f"evaluate_ctc: NeMo's log lines: {log} (--verbose shows them, and a "
                                         "progress bar)"]
     records = [json.loads(line) for line in (out / "eval_utterances.jsonl").read_text().splitlines()]
@@ -272,9 +273,35 @@ def test_evaluate_cli_beam_lm_decodes_with_the_lm_and_records_it(micro_model_and
     assert fused != transcripts_with(model, decoding_settings("beam", beta=1.5), paths), "the LM was not used"
 
 
+def test_evaluate_cli_decodes_as_the_models_decoding_json_says_as_the_pipeline_does(micro_model_and_manifest,
+                                                                                     micro_token_lm, tmp_path, capsys):
+    from duet.asr.decoding.file import write_decoding_file
+
+    model, model_path, manifest, entries = micro_model_and_manifest
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(model_path, folder / "m.nemo")
+    saved = decoding_settings("beam_lm", ngram_lm=str(micro_token_lm), alpha=0.8, beta=1.5)
+    write_decoding_file(folder / "decoding.json", saved)
+    code, stdout, err = run_evaluate(["--model", folder / "m.nemo", "--manifest", manifest, "--out-dir",
+                                      tmp_path / "out"], capsys)
+    assert code == 0, err[-3000:]
+    assert f"evaluate_ctc: decoding: beam4+LM(a=0.8,b=1.5) from {folder / 'decoding.json'}" in err
+    hyps = [json.loads(line)["hyp"] for line in (tmp_path / "out" / "eval_utterances.jsonl").read_text().splitlines()]
+    assert hyps == [normalize_text(t) for t in transcripts_with(model, saved, [e["audio_filepath"] for e in entries])]
+    # an option given replaces the file's own value; another strategy leaves the file out
+    code, _, err = run_evaluate(["--model", folder / "m.nemo", "--manifest", manifest, "--out-dir", tmp_path / "o2",
+                                 "--alpha", "0.3"], capsys)
+    assert code == 0 and "beam4+LM(a=0.3,b=1.5) from" in err and "--alpha given" in err
+    code, _, err = run_evaluate(["--model", folder / "m.nemo", "--manifest", manifest, "--out-dir", tmp_path / "o3",
+                                 "--decoding", "greedy"], capsys)
+    assert code == 0 and "evaluate_ctc: decoding: greedy (given: --decoding greedy)" in err
+
+
 @pytest.mark.parametrize("options, message", [
     (["--decoding", "beam_lm"], "--decoding beam_lm needs --lm <token ARPA>"),
-    (["--lm", "x.arpa"], "--lm not used by --decoding greedy"),
+    (["--decoding", "greedy", "--lm", "x.arpa"], "--lm not used by --decoding greedy"),
+    (["--alpha", "0.5"], "--alpha needs --decoding beam or beam_lm or joint: this model decodes greedily by default"),
     (["--decoding", "beam", "--alpha", "0.5"], "--alpha not used by --decoding beam"),
     (["--stream", "--decoding", "beam"], "--stream decodes greedily"),
 ])

@@ -55,15 +55,6 @@ def decoding_flags() -> dict[str, str]:
     return {name: flag_of(name, opt) for name, (_, opt, _) in all_options().items()}
 
 
-def describe_decoding_source(args: argparse.Namespace, strategy_flag: str = "--decoding",
-                             default: str | None = "greedy") -> str:
-    """Where the decoding of an :func:`add_decoding_arguments` script came from (:func:`describe_given`).
-    ``default``: the strategy flag's default (None where the script resolves it itself), which is not counted as
-    given."""
-    strategy = None if args.ctc_decoding in (None, default) else args.ctc_decoding
-    return describe_given(strategy, given_decoding_values(args), strategy_flag)
-
-
 def describe_given(strategy: str | None, given: dict, strategy_flag: str) -> str:
     """``default`` when no decoding option was given, else the options given (e.g. ``given: --decoding beam_lm --lm
     x.arpa``): ``strategy`` (None: not given) and the values ``given`` (field name -> value)."""
