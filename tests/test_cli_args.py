@@ -48,3 +48,16 @@ def test_decoding_settings_validate_before_any_model_loads():
         decoding_settings("wfst").validate()
     with pytest.raises(AsrInputError, match="max_chunk_seconds must be > 0, got 0"):
         OfflineBatching(max_chunk_seconds=0).validate()
+
+
+@pytest.mark.parametrize("settings", [
+    decoding_settings(),
+    decoding_settings("beam", beam_size=8, beta=1.25, blank_skip=0.999),
+    decoding_settings("joint", ngram_lm="lm.arpa", alpha=1.1, beta=4.0, ctc_weight=0.5, lm_weight=0.2,
+                      token_bonus=2.0, whisper_sure=-0.3, ctc_candidates=5, whisper_window=15.0, ctc_spacing=0.0),
+])
+def test_settings_given_back_as_command_line_options_read_as_the_same_settings(settings):
+    """What the demo hands a bench it runs: the settings as flags, read back by the script's own parser."""
+    parser = argparse.ArgumentParser()
+    add_decoding_arguments(parser)
+    assert decoding_settings_from_args(parser.parse_args(settings.command_line())) == settings

@@ -77,11 +77,33 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
         assert cli.main(["--list", *argv]) == 0
         return [line.split()[0] for line in capsys.readouterr().out.splitlines()]
 
-    assert listed() == names and names[0] == "manifests" and names[-1] == "generalise"
+    assert listed() == names and names[0] == "manifests" and names[-2:] == ["joint-base", "joint"]
     assert listed("--from", "slm") == names[names.index("slm"):]
     assert listed("--only", "lm", "asr") == ["lm", "asr"]
     with pytest.raises(SystemExit):  # one or the other
         cli.main(["--list", "--from", "slm", "--only", "asr"])
+
+
+def test_the_joint_stages_score_the_base_and_the_fine_tune_as_the_pipeline_decodes(repo_root):
+    """The sample's held-out voices under the decoding the pipeline stage writes into decoding.json: the two stages'
+    commands read back as that very decoding, and differ only in the model and where the report goes."""
+    import argparse
+
+    from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
+    from duet.demo.stages import demo_decoding
+
+    cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
+    by_name = {stage.name: stage.command for stage in cli.stages()}
+    base, tuned = by_name["joint-base"], by_name["joint"]
+    assert base[1:5] == ["bench/asr_generalisation.py", "--no-real", "--sets", "sample test-clean"]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model"), parser.add_argument("--out-dir"), parser.add_argument("--sets")
+    parser.add_argument("--no-real", action="store_true")
+    add_decoding_arguments(parser)
+    read = [parser.parse_args(command[2:]) for command in (base, tuned)]
+    assert [decoding_settings_from_args(args) for args in read] == [demo_decoding()] * 2
+    assert [args.model for args in read] == [str(cli.BASE_CHECKPOINT), str(demo.DEMO_ASR_MODEL)]
+    assert read[0].out_dir != read[1].out_dir
 
 
 def listed_commands(cli, capsys, *argv) -> dict[str, str]:

@@ -41,12 +41,16 @@ Stages, each one of the toolkit's own entry scripts run as a user would:
              metrics after. It needs nothing the stages before it make and trains on one thread, so it starts with
              the demo and runs beside them (its log fills meanwhile); its progress shows when the demo reaches it.
              SLM_CONFIG=slm_tiny_offline python tools/demo.py trains the from-scratch preset instead
-  pipeline   speech -> transcript (beam search + LM) -> answer on the held-out assistant-domain test utterances;
+  pipeline   speech -> transcript (joint decoding: Whisper tiny.en proposes, the fine-tuned CTC model with the
+             beam search + LM judges) -> answer on the held-out assistant-domain test utterances;
              the decoding and the model's low-confidence threshold are saved as experiments/demo_asr/decoding.json,
              which tools/pipeline.py and tools/serve.py then use
   generalise the base and the fine-tuned model on every set of bench/asr_generalisation.py (the sample's
              test-clean, unseen synthetic voices, and the held-out real speech of ../shared/real_speech when it
-             exists): WER before -> after, a real set more than 2 points worse flagged
+             exists): WER before -> after, greedy; a real set more than 2 points worse flagged
+  joint-base, joint
+             the sample's test-clean voices decoded as the pipeline decodes them (the joint decoding), the base
+             and then the fine-tune judging: what the fine-tune moves in the transcripts a user reads
 Outputs go to manifests/ and experiments/ (both git-ignored). Ends with a summary table and a
 "next: try ..." line: the tools/pipeline.py and tools/serve.py commands that answer with the demo's models. The
 pipeline stage's example answers are chosen by slm.metrics.check_answer (on topic, and any sum, conversion or
@@ -69,6 +73,7 @@ from duet.demo.stages import (DEMO_ASR_MODEL, DEMO_DECODING, DEMO_GENERALISATION
                        DEMO_SLM_MODEL, AsrFineTune, EXPERIMENTS, LM_ORDER, LM_SENTENCES, LM_TRANSCRIPT_TIMES,
                        BackgroundRun, Stage, asr_summary, demo_decoding, generalisation_summary, log_tail, next_steps,
                        pipeline_summary, shown, slm_summary, threads_beside, write_demo_decoding)
+from duet.asr.generalisation import SAMPLE_TEST_SET
 from duet.data.real_speech import DEFAULT_ROOT as REAL_SPEECH
 from duet.demo.progress import ConsoleProgress, LogProgress
 from duet.synth.corpus import bundled_sample_kinds
@@ -166,6 +171,8 @@ def stages(asr_epochs: int | None = None, slm_steps: int | None = None) -> list[
     answers, requests = pipeline_dir / "answers.jsonl", REQUESTS
     generalise = [py, "bench/asr_generalisation.py", *([] if REAL_SPEECH.is_dir() else ["--no-real"])]
     base_report, demo_report = (DEMO_GENERALISATION / name / "generalisation.json" for name in ("base", "demo_asr"))
+    joint_base, joint_demo = (DEMO_GENERALISATION / name / "generalisation.json"
+                              for name in ("joint_base", "joint_demo_asr"))
     # the base's own synthetic pool and, where it exists, its real speech, mixed into the fine-tune
     train_manifests = [MANIFESTS["train-clean"], POOL_MIX] + ([REAL_MIX] if REAL_SPEECH.is_dir() else [])
     mixes = "with real mix" if REAL_SPEECH.is_dir() else "without"
@@ -173,6 +180,9 @@ def stages(asr_epochs: int | None = None, slm_steps: int | None = None) -> list[
     lm_real_text = (["--manifest", str(REAL_TEXT), "--manifest-times", str(LM_TRANSCRIPT_TIMES),
                      "--exclude", str(REAL_TEXT_DEV)] if REAL_SPEECH.is_dir() else [])
     pipeline_decoding = demo_decoding()
+    # the sample's held-out voices as the pipeline decodes them, the base and the fine-tune judging Whisper's proposals
+    joint_sample = [py, "bench/asr_generalisation.py", "--no-real", "--sets", SAMPLE_TEST_SET,
+                    *pipeline_decoding.command_line()]
     return [
         Stage("manifests", [py, "tools/make_manifest.py"], lambda: f"{len(read_jsonl(MANIFESTS['train-clean']))} "
               f"train / {len(read_jsonl(MANIFESTS['dev-clean']))} dev / {len(read_jsonl(MANIFESTS['test-clean']))} "
@@ -244,6 +254,13 @@ def stages(asr_epochs: int | None = None, slm_steps: int | None = None) -> list[
         Stage("generalise", [*generalise, "--model", str(DEMO_ASR_MODEL), "--out-dir", str(demo_report.parent)],
               lambda: generalisation_summary(base_report, demo_report),
               inputs=[DEMO_ASR_MODEL], outputs=[demo_report]),
+        Stage("joint-base", [*joint_sample, "--model", str(BASE_CHECKPOINT), "--out-dir", str(joint_base.parent)],
+              lambda: f"base, joint decoding: {SAMPLE_TEST_SET} scored",
+              inputs=[BASE_CHECKPOINT, DEMO_LM], outputs=[joint_base]),
+        Stage("joint", [*joint_sample, "--model", str(DEMO_ASR_MODEL), "--out-dir", str(joint_demo.parent)],
+              lambda: generalisation_summary(joint_base, joint_demo, "the pipeline's joint decoding",
+                                                     real_sets=False),
+              inputs=[DEMO_ASR_MODEL, DEMO_LM], outputs=[joint_demo]),
     ]
 
 

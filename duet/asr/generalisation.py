@@ -23,6 +23,7 @@ from duet.errors import AsrInputError
 from duet.data.manifest import ManifestOptions, build_split_manifest, spread_subset, write_manifest
 from duet.data.real_speech import HELD_OUT_SETS, set_dir
 
+SAMPLE_TEST_SET = "sample test-clean"  # the bundled sample's held-out voices, as the reports name the set
 
 @dataclass(frozen=True)
 class EvalSet:
@@ -35,7 +36,7 @@ class EvalSet:
 
 def sample_and_unseen_sets(sample_test: Path, unseen_split: Path) -> list[EvalSet]:
     return [
-        EvalSet("sample test-clean", sample_test, "synthetic, own generator, speakers held out (telephone)"),
+        EvalSet(SAMPLE_TEST_SET, sample_test, "synthetic, own generator, speakers held out (telephone)"),
         EvalSet("unseen voices", unseen_split, "synthetic, voices and sentences in no training pool (wideband)"),
     ]
 

@@ -128,6 +128,16 @@ class StrategySettings:
         """The values of this strategy's options, by field name."""
         return {name: getattr(self, name) for name in options_of(self)}
 
+    def command_line(self, strategy_flag: str = "--decoding") -> list[str]:
+        """The options of a decoding script (``duet.cli.cli_args.add_decoding_arguments``) that give these settings:
+        the strategy and each value, for a command another process runs (a path option unset is left out)."""
+        args = [strategy_flag, self.strategy]
+        for name, (_, opt) in options_of(self).items():
+            value = getattr(self, name)
+            if value is not None:
+                args += [flag_of(name, opt), str(value)]  # str: a float as it round-trips
+        return args
+
     def describe(self) -> str:
         """A short description for logs and results, e.g. ``beam8+LM(a=1.1,b=4)``."""
         return self.strategy
