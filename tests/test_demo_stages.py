@@ -104,6 +104,9 @@ def test_the_joint_stages_score_the_base_and_the_fine_tune_as_the_pipeline_decod
     assert [decoding_settings_from_args(args) for args in read] == [demo_decoding()] * 2
     assert [args.model for args in read] == [str(cli.BASE_CHECKPOINT), str(demo.DEMO_ASR_MODEL)]
     assert read[0].out_dir != read[1].out_dir
+    # --list shows the set's name quoted: the line typed in a shell runs the same command
+    shown = next(stage for stage in cli.stages() if stage.name == "joint").shown()
+    assert "--sets 'sample test-clean' --decoding joint" in shown
 
 
 def listed_commands(cli, capsys, *argv) -> dict[str, str]:

@@ -16,6 +16,7 @@ import codecs
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -139,7 +140,9 @@ class Stage:
         """The command as the user would type it in the shell that runs the demo (``duet.foundation.python_command``),
         paths inside the repository relative to it."""
         root = f"{REPO_ROOT}/"
-        command = python_command(*(str(c).replace(root, "") for c in self.command[1:]))
+        # a word with a space ("--sets 'sample test-clean'") quoted, so that the line typed runs the same command
+        words = (str(c).replace(root, "") for c in self.command[1:])
+        command = python_command(*(shlex.quote(w) if " " in w else w for w in words))
         return command + (f" > {str(self.stdout_to).replace(root, '')}" if self.stdout_to else "")
 
     def fingerprint(self) -> str:
