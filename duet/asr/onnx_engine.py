@@ -187,7 +187,9 @@ class OnnxCtcModel:
     def log_probs(self, audios: Sequence[np.ndarray]):
         """CTC log-probs (torch, [B, T', V]) and their lengths for mono float32 ``audios`` at ``cfg.sample_rate``.
         A Whisper encoder's graph reads one window of its learned positions (30 s): longer input is read in the
-        encoder's own overlapping windows (``duet.asr.whisper_encoder.window_spans``), the graph once per window."""
+        encoder's own overlapping windows (``duet.asr.whisper_encoder.window_spans``), the graph once per window. (The
+        encoder's adapter blocks, which the bundled base has one of, read the whole input in PyTorch and each window's
+        here: past 30 s the log-probs differ a little from PyTorch's; RESULTS.md, "Recordings past Whisper's 30 s".)"""
         features, feature_lengths = self.features(audios)
         subsampling = self.metadata["subsampling"]
         frames = (features.shape[-1] + 1) // 2  # a Whisper encoder's stride-2 convolution's output
