@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         raise DuetError(f"--model: no such file: {args.model} (or {WHISPER_TEACHER})")
     wanted = set(args.sets) if args.sets else None
     sets = []
-    if not wanted or wanted & {"sample test-clean", "unseen voices"}:
+    if not wanted or wanted & {generalisation.SAMPLE_TEST_SET, "unseen voices"}:
         near = generalisation.sample_and_unseen_sets(
             args.sample_test, unseen_split(args.unseen_root) if not wanted or "unseen voices" in wanted
             else args.unseen_root / UNSEEN_SPLIT)

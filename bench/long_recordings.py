@@ -10,10 +10,10 @@ test-clean voices without --real-speech) with --gap seconds of silence between t
 length asked; its reference is their transcripts joined. Each is then transcribed whole by:
 - NeMo's API: ``ASRModel.restore_from(model).transcribe([file])`` (NeMo's greedy decoding; the Whisper encoder
   windows input past its 30 s of learned positions itself);
-- our engines, greedy, as ``nemo_recipes/evaluate_ctc.py`` transcribes (``--engine torch`` and ``onnx``, the int8
+- our engines, greedy (``nemo_recipes/evaluate_ctc.py --decoding greedy``; ``--engine torch`` and ``onnx``, the int8
   export, made once beside the model);
-- the voice pipeline (``duet.pipeline.VoicePipeline.transcribe``): cut at pauses, each piece decoded as the model's
-  decoding.json says (the joint decoding for the demo's model);
+- the voice pipeline (``duet.pipeline.VoicePipeline.transcribe``): cut at pauses, each piece decoded as
+  tools/pipeline.py decodes the model (its decoding.json: the joint decoding for the demo's model);
 and, as the reference the pipeline should match, each utterance decoded alone with that decoding and the texts joined.
 Prints the WER and the seconds of each; writes long_recordings.json and the recordings it built under --out.
 """
@@ -34,13 +34,13 @@ from nemo.collections.asr.models import ASRModel
 
 from duet import SAMPLES_DIR
 from duet.asr.decoding import build_decoder, decoding_settings
-from duet.asr.decoding.file import decoding_file_for, read_decoding_file
-from duet.asr.generalisation import build_manifest, real_sets
+from duet.asr.generalisation import SAMPLE_TEST_SET, build_manifest, real_sets
 from duet.asr.inference import load_asr_model, load_audio, transcribe_files
 from duet.asr.onnx_engine import default_export_dir, load_onnx_model
 from duet.asr.onnx_export import OnnxExportSettings, export_onnx
 from duet.asr.scoring import score
 from duet.data.manifest import build_split_manifest, read_manifest
+from duet.cli.cli_args import resolve_asr_decoding
 from duet.errors import DuetError
 from duet.foundation import EXPERIMENTS
 from duet.foundation.errors import cli
@@ -68,7 +68,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def source_entries(args) -> tuple[str, list[dict]]:
     if args.real_speech is None:
-        return "sample test-clean", build_split_manifest(SAMPLES_DIR / "LibriSpeech" / "test-clean").entries
+        return SAMPLE_TEST_SET, build_split_manifest(SAMPLES_DIR / "LibriSpeech" / "test-clean").entries
     (chosen,) = real_sets(args.real_speech, (args.set,))  # a missing folder or set: one line naming it
     return args.set, read_manifest(build_manifest(chosen, args.out / "manifests"))
 
@@ -76,18 +76,18 @@ def source_entries(args) -> tuple[str, list[dict]]:
 def join_utterances(entries: list[dict], seconds: float, gap: float, path: Path) -> dict:
     """The first utterances of ``entries`` joined with ``gap`` s of silence until ``seconds``: written to ``path``;
     its manifest entry, with the utterances it holds."""
-    pieces, used, total = [], [], 0.0
+    pieces, used, total = [], [], 0.0  # total: the recording so far, no silence after its last utterance
     silence = np.zeros(int(gap * SAMPLE_RATE), dtype=np.float32)
     for entry in entries:
         if total >= seconds:
             break
         audio = load_audio(entry["audio_filepath"], SAMPLE_RATE)
-        pieces += [audio, silence]
+        pieces += [silence, audio] if pieces else [audio]
         used.append(entry)
-        total += len(audio) / SAMPLE_RATE + gap
+        total += len(audio) / SAMPLE_RATE + (gap if len(used) > 1 else 0.0)
     if total < seconds:
         raise DuetError(f"the set holds {total:.0f} s of speech, less than --seconds {seconds:g}")
-    audio = np.concatenate(pieces[:-1])
+    audio = np.concatenate(pieces)
     path.parent.mkdir(parents=True, exist_ok=True)
     sf.write(path, audio, SAMPLE_RATE)
     return {"audio_filepath": str(path), "duration": round(len(audio) / SAMPLE_RATE, 2),
@@ -128,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     name, entries = source_entries(args)
     recordings = [join_utterances(entries, s, args.gap, args.out / f"{name.replace('/', '_')}_{s:g}s.flac")
                   for s in args.seconds]
-    settings = (read_decoding_file(decoding_file_for(args.model)).settings if decoding_file_for(args.model).is_file()
-                else decoding_settings())
+    settings = resolve_asr_decoding(args.model, None, {}).settings  # as tools/pipeline.py decodes the model
     rows = []
     with library_output_to(log_target(args)) as (out, err):
         model = load_asr_model(args.model, device="cpu")

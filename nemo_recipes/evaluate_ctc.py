@@ -17,7 +17,8 @@ Usage:
       --decoding beam --beam-size 8
   python nemo_recipes/evaluate_ctc.py --model base.nemo --manifest manifests/test-clean.json --decoding beam_lm \
       --lm experiments/lm/train-clean_token6.arpa --alpha 0.3 --beta 2.0
-  # ... its candidates rescored by Whisper tiny.en's decoder, which reads the audio (the demo pipeline's decoding)
+  # ... its candidates rescored by Whisper tiny.en's decoder, which reads the audio (the demo's decoding until the
+  # joint decoding, which its decoding.json now names and this command then uses by default)
   python nemo_recipes/evaluate_ctc.py --model experiments/demo_asr/demo_asr.nemo \
       --manifest manifests/test-clean.json --decoding beam_lm --beam-size 16 \
       --lm experiments/demo_lm/lm_text_token6.arpa --alpha 1.1 --beta 4 --whisper-weight 0.5
@@ -43,8 +44,9 @@ read the same way; --no-word-timestamps leaves them out) and
 Streaming decodes greedily, one file at a time; the wrong LM (missing, or built for another tokenizer)
 or a non-streaming model with --stream is a one-line error.
 The decoding is the model's decoding.json (the demo's model: the joint decoding), as tools/pipeline.py decodes,
-each decoding option given replacing its own value; --decoding another strategy, or a model without the file,
-decodes with the options given alone (greedy when none is). Before the model loads, the decoding is printed with
+each decoding option given replacing its own value; --decoding another strategy, --lm alone (beam_lm with that
+LM at the library's weights), or a model without the file decode with the options given alone (greedy when none
+is). Before the model loads, the decoding is printed with
 where it came from ("decoding: greedy (default: no results/decoding.json)", "decoding: beam8 (given: --decoding beam
 --beam-size 8)", "decoding: joint(...) from experiments/demo_asr/decoding.json"), and every audio file that is missing or cannot be
 read is named on a line of its own and skipped: the others are scored, the summary counts the skipped ones and
@@ -62,7 +64,7 @@ from duet.asr import decoding, evaluation, inference, scoring, streaming
 from duet.asr.batching import EVALUATION_BATCHING, OfflineBatching
 from duet.asr.onnx_engine import load_onnx_model
 from duet.cli.cli_args import (add_batching_arguments, add_decoding_arguments, add_engine_argument, add_log_arguments,
-                           given_decoding_values, log_target, offline_batching_from_args,
+                           ModelDecoding, given_decoding_values, log_target, offline_batching_from_args,
                            resolve_asr_decoding)
 from duet.errors import DuetError
 from duet.io import audio_file_problem, expand_audio_paths
@@ -105,7 +107,6 @@ def main(argv=None) -> int:
     # the pipeline and the server decode; --stream and a model without one: greedy
     chosen = resolve_asr_decoding(args.model, args.ctc_decoding, given_decoding_values(args), args.stream,
                                   strategy_flag="--decoding")
-    settings = chosen.settings
     batching = offline_batching_from_args(args, EVALUATION_BATCHING, streaming=args.stream)
     if args.stream and args.word_timestamps:
         raise DuetError("--word-timestamps is not available with --stream (the streaming path gives no word times)")
@@ -134,12 +135,14 @@ def main(argv=None) -> int:
         print(f"evaluate_ctc: NeMo's log lines: {args.log} (--verbose shows them, and a progress bar)",
               file=sys.stderr)
     with library_output_to(log_target(args)) as (out, err):
-        code = run(args, settings, batching, set(bad), out, err)
+        code = run(args, chosen, batching, set(bad), out, err)
     return 1 if bad else code
 
 
-def run(args, settings, batching: OfflineBatching, skip: set[str], out, err) -> int:
-    """Load the model, transcribe (and score) what ``args`` name but ``skip``; results on ``out``."""
+def run(args, chosen: ModelDecoding, batching: OfflineBatching, skip: set[str], out, err) -> int:
+    """Load the model, transcribe (and score) what ``args`` name but ``skip`` as ``chosen`` says; results on
+    ``out``."""
+    settings, origin = chosen.settings, chosen.origin
     model = load_model(args)
     if args.stream:
         streaming.check_streaming_model(model)
@@ -154,7 +157,8 @@ def run(args, settings, batching: OfflineBatching, skip: set[str], out, err) -> 
         scored = evaluation.evaluate_manifest(model, args.manifest, batch_size=batching.batch_size,
                                              workers=batching.workers, words=args.word_timestamps is not False,
                                              progress=args.verbose, skip=skip, decoder=decoder)
-    scored.summary.update(model=str(args.model), engine=args.engine, int8=args.int8, decoding=settings.describe())
+    scored.summary.update(model=str(args.model), engine=args.engine, int8=args.int8, decoding=settings.describe(),
+                          decoding_source=origin)
     out_dir = args.out_dir or Path("results") / args.manifest.stem
     utt_path, summary_path = scoring.write_results(scored, out_dir, args.prefix)
     print(scoring.format_examples(scored.records, args.show), file=out)

@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             answer = respond_with_calls(model, tokenizer, instruction, args.input, settings)
             print(answer.text if len(instructions) == 1 else f"{instruction}\t{answer.text}", file=out, flush=True)
             if answer.withheld is not None:  # standard output stays the answers a user reads, one a line
-                print(f"generate: withheld (the model was unsure of it): {answer.withheld}", file=sys.stderr,
+                which = "" if len(instructions) == 1 else f" for {instruction!r}"
+                print(f"generate: withheld{which} (the model was unsure of it): {answer.withheld}", file=sys.stderr,
                       flush=True)
     return 0
 

@@ -287,6 +287,8 @@ def test_evaluate_cli_decodes_as_the_models_decoding_json_says_as_the_pipeline_d
                                       tmp_path / "out"], capsys)
     assert code == 0, err[-3000:]
     assert f"evaluate_ctc: decoding: beam4+LM(a=0.8,b=1.5) from {folder / 'decoding.json'}" in err
+    summary = json.loads((tmp_path / "out" / "eval_summary.json").read_text())
+    assert summary["decoding_source"] == f"from {folder / 'decoding.json'}"
     hyps = [json.loads(line)["hyp"] for line in (tmp_path / "out" / "eval_utterances.jsonl").read_text().splitlines()]
     assert hyps == [normalize_text(t) for t in transcripts_with(model, saved, [e["audio_filepath"] for e in entries])]
     # an option given replaces the file's own value; another strategy leaves the file out

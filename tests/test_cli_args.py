@@ -53,6 +53,8 @@ def test_decoding_settings_validate_before_any_model_loads():
 @pytest.mark.parametrize("settings", [
     decoding_settings(),
     decoding_settings("beam", beam_size=8, beta=1.25, blank_skip=0.999),
+    decoding_settings("beam", beta=-1e-05),  # a negative value would read as a flag after a space
+    decoding_settings("beam_lm", ngram_lm="-lm.arpa", alpha=0.5, beta=-2.0, whisper_weight=0.25),
     decoding_settings("joint", ngram_lm="lm.arpa", alpha=1.1, beta=4.0, ctc_weight=0.5, lm_weight=0.2,
                       token_bonus=2.0, whisper_sure=-0.3, ctc_candidates=5, whisper_window=15.0, ctc_spacing=0.0),
 ])

@@ -87,26 +87,23 @@ def test_demo_runs_the_stages_asked_for(repo_root, capsys):
 def test_the_joint_stages_score_the_base_and_the_fine_tune_as_the_pipeline_decodes(repo_root):
     """The sample's held-out voices under the decoding the pipeline stage writes into decoding.json: the two stages'
     commands read back as that very decoding, and differ only in the model and where the report goes."""
-    import argparse
-
-    from duet.cli.cli_args import add_decoding_arguments, decoding_settings_from_args
+    from duet.cli.cli_args import decoding_settings_from_args
     from duet.demo.stages import demo_decoding
 
     cli = load_script(repo_root / "tools" / "demo.py", "demo_cli")
     by_name = {stage.name: stage.command for stage in cli.stages()}
     base, tuned = by_name["joint-base"], by_name["joint"]
     assert base[1:5] == ["bench/asr_generalisation.py", "--no-real", "--sets", "sample test-clean"]
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model"), parser.add_argument("--out-dir"), parser.add_argument("--sets")
-    parser.add_argument("--no-real", action="store_true")
-    add_decoding_arguments(parser)
+    # read by the bench's own parser, as the stage's process reads them
+    parser = load_script(repo_root / "bench" / "asr_generalisation.py", "generalisation_bench").get_parser()
     read = [parser.parse_args(command[2:]) for command in (base, tuned)]
+    assert all(args.sets == ["sample test-clean"] and args.no_real for args in read)
     assert [decoding_settings_from_args(args) for args in read] == [demo_decoding()] * 2
-    assert [args.model for args in read] == [str(cli.BASE_CHECKPOINT), str(demo.DEMO_ASR_MODEL)]
+    assert [str(args.model) for args in read] == [str(cli.BASE_CHECKPOINT), str(demo.DEMO_ASR_MODEL)]
     assert read[0].out_dir != read[1].out_dir
     # --list shows the set's name quoted: the line typed in a shell runs the same command
     shown = next(stage for stage in cli.stages() if stage.name == "joint").shown()
-    assert "--sets 'sample test-clean' --decoding joint" in shown
+    assert "--sets 'sample test-clean' --decoding=joint" in shown
 
 
 def listed_commands(cli, capsys, *argv) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """slm.generation: one set of language-model decoding defaults, the same flags in every script that generates,
 and a bad value refused by name."""
 
+import io
+import sys
 from dataclasses import fields
 
 import pytest
@@ -96,3 +98,9 @@ def test_slm_generate_prints_the_answer_read_and_names_a_withheld_one_on_stderr(
     assert err == "generate: withheld (the model was unsure of it): Calling Chloe.\n"
     assert generate.main(["model", "call mum", "--log", str(tmp_path / "log.txt")]) == 0
     assert capsys.readouterr() == ("Calling mum.\n", "")
+    # several instructions (standard input): each withheld answer names its instruction
+    monkeypatch.setattr(sys, "stdin", io.StringIO("call mum\ncall grandma\n"))
+    assert generate.main(["model", "-", "--log", str(tmp_path / "log.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert out == "call mum\tCalling mum.\ncall grandma\tSorry, I can't call grandma.\n"
+    assert err == "generate: withheld for 'call grandma' (the model was unsure of it): Calling Chloe.\n"

@@ -25,6 +25,8 @@ def test_utterances_are_joined_with_silence_until_the_length_asked(bench, tmp_pa
     assert rate == 16000 and len(audio) == int(5.5 * 16000) and joined["duration"] == 5.5
     assert joined["text"] == "word0 said word1 said" and len(joined["utterances"]) == 2
     assert np.all(audio[32000:40000] == 0) and audio[40000] == pytest.approx(0.2, abs=1e-3)
+    # the silence after the last utterance is not counted: 2 + 0.5 + 3 = 5.5 s does not reach 5.6
+    assert bench.join_utterances(entries, 5.6, 0.5, tmp_path / "out" / "longer.flac")["duration"] == 10.0
     with pytest.raises(DuetError, match="less than --seconds 60"):
         bench.join_utterances(entries, 60.0, 0.5, tmp_path / "too_long.flac")
     assert not (tmp_path / "too_long.flac").exists()

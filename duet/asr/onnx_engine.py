@@ -180,34 +180,38 @@ class OnnxCtcModel:
                            stride=s["stride"], ceil_mode=s["ceil_mode"], repeat_num=s["repeat_num"]).long()
 
     def run_graph(self, features, feature_lengths) -> np.ndarray:
-        """The ONNX graph on a feature batch: log-probs [B, T', vocabulary + blank]."""
-        feeds = dict(zip(self.input_names, (features.numpy(), feature_lengths.numpy().astype(np.int64))))
-        return self.session.run([self.output_name], feeds)[0]
-
-    def log_probs(self, audios: Sequence[np.ndarray]):
-        """CTC log-probs (torch, [B, T', V]) and their lengths for mono float32 ``audios`` at ``cfg.sample_rate``.
-        A Whisper encoder's graph reads one window of its learned positions (30 s): longer input is read in the
-        encoder's own overlapping windows (``duet.asr.whisper_encoder.window_spans``), the graph once per window. (The
-        encoder's adapter blocks, which the bundled base has one of, read the whole input in PyTorch and each window's
-        here: past 30 s the log-probs differ a little from PyTorch's; RESULTS.md, "Recordings past Whisper's 30 s".)"""
-        features, feature_lengths = self.features(audios)
+        """The ONNX graph on a feature batch: log-probs [B, T', vocabulary + blank]. A Whisper encoder's graph reads
+        one window of its learned positions (30 s): longer input is read in the encoder's own overlapping windows
+        (``duet.asr.whisper_encoder.window_spans``), the graph once per window. (The encoder's adapter blocks, which
+        the bundled base has one of, read the whole input in PyTorch and each window's here: past 30 s the log-probs
+        differ a little from PyTorch's; RESULTS.md, "Recordings past Whisper's 30 s".)"""
         subsampling = self.metadata["subsampling"]
-        frames = (features.shape[-1] + 1) // 2  # a Whisper encoder's stride-2 convolution's output
-        if subsampling.get("type") == "whisper":
-            # NeMo's modules: loaded by __init__ already
-            from duet.asr.whisper_encoder import MAX_POSITIONS, window_spans
+        if subsampling.get("type") != "whisper":
+            return self._run_session(features, feature_lengths)
+        # NeMo's modules: loaded by __init__ already
+        from duet.asr.whisper_encoder import MAX_POSITIONS, window_spans
 
-            # an export made before the metadata held the positions has Whisper's own
-            spans = window_spans(frames, int(subsampling.get("max_positions", MAX_POSITIONS)))
-        if subsampling.get("type") != "whisper" or len(spans) == 1:
-            return torch.from_numpy(self.run_graph(features, feature_lengths)), self.encoded_lengths(feature_lengths)
+        frames = (features.shape[-1] + 1) // 2  # the encoder's stride-2 convolution's output
+        # an export made before the metadata held the positions has Whisper's own
+        spans = window_spans(frames, int(subsampling.get("max_positions", MAX_POSITIONS)))
+        if len(spans) <= 1:  # within one window (or no frame at all): the graph as it is
+            return self._run_session(features, feature_lengths)
         pieces = []
         for start, end, first, last in spans:
             # as the encoder reads a window: its features alone, and an utterance that ended before it one frame
             lengths = (feature_lengths - 2 * start).clamp(min=1, max=2 * (end - start))
-            window = self.run_graph(features[..., 2 * start : 2 * end].contiguous(), lengths)
-            pieces.append(torch.from_numpy(window[:, first:last]))
-        return torch.cat(pieces, dim=1), self.encoded_lengths(feature_lengths)
+            pieces.append(self._run_session(features[..., 2 * start : 2 * end].contiguous(), lengths)[:, first:last])
+        return np.concatenate(pieces, axis=1)
+
+    def _run_session(self, features, feature_lengths) -> np.ndarray:
+        feeds = dict(zip(self.input_names, (features.numpy(), feature_lengths.numpy().astype(np.int64))))
+        return self.session.run([self.output_name], feeds)[0]
+
+    def log_probs(self, audios: Sequence[np.ndarray]):
+        """CTC log-probs (torch, [B, T', V]) and their lengths for mono float32 ``audios`` at ``cfg.sample_rate``
+        (:meth:`run_graph`)."""
+        features, feature_lengths = self.features(audios)
+        return torch.from_numpy(self.run_graph(features, feature_lengths)), self.encoded_lengths(feature_lengths)
 
 
 def load_onnx_model(model_path: str | Path, int8: bool = False, threads: int | None = None) -> OnnxCtcModel:

@@ -140,9 +140,9 @@ class Stage:
         """The command as the user would type it in the shell that runs the demo (``duet.foundation.python_command``),
         paths inside the repository relative to it."""
         root = f"{REPO_ROOT}/"
-        # a word with a space ("--sets 'sample test-clean'") quoted, so that the line typed runs the same command
-        words = (str(c).replace(root, "") for c in self.command[1:])
-        command = python_command(*(shlex.quote(w) if " " in w else w for w in words))
+        # quoted where the shell would split or read a word ("--sets 'sample test-clean'"), so that the line typed
+        # runs the same command
+        command = python_command(*(shlex.quote(str(c).replace(root, "")) for c in self.command[1:]))
         return command + (f" > {str(self.stdout_to).replace(root, '')}" if self.stdout_to else "")
 
     def fingerprint(self) -> str:

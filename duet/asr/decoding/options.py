@@ -131,11 +131,13 @@ class StrategySettings:
     def command_line(self, strategy_flag: str = "--decoding") -> list[str]:
         """The options of a decoding script (``duet.cli.cli_args.add_decoding_arguments``) that give these settings:
         the strategy and each value, for a command another process runs (a path option unset is left out)."""
-        args = [strategy_flag, self.strategy]
+        args = [f"{strategy_flag}={self.strategy}"]
         for name, (_, opt) in options_of(self).items():
             value = getattr(self, name)
             if value is not None:
-                args += [flag_of(name, opt), str(value)]  # str: a float as it round-trips
+                # --flag=value: a negative number or a path starting with "-" is still read as the flag's value;
+                # str: a float as it round-trips
+                args.append(f"{flag_of(name, opt)}={value}")
         return args
 
     def describe(self) -> str:
