@@ -43,8 +43,8 @@ from duet.asr.batching import PIPELINE_BATCHING
 from duet.asr.decoding import build_decoder, decoding_settings, strategies
 from duet.asr.generalisation import build_manifest, real_sets
 from duet.asr.inference import load_asr_model, load_audio, transcribe_files
-from duet.asr.onnx_engine import ENGINES, default_export_dir, load_onnx_model
-from duet.asr.onnx_export import OnnxExportSettings, export_onnx
+from duet.asr.onnx_engine import ENGINES, load_onnx_model
+from duet.asr.onnx_export import int8_export_beside
 from duet.asr.pseudo_labelling import manifest_text
 from duet.asr.whisper_weights import whisper_tiny_en
 from duet.asr.scoring import score
@@ -144,11 +144,7 @@ def our_system(args, err):
     else:
         settings = decoding_settings()
     if args.engine == "onnx":
-        export = default_export_dir(args.model)
-        if not (export / "metadata.json").is_file():
-            print(f"asr_vs_whisper: exporting {args.model} to {export} (once)", file=err)
-            export_onnx(args.model, export, [str(p) for p in sorted(SAMPLES_DIR.rglob("*.flac"))[:4]],
-                        OnnxExportSettings(int8=True))
+        export = int8_export_beside(args.model, lambda line: print(f"asr_vs_whisper: {line}", file=err))
         model = load_onnx_model(export, int8=True, threads=args.threads)
     else:
         model = load_asr_model(args.model, device="cpu")

@@ -36,8 +36,8 @@ from duet import SAMPLES_DIR
 from duet.asr.decoding import build_decoder, decoding_settings
 from duet.asr.generalisation import SAMPLE_TEST_SET, build_manifest, real_sets
 from duet.asr.inference import load_asr_model, load_audio, transcribe_files
-from duet.asr.onnx_engine import default_export_dir, load_onnx_model
-from duet.asr.onnx_export import OnnxExportSettings, export_onnx
+from duet.asr.onnx_engine import load_onnx_model
+from duet.asr.onnx_export import int8_export_beside
 from duet.asr.scoring import score
 from duet.data.manifest import build_split_manifest, read_manifest
 from duet.cli.cli_args import resolve_asr_decoding
@@ -138,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                                  decoder)
         onnx = None
         if not args.no_onnx:
-            export = default_export_dir(args.model)
-            if not (export / "metadata.json").is_file():
-                print(f"long_recordings: exporting {args.model} to {export} (once)", file=err)
-                export_onnx(args.model, export, [str(p) for p in sorted(SAMPLES_DIR.rglob("*.flac"))[:4]],
-                            OnnxExportSettings(int8=True))
+            export = int8_export_beside(args.model, lambda line: print(f"long_recordings: {line}", file=err))
             onnx = load_onnx_model(export, int8=True, threads=args.threads)
             onnx_greedy = build_decoder(onnx, decoding_settings())
         nemo_restored(args.model)

@@ -340,3 +340,16 @@ def test_a_whisper_encoder_export_reads_input_past_its_positions_in_the_encoders
         # where PyTorch's reads the neighbouring features; those frames' own outputs are not kept
         assert torch.allclose(log_probs[row, :n], expected[row, :n], atol=1e-2)
         assert torch.equal(log_probs[row, :n].argmax(-1), expected[row, :n].argmax(-1))
+
+
+def test_the_benches_int8_export_is_made_once_beside_the_model(micro_model_and_manifest, tmp_path):
+    from duet.asr.onnx_export import int8_export_beside
+
+    _, model_path, _, _ = micro_model_and_manifest
+    nemo = tmp_path / "m.nemo"
+    shutil.copy(model_path, nemo)
+    said = []
+    folder = int8_export_beside(nemo, said.append)
+    assert folder == tmp_path / "m_onnx" and (folder / GRAPHS["int8"]).is_file()
+    assert said == [f"exporting {nemo} to {folder} (once)"]
+    assert int8_export_beside(nemo, said.append) == folder and len(said) == 1  # there already: not made again

@@ -34,7 +34,9 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from duet.asr.inference import load_asr_model, load_audio, pad_batch, transcribe_audio
-from duet.asr.onnx_engine import FORMAT, GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError
+from duet.asr.onnx_engine import (FORMAT, GRAPHS, METADATA, TOKENIZER, OnnxCtcModel, OnnxExportError,
+                                  default_export_dir)
+from duet.foundation import SAMPLES_DIR
 from duet.foundation.errors import first_line
 from duet.foundation.files import write_text_atomic
 
@@ -335,6 +337,17 @@ def export_onnx(nemo_path: str | Path, out_dir: str | Path, check_audio: Sequenc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ExportReport(out_dir, graphs, parity)
+
+
+def int8_export_beside(nemo_path: Path, say) -> Path:
+    """The int8 export in the model's default export folder (``<stem>_onnx/``), made once, checked on the bundled
+    sample's first files when missing (``say`` tells the console so); the folder."""
+    export = default_export_dir(nemo_path)
+    if not (export / METADATA).is_file():
+        say(f"exporting {nemo_path} to {export} (once)")
+        export_onnx(nemo_path, export, [str(p) for p in sorted(SAMPLES_DIR.rglob("*.flac"))[:4]],
+                    OnnxExportSettings(int8=True))
+    return export
 
 
 def _torch_log_probs(model, audios):
